@@ -1,0 +1,192 @@
+//! The only file-touching part of `capture`: open a path (transparently gunzipping or unxz-ing),
+//! count the compressed bytes consumed (for progress), and read `seq,host_ns` CSV logs.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{open_capture, CaptureReader, Error};
+
+/// Compression of an input file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Compression {
+    /// Plain.
+    None,
+    /// gzip.
+    Gzip,
+    /// xz.
+    Xz,
+}
+
+/// Counts bytes read from the underlying file, shared with whoever shows progress.
+struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A capture file opened for streaming.
+pub struct CaptureFile {
+    /// The reader.
+    pub reader: CaptureReader<Box<dyn BufRead + Send>>,
+    /// Path it came from.
+    pub path: PathBuf,
+    /// File size on disk (compressed size when compressed).
+    pub file_len: u64,
+    /// Bytes of the file consumed so far (compressed bytes when compressed).
+    pub consumed: Arc<AtomicU64>,
+    /// Detected compression.
+    pub compression: Compression,
+}
+
+/// Errors opening a capture file: the IO error or the capture error, with the path.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// The content is not a readable capture.
+    #[error("{path}: {source}")]
+    Capture {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        source: Error,
+    },
+}
+
+const BUF: usize = 1 << 16;
+
+/// Open a pcap/pcapng file, gzip- or xz-compressed or plain (detected by magic bytes).
+pub fn open_path(path: &Path) -> Result<CaptureFile, OpenError> {
+    let io_err = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let file_len = file.metadata().map_err(io_err)?.len();
+    let consumed = Arc::new(AtomicU64::new(0));
+    let mut raw = BufReader::with_capacity(
+        BUF,
+        Counting {
+            inner: file,
+            count: consumed.clone(),
+        },
+    );
+    let head = raw.fill_buf().map_err(io_err)?;
+    let compression = if head.starts_with(&[0x1f, 0x8b]) {
+        Compression::Gzip
+    } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        Compression::Xz
+    } else {
+        Compression::None
+    };
+    let reader: Box<dyn BufRead + Send> = match compression {
+        Compression::None => Box::new(raw),
+        Compression::Gzip => Box::new(BufReader::with_capacity(BUF, flate2::bufread::MultiGzDecoder::new(raw))),
+        Compression::Xz => Box::new(BufReader::with_capacity(
+            BUF,
+            xz2::bufread::XzDecoder::new_multi_decoder(raw),
+        )),
+    };
+    let reader = open_capture(reader).map_err(|source| OpenError::Capture {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(CaptureFile {
+        reader,
+        path: path.to_path_buf(),
+        file_len,
+        consumed,
+        compression,
+    })
+}
+
+/// Errors reading a `seq,host_ns` log.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// IO.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// A line is not `seq,host_ns`.
+    #[error("{path}:{line}: expected `seq,host_ns` (two unsigned integers), found {text:?}")]
+    Parse {
+        /// Path.
+        path: PathBuf,
+        /// 1-based line.
+        line: u64,
+        /// The offending text (first 60 chars).
+        text: String,
+    },
+}
+
+/// Read a CSV log of `seq,host_ns` lines (an optional header line starting with a letter and
+/// `#` comments are skipped).
+pub fn read_seq_log(path: &Path) -> Result<Vec<(u32, u64)>, LogError> {
+    let f = File::open(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_seq_log(BufReader::new(f), path)
+}
+
+/// [`read_seq_log`] over any reader (`path` only names the source in errors).
+pub fn parse_seq_log<R: BufRead>(r: R, path: &Path) -> Result<Vec<(u32, u64)>, LogError> {
+    let mut out = Vec::new();
+    for (i, line) in r.lines().enumerate() {
+        let line = line.map_err(|source| LogError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') || (i == 0 && t.starts_with(|c: char| c.is_ascii_alphabetic())) {
+            continue;
+        }
+        let bad = || LogError::Parse {
+            path: path.to_path_buf(),
+            line: i as u64 + 1,
+            text: t.chars().take(60).collect(),
+        };
+        let (a, b) = t.split_once(',').ok_or_else(bad)?;
+        let seq = a.trim().parse::<u32>().map_err(|_| bad())?;
+        let ns = b.trim().parse::<u64>().map_err(|_| bad())?;
+        out.push((seq, ns));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_log_parses_and_names_bad_lines() {
+        let p = Path::new("k.csv");
+        let ok = parse_seq_log("seq,host_ns\n1,100\n# c\n2, 250\n".as_bytes(), p).unwrap();
+        assert_eq!(ok, vec![(1, 100), (2, 250)]);
+        let e = parse_seq_log("1,100\n2;7\n".as_bytes(), p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k.csv:2: expected `seq,host_ns` (two unsigned integers), found \"2;7\""
+        );
+    }
+}

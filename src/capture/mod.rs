@@ -1,0 +1,541 @@
+//! Capture ingest: pcap / pcapng (+ gzip / xz) → [`PacketRecord`]s.
+//!
+//! Inputs: any `std::io::BufRead` holding a pcap or pcapng stream (see [`io`] for files and
+//! compression). Outputs: one owned, `Copy` [`PacketRecord`] per packet, streamed with constant
+//! memory (pcap-file's 8 MB read buffer plus one record). Clock: host timestamps are the pcap
+//! record times (ns, [`Ts`]); radio times are radiotap TSFT ([`Tsft`], µs).
+//!
+//! Link types: IEEE802_11_RADIOTAP (127), IEEE802_11 (105), Ethernet (1), raw IP (101, 228, 229),
+//! Linux SLL (113) and SLL2 (276).
+//!
+//! Errors come in two kinds ([`Error::is_packet_level`]): damage inside one packet (bad radiotap,
+//! short 802.11 header, an interface with an unsupported link type) leaves the reader able to go
+//! on; damage to the container (truncated record, corrupt block) ends the stream. Both name the
+//! packet number (1-based, as tshark counts) and the byte offset in the uncompressed stream.
+
+pub mod dot11;
+pub mod filter;
+pub mod io;
+pub(crate) mod le;
+pub mod net;
+pub mod radiotap;
+
+use std::io::BufRead;
+
+use pcap_file::pcap::{PcapReadError, PcapReader};
+use pcap_file::pcapng::{Block, PcapNgReadError, PcapNgReader};
+
+use crate::time::{Ts, Tsft};
+pub use dot11::{Dot11, Mac};
+pub use net::{FiveTuple, L3};
+pub use radiotap::Radiotap;
+
+/// Link types aggrate decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum LinkType {
+    /// 127: radiotap + 802.11.
+    Radiotap,
+    /// 105: 802.11 without radio header.
+    Ieee80211,
+    /// 1: Ethernet.
+    Ethernet,
+    /// 101, 228, 229: raw IP.
+    RawIp,
+    /// 113: Linux cooked capture v1.
+    LinuxSll,
+    /// 276: Linux cooked capture v2.
+    LinuxSll2,
+}
+
+impl LinkType {
+    /// From a pcap LINKTYPE_ number.
+    pub fn from_number(n: u32) -> Option<LinkType> {
+        Some(match n {
+            127 => LinkType::Radiotap,
+            105 => LinkType::Ieee80211,
+            1 => LinkType::Ethernet,
+            101 | 228 | 229 => LinkType::RawIp,
+            113 => LinkType::LinuxSll,
+            276 => LinkType::LinuxSll2,
+            _ => return None,
+        })
+    }
+    /// The canonical LINKTYPE_ number.
+    pub fn number(self) -> u32 {
+        match self {
+            LinkType::Radiotap => 127,
+            LinkType::Ieee80211 => 105,
+            LinkType::Ethernet => 1,
+            LinkType::RawIp => 101,
+            LinkType::LinuxSll => 113,
+            LinkType::LinuxSll2 => 276,
+        }
+    }
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkType::Radiotap => "IEEE802_11_RADIOTAP",
+            LinkType::Ieee80211 => "IEEE802_11",
+            LinkType::Ethernet => "ETHERNET",
+            LinkType::RawIp => "RAW",
+            LinkType::LinuxSll => "LINUX_SLL",
+            LinkType::LinuxSll2 => "LINUX_SLL2",
+        }
+    }
+}
+
+/// Which container the stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Format {
+    /// Classic libpcap.
+    Pcap,
+    /// pcapng.
+    PcapNg,
+}
+
+/// One packet, decoded as far as its layers allow. Owned and `Copy`: no allocation per packet.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct PacketRecord {
+    /// Packet number in the file, 1-based (as tshark's `frame.number`).
+    pub number: u64,
+    /// Byte offset of the record in the uncompressed stream.
+    pub offset: u64,
+    /// Host (pcap record) timestamp.
+    pub host: Ts,
+    /// Captured length.
+    pub caplen: u32,
+    /// Original (on-air / on-wire) length.
+    pub len: u32,
+    /// Link type of the packet's interface.
+    pub link: LinkType,
+    /// Radiotap header, for link type 127.
+    pub radio: Option<Radiotap>,
+    /// 802.11 MAC header, for link types 127 and 105 (absent when the FCS is flagged bad).
+    pub dot11: Option<Dot11>,
+    /// IP + transport, when present and not encrypted.
+    pub l3: Option<L3>,
+}
+
+impl PacketRecord {
+    /// Radio TSFT.
+    pub fn tsft(&self) -> Option<Tsft> {
+        self.radio.and_then(|r| r.tsft).map(Tsft)
+    }
+    /// PHY data rate in bit/s from the radio header.
+    pub fn phy_rate_bps(&self) -> Option<u64> {
+        self.radio.and_then(|r| r.phy_rate_bps())
+    }
+    /// Application sequence number: big-endian u32 at `offset` in the transport payload.
+    pub fn payload_seq(&self, offset: usize) -> Option<u32> {
+        self.l3.and_then(|l| l.payload_be32(offset))
+    }
+    /// 5-tuple, if IP.
+    pub fn flow(&self) -> Option<FiveTuple> {
+        self.l3.map(|l| l.flow)
+    }
+}
+
+/// Decode failures inside one packet (the reader can continue after them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Radiotap header.
+    #[error(transparent)]
+    Radiotap(#[from] radiotap::RadiotapError),
+    /// 802.11 header.
+    #[error(transparent)]
+    Dot11(#[from] dot11::Dot11Error),
+}
+
+/// Errors of [`CaptureReader`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Zero-length input.
+    #[error("empty file: no capture header at byte offset 0")]
+    Empty,
+    /// Not pcap/pcapng.
+    #[error("not a pcap or pcapng file: magic {magic:#010x} at byte offset 0")]
+    BadMagic {
+        /// First four bytes, big-endian.
+        magic: u32,
+    },
+    /// Compressed with something we do not decompress.
+    #[error("{kind}-compressed input is not supported; decompress it first")]
+    UnsupportedCompression {
+        /// Compression name.
+        kind: &'static str,
+    },
+    /// The global header / first block is damaged.
+    #[error("bad {format:?} file header at byte offset 0: {what}")]
+    BadHeader {
+        /// Container.
+        format: Format,
+        /// What is wrong.
+        what: String,
+    },
+    /// Whole file (pcap) uses a link type we do not decode.
+    #[error("unsupported link type {linktype} ({name}); aggrate reads 127 (radiotap), 105 (802.11), 1 (Ethernet), 101/228/229 (raw IP), 113/276 (Linux SLL)")]
+    UnsupportedFileLinkType {
+        /// LINKTYPE_ number.
+        linktype: u32,
+        /// pcap-file's name for it.
+        name: String,
+    },
+    /// One interface (pcapng) uses a link type we do not decode; its packets are skipped.
+    #[error("packet {number} at byte offset {offset}: unsupported link type {linktype} on interface {interface}")]
+    UnsupportedLinkType {
+        /// Packet number.
+        number: u64,
+        /// Byte offset.
+        offset: u64,
+        /// LINKTYPE_ number.
+        linktype: u32,
+        /// pcapng interface id.
+        interface: u32,
+    },
+    /// The stream ends inside a record.
+    #[error("packet {number} at byte offset {offset}: file ends inside the record (truncated capture)")]
+    Truncated {
+        /// Packet number it would have been.
+        number: u64,
+        /// Byte offset of the record.
+        offset: u64,
+    },
+    /// A record or block header is invalid.
+    #[error("packet {number} at byte offset {offset}: corrupt record: {what}")]
+    Corrupt {
+        /// Packet number it would have been.
+        number: u64,
+        /// Byte offset of the record.
+        offset: u64,
+        /// pcap-file's description.
+        what: String,
+    },
+    /// A packet's headers are malformed.
+    #[error("packet {number} at byte offset {offset}: {source}")]
+    Decode {
+        /// Packet number.
+        number: u64,
+        /// Byte offset of the record.
+        offset: u64,
+        /// What failed.
+        source: DecodeError,
+    },
+    /// Reading failed.
+    #[error("read error at byte offset {offset}: {source}")]
+    Io {
+        /// Byte offset.
+        offset: u64,
+        /// The IO error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// True when the reader can go on after this error (the damage is inside one packet).
+    pub fn is_packet_level(&self) -> bool {
+        matches!(self, Error::Decode { .. } | Error::UnsupportedLinkType { .. })
+    }
+}
+
+enum Inner<R: BufRead> {
+    Pcap { r: PcapReader<R>, link: LinkType },
+    PcapNg { r: PcapNgReader<R> },
+}
+
+/// Streaming capture reader: `Iterator<Item = Result<PacketRecord, Error>>`.
+///
+/// After a container-level error the iterator ends; after a packet-level error it continues with
+/// the next packet.
+pub struct CaptureReader<R: BufRead> {
+    inner: Inner<R>,
+    number: u64,
+    /// Next record offset (pcap only; pcapng asks its reader).
+    offset: u64,
+    last_host: Ts,
+    done: bool,
+}
+
+/// Detect pcap vs pcapng (and refuse compressed or unknown input) and open a reader.
+pub fn open_capture<R: BufRead>(mut src: R) -> Result<CaptureReader<R>, Error> {
+    let head = src.fill_buf().map_err(|source| Error::Io { offset: 0, source })?;
+    if head.is_empty() {
+        return Err(Error::Empty);
+    }
+    let mut m = [0u8; 6];
+    let n = head.len().min(6);
+    m[..n].copy_from_slice(&head[..n]);
+    let magic = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
+    let inner = match magic {
+        0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 => {
+            let r = PcapReader::new(src).map_err(|e| header_error(Format::Pcap, e.to_string(), &e))?;
+            let dl = r.header().datalink;
+            let n = u32::from(dl);
+            let link = LinkType::from_number(n).ok_or_else(|| Error::UnsupportedFileLinkType {
+                linktype: n,
+                name: format!("{dl:?}"),
+            })?;
+            Inner::Pcap { r, link }
+        }
+        0x0a0d0d0a => {
+            let r = PcapNgReader::new(src).map_err(|e| header_error(Format::PcapNg, e.to_string(), &e))?;
+            Inner::PcapNg { r }
+        }
+        _ if m[0] == 0x1f && m[1] == 0x8b => return Err(Error::UnsupportedCompression { kind: "gzip" }),
+        _ if m == [0xfd, b'7', b'z', b'X', b'Z', 0] => return Err(Error::UnsupportedCompression { kind: "xz" }),
+        0x28b52ffd => return Err(Error::UnsupportedCompression { kind: "zstd" }),
+        _ if n < 4 => {
+            return Err(Error::BadHeader {
+                format: Format::Pcap,
+                what: format!("only {n} bytes"),
+            })
+        }
+        _ => return Err(Error::BadMagic { magic }),
+    };
+    Ok(CaptureReader {
+        inner,
+        number: 0,
+        offset: 24,
+        last_host: Ts::ZERO,
+        done: false,
+    })
+}
+
+fn header_error(format: Format, what: String, e: &dyn std::error::Error) -> Error {
+    let mut what = what;
+    let mut src = e.source();
+    while let Some(s) = src {
+        what.push_str(": ");
+        what.push_str(&s.to_string());
+        src = s.source();
+    }
+    if what.contains("UnexpectedEof") || what.contains("unexpected end of file") {
+        what = format!("file ends inside the header ({what})");
+    }
+    Error::BadHeader { format, what }
+}
+
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+impl<R: BufRead> CaptureReader<R> {
+    /// The container format.
+    pub fn format(&self) -> Format {
+        match self.inner {
+            Inner::Pcap { .. } => Format::Pcap,
+            Inner::PcapNg { .. } => Format::PcapNg,
+        }
+    }
+
+    /// Link type of a pcap file (pcapng: of its first interface, once read).
+    pub fn link_type(&self) -> Option<LinkType> {
+        match &self.inner {
+            Inner::Pcap { link, .. } => Some(*link),
+            Inner::PcapNg { r } => r
+                .interfaces()
+                .first()
+                .and_then(|i| LinkType::from_number(u32::from(i.linktype))),
+        }
+    }
+
+    /// Packets returned so far (including ones that failed to decode).
+    pub fn packets_read(&self) -> u64 {
+        self.number
+    }
+
+    /// Bytes of the uncompressed stream consumed so far.
+    pub fn offset(&self) -> u64 {
+        match &self.inner {
+            Inner::Pcap { .. } => self.offset,
+            Inner::PcapNg { r } => r.bytes_parsed(),
+        }
+    }
+
+    fn container_error(&mut self, io_eof: bool, what: String) -> Error {
+        self.done = true;
+        let (number, offset) = (self.number + 1, self.offset());
+        if io_eof {
+            Error::Truncated { number, offset }
+        } else {
+            Error::Corrupt { number, offset, what }
+        }
+    }
+
+    /// Read the next packet.
+    pub fn next_record(&mut self) -> Option<Result<PacketRecord, Error>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let offset = self.offset();
+            let (link, host, caplen, len, data): (LinkType, Ts, u32, u32, &[u8]);
+            match &mut self.inner {
+                Inner::Pcap { r, link: l } => match r.next_packet() {
+                    None => return None,
+                    Some(Ok(p)) => {
+                        link = *l;
+                        host = Ts::from_duration(p.timestamp());
+                        len = p.orig_len();
+                        caplen = p.data().len() as u32;
+                        self.offset += 16 + caplen as u64;
+                        // SAFETY-free lifetime juggling: decode before the next read.
+                        let rec = decode(self.number + 1, offset, link, host, caplen, len, p.data());
+                        self.number += 1;
+                        self.last_host = host;
+                        return Some(rec);
+                    }
+                    Some(Err(e)) => {
+                        let eof = matches!(&e, PcapReadError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
+                        if let PcapReadError::Io(io) = &e {
+                            if !eof {
+                                self.done = true;
+                                return Some(Err(Error::Io {
+                                    offset,
+                                    source: std::io::Error::new(io.kind(), io.to_string()),
+                                }));
+                            }
+                        }
+                        return Some(Err(self.container_error(eof, describe(&e))));
+                    }
+                },
+                Inner::PcapNg { r } => match r.next_block() {
+                    None => return None,
+                    Some(Ok((block, state))) => {
+                        let (iface, ts, l, d) = match &block {
+                            Block::EnhancedPacket(p) => {
+                                (p.interface_id, Some(p.timestamp), p.original_len, &p.data[..])
+                            }
+                            Block::Packet(p) => (p.interface_id as u32, Some(p.timestamp), p.original_len, &p.data[..]),
+                            Block::SimplePacket(p) => (0, None, p.original_len, &p.data[..]),
+                            _ => continue,
+                        };
+                        self.number += 1;
+                        let number = self.number;
+                        let lt = state.interfaces().get(iface as usize).map(|i| u32::from(i.linktype));
+                        let Some(lk) = lt.and_then(LinkType::from_number) else {
+                            return Some(Err(Error::UnsupportedLinkType {
+                                number,
+                                offset,
+                                linktype: lt.unwrap_or(u32::MAX),
+                                interface: iface,
+                            }));
+                        };
+                        // Simple packet blocks carry no time: they inherit the previous packet's.
+                        host = ts.map(Ts::from_duration).unwrap_or(self.last_host);
+                        self.last_host = host;
+                        link = lk;
+                        caplen = d.len() as u32;
+                        len = l;
+                        data = d;
+                        return Some(decode(number, offset, link, host, caplen, len, data));
+                    }
+                    Some(Err(e)) => {
+                        let eof =
+                            matches!(&e, PcapNgReadError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
+                        if let PcapNgReadError::Io(io) = &e {
+                            if !eof {
+                                self.done = true;
+                                return Some(Err(Error::Io {
+                                    offset,
+                                    source: std::io::Error::new(io.kind(), io.to_string()),
+                                }));
+                            }
+                        }
+                        return Some(Err(self.container_error(eof, describe(&e))));
+                    }
+                },
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for CaptureReader<R> {
+    type Item = Result<PacketRecord, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_record()
+    }
+}
+
+/// Decode one packet's bytes (the pure part of reading; also what the fuzz tests drive).
+pub fn decode(
+    number: u64,
+    offset: u64,
+    link: LinkType,
+    host: Ts,
+    caplen: u32,
+    len: u32,
+    data: &[u8],
+) -> Result<PacketRecord, Error> {
+    let mut rec = PacketRecord {
+        number,
+        offset,
+        host,
+        caplen,
+        len,
+        link,
+        radio: None,
+        dot11: None,
+        l3: None,
+    };
+    let err = |source: DecodeError| Error::Decode { number, offset, source };
+    let (ethertype, rest) = match link {
+        LinkType::Radiotap | LinkType::Ieee80211 => {
+            let mut frame = data;
+            let mut pad = false;
+            let mut fcs = false;
+            if link == LinkType::Radiotap {
+                let rt = radiotap::parse(data).map_err(|e| err(e.into()))?;
+                frame = &data[rt.len as usize..];
+                pad = rt.data_pad();
+                // The FCS is in the captured bytes only when the frame was not cut by the snap length.
+                fcs = rt.has_fcs() && caplen == len;
+                let bad = rt.bad_fcs();
+                rec.radio = Some(rt);
+                if bad {
+                    return Ok(rec);
+                }
+            }
+            if fcs {
+                frame = &frame[..frame.len().saturating_sub(4)];
+            }
+            let d = Dot11::parse(frame).map_err(|e| err(e.into()))?;
+            rec.dot11 = Some(d);
+            if !d.has_data_body() || d.protected() || d.amsdu || d.frag != 0 {
+                return Ok(rec);
+            }
+            let mut h = d.header_len;
+            if pad {
+                h = (h + 3) & !3;
+            }
+            match frame.get(h..).and_then(net::llc_snap) {
+                Some(x) => x,
+                None => return Ok(rec),
+            }
+        }
+        LinkType::Ethernet => match net::ethernet(data) {
+            Some(x) => x,
+            None => return Ok(rec),
+        },
+        LinkType::RawIp => match net::raw_ip_ethertype(data) {
+            Some(et) => (et, data),
+            None => return Ok(rec),
+        },
+        LinkType::LinuxSll => match net::sll(data) {
+            Some(x) => x,
+            None => return Ok(rec),
+        },
+        LinkType::LinuxSll2 => match net::sll2(data) {
+            Some(x) => x,
+            None => return Ok(rec),
+        },
+    };
+    rec.l3 = net::ip(ethertype, rest);
+    Ok(rec)
+}

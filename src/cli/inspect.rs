@@ -1,0 +1,285 @@
+//! `aggrate inspect`: one pass over a capture → link type, flows, and the selected flow's
+//! aggregation summary (human table or one JSON object).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use aggrate::capture::filter::{largest_udp_flow, FlowCounts};
+use aggrate::capture::{FiveTuple, PacketRecord};
+use aggrate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder};
+
+use super::ingest::for_each_record;
+use super::progress::Ui;
+use super::{Exit, FlowArgs, InputError};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct InspectArgs {
+    /// Capture file (pcap or pcapng, optionally .gz / .xz).
+    pub(crate) capture: PathBuf,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) flow: FlowArgs,
+}
+
+struct FlowState {
+    labeler: Labeler,
+    summary: SummaryBuilder,
+}
+
+impl FlowState {
+    fn new(n_max: u16) -> Result<FlowState> {
+        Ok(FlowState {
+            labeler: Labeler::new(n_max)?,
+            summary: SummaryBuilder::new(n_max),
+        })
+    }
+    fn push(&mut self, r: &PacketRecord) {
+        self.summary.packet(r);
+        if let Some(f) = self.labeler.push(r).closed {
+            self.summary.frame(&f);
+        }
+    }
+    fn finish(&mut self, dups: u64) -> (FlowSummary, bool) {
+        if let Some(f) = self.labeler.finish() {
+            self.summary.frame(&f);
+        }
+        (self.summary.finish(dups), self.labeler.has_ground_truth())
+    }
+}
+
+#[derive(serde::Serialize)]
+struct FlowRow {
+    flow: String,
+    packets: u64,
+    bytes: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    file: String,
+    format: String,
+    compression: String,
+    link_type: Option<String>,
+    records: u64,
+    damaged_skipped: u64,
+    flows_total: usize,
+    flows: Vec<FlowRow>,
+    selected_flow: Option<String>,
+    selection: String,
+    ground_truth: bool,
+    packets: u64,
+    frames: Option<u64>,
+    mean_agg: Option<f64>,
+    median_agg: Option<f64>,
+    max_agg: Option<u16>,
+    phy_rates_bps: Vec<u64>,
+    received_mbps: f64,
+    duration_s: f64,
+    duplicates_dropped: u64,
+    complete: bool,
+    error: Option<String>,
+}
+
+pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
+    let filter = a.flow.filter();
+    let n_max = a.flow.n_max;
+    let mut counts = FlowCounts::default();
+    let mut dedup = Dedup::default();
+    let mut per_flow: HashMap<FiveTuple, FlowState> = HashMap::new();
+    let mut single = FlowState::new(n_max)?;
+    let mut state_err: Option<anyhow::Error> = None;
+    let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| {
+        counts.push(r);
+        if !dedup.keep(r) {
+            return;
+        }
+        if filter.is_empty() {
+            if let Some(flow) = r.flow() {
+                match per_flow.entry(flow) {
+                    std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().push(r),
+                    std::collections::hash_map::Entry::Vacant(e) => match FlowState::new(n_max) {
+                        Ok(s) => e.insert(s).push(r),
+                        Err(err) => state_err = Some(err),
+                    },
+                }
+            }
+        } else if filter.matches(r) {
+            single.push(r);
+        }
+    })?;
+    if let Some(e) = state_err {
+        return Err(e);
+    }
+
+    let (selected, selection, state) = if filter.is_empty() {
+        match largest_udp_flow(&counts, &filter) {
+            Some(f) => (Some(f.to_string()), "largest UDP flow".to_string(), per_flow.remove(&f)),
+            None => (None, "no UDP flow in the capture".to_string(), None),
+        }
+    } else {
+        (
+            None,
+            format!("packets matching {}", describe_filter(&a.flow)),
+            Some(single),
+        )
+    };
+    let (summary, gt) = match state {
+        Some(mut s) => {
+            let (sum, gt) = s.finish(dedup.dropped);
+            (Some(sum), gt)
+        }
+        None => (None, false),
+    };
+    let sorted = counts.sorted();
+    let report = Report {
+        file: a.capture.display().to_string(),
+        format: format!("{:?}", outcome.format).to_lowercase(),
+        compression: format!("{:?}", outcome.compression).to_lowercase(),
+        link_type: outcome.link.map(|l| format!("{} ({})", l.name(), l.number())),
+        records: outcome.records,
+        damaged_skipped: outcome.skipped,
+        flows_total: sorted.len(),
+        flows: sorted
+            .iter()
+            .take(10)
+            .map(|(f, p, b)| FlowRow {
+                flow: f.to_string(),
+                packets: *p,
+                bytes: *b,
+            })
+            .collect(),
+        selected_flow: selected,
+        selection,
+        ground_truth: gt,
+        packets: summary.as_ref().map_or(0, |s| s.packets),
+        frames: summary.as_ref().filter(|_| gt).map(|s| s.frames),
+        mean_agg: summary.as_ref().filter(|_| gt).map(|s| s.mean_agg),
+        median_agg: summary.as_ref().filter(|_| gt).map(|s| s.median_agg),
+        max_agg: summary.as_ref().filter(|_| gt).map(|s| s.max_agg),
+        phy_rates_bps: summary.as_ref().map(|s| s.phy_rates_bps.clone()).unwrap_or_default(),
+        received_mbps: summary.as_ref().map_or(0.0, |s| s.received_mbps),
+        duration_s: summary.as_ref().map_or(0.0, |s| s.duration_s),
+        duplicates_dropped: dedup.dropped,
+        complete: outcome.error.is_none(),
+        error: outcome.error.clone(),
+    };
+    if let Some(s) = &report.selected_flow {
+        ui.info(format!("selected flow: {s} ({})", report.selection));
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_human(&mut out, &report)?;
+    }
+    out.flush()?;
+    drop(out);
+    outcome.into_result()?;
+    if report.packets == 0 {
+        return Err(InputError(format!(
+            "{}: {}",
+            report.file,
+            if report.records == 0 {
+                "the capture holds no packets".to_string()
+            } else {
+                format!("no packets to summarise ({})", report.selection)
+            }
+        ))
+        .into());
+    }
+    Ok(Exit::Ok)
+}
+
+fn describe_filter(f: &FlowArgs) -> String {
+    let mut parts = Vec::new();
+    if let Some(m) = f.mac {
+        parts.push(format!("mac {}", aggrate::capture::dot11::fmt_mac(&m)));
+    }
+    if let Some(ip) = f.ip {
+        parts.push(format!("ip {ip}"));
+    }
+    if let Some(p) = f.port {
+        parts.push(format!("port {p}"));
+    }
+    if let Some(p) = f.proto {
+        parts.push(format!("proto {p}"));
+    }
+    parts.join(", ")
+}
+
+fn mbps(bps: u64) -> String {
+    format!("{:.1} Mb/s", bps as f64 / 1e6)
+}
+
+fn print_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "capture      {} ({}, {}, {})",
+        r.file,
+        r.format,
+        r.compression,
+        r.link_type.as_deref().unwrap_or("no packets")
+    )?;
+    writeln!(
+        out,
+        "records      {}{}",
+        r.records,
+        if r.damaged_skipped > 0 {
+            format!(" ({} damaged, skipped)", r.damaged_skipped)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(
+        out,
+        "flows        {} IP flows{}",
+        r.flows_total,
+        if r.flows_total > r.flows.len() {
+            format!(", largest {}:", r.flows.len())
+        } else {
+            ":".into()
+        }
+    )?;
+    for f in &r.flows {
+        writeln!(out, "  {:<52} {:>10} packets {:>14} bytes", f.flow, f.packets, f.bytes)?;
+    }
+    writeln!(
+        out,
+        "selected     {} ({})",
+        r.selected_flow.as_deref().unwrap_or("-"),
+        r.selection
+    )?;
+    writeln!(out, "packets      {}", r.packets)?;
+    match (r.frames, r.mean_agg, r.median_agg, r.max_agg) {
+        (Some(fr), Some(mean), Some(med), Some(max)) => {
+            writeln!(out, "frames       {fr} A-MPDUs")?;
+            writeln!(out, "aggregation  mean {mean:.2}  median {med}  max {max}")?;
+        }
+        _ => writeln!(
+            out,
+            "frames       unknown: no radiotap TSFT / A-MPDU status (no ground truth)"
+        )?,
+    }
+    let rates: Vec<String> = r.phy_rates_bps.iter().map(|&b| mbps(b)).collect();
+    writeln!(
+        out,
+        "phy rates    {}",
+        if rates.is_empty() { "-".into() } else { rates.join(", ") }
+    )?;
+    writeln!(
+        out,
+        "received     {:.2} Mb/s over {:.3} s",
+        r.received_mbps, r.duration_s
+    )?;
+    writeln!(out, "duplicates   {} retransmissions dropped", r.duplicates_dropped)?;
+    if let Some(e) = &r.error {
+        writeln!(out, "INCOMPLETE   {e}")?;
+    }
+    Ok(())
+}

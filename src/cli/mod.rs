@@ -1,0 +1,152 @@
+//! Command-line interface: clap-derive arguments → resolved settings → library calls. All
+//! printing, progress bars and exit codes live here.
+
+mod demo;
+mod features;
+mod ingest;
+mod inspect;
+mod progress;
+mod table;
+mod tool;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use aggrate::capture::dot11::parse_mac;
+use aggrate::capture::filter::FlowFilter;
+
+/// aggrate — see 802.11ac frame aggregation in packet timing.
+#[derive(Debug, Parser)]
+#[command(name = "aggrate", version, about, propagate_version = true)]
+pub(crate) struct Args {
+    /// No progress bars or informational messages on stderr.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Summarise a capture: link type, flows, and the selected flow's aggregation.
+    Inspect(inspect::InspectArgs),
+    /// Write one labelled feature row per packet of the selected flow (Parquet or CSV).
+    Features(features::FeaturesArgs),
+    /// Run the whole job on the embedded sample capture (the README's main command).
+    Demo(demo::DemoArgs),
+    /// Helper tools (capture repetition for benchmarks).
+    #[command(subcommand, hide = true)]
+    Tool(tool::ToolCommand),
+}
+
+/// Flow selection flags shared by commands.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct FlowArgs {
+    /// Only packets to/from this 802.11 MAC (RA, TA, DA or SA), e.g. 00:00:00:00:00:02.
+    #[arg(long, value_parser = parse_mac_arg)]
+    pub(crate) mac: Option<[u8; 6]>,
+    /// Only packets to/from this IP address.
+    #[arg(long)]
+    pub(crate) ip: Option<IpAddr>,
+    /// Only packets to/from this port.
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// Only this IP protocol: udp, tcp or a number.
+    #[arg(long, value_parser = parse_proto)]
+    pub(crate) proto: Option<u8>,
+    /// Cap on aggregation levels (the block-ack window).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) n_max: u16,
+    /// Keep reading past damaged packets (skipped and counted) and report container damage as a
+    /// warning instead of an error.
+    #[arg(long)]
+    pub(crate) keep_going: bool,
+}
+
+impl FlowArgs {
+    pub(crate) fn filter(&self) -> FlowFilter {
+        FlowFilter {
+            mac: self.mac,
+            ip: self.ip,
+            port: self.port,
+            proto: self.proto,
+            flow: None,
+        }
+    }
+}
+
+fn parse_mac_arg(s: &str) -> Result<[u8; 6], String> {
+    parse_mac(s).ok_or_else(|| format!("{s:?} is not a MAC address like 00:11:22:33:44:55"))
+}
+
+fn parse_proto(s: &str) -> Result<u8, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "udp" => Ok(17),
+        "tcp" => Ok(6),
+        n => n
+            .parse()
+            .map_err(|_| format!("{s:?} is not udp, tcp or a protocol number 0-255")),
+    }
+}
+
+/// Process exit codes (one place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Success.
+    Ok = 0,
+    /// Generic failure (IO, output).
+    Failure = 1,
+    /// Bad input data (damaged capture, no ground truth, …); partial results were still written.
+    BadInput = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// An error whose cause is the input data (exit code 3).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct InputError(pub(crate) String);
+
+pub(crate) fn exit_code_for(err: &anyhow::Error) -> Exit {
+    if err.chain().any(|e| {
+        e.downcast_ref::<InputError>().is_some()
+            || e.downcast_ref::<aggrate::capture::io::OpenError>()
+                .is_some_and(|o| matches!(o, aggrate::capture::io::OpenError::Capture { .. }))
+            || e.downcast_ref::<aggrate::label::Error>().is_some()
+    }) {
+        Exit::BadInput
+    } else {
+        Exit::Failure
+    }
+}
+
+pub(crate) fn run(args: Args) -> Result<Exit> {
+    let ui = progress::Ui { quiet: args.quiet };
+    match args.command {
+        Command::Inspect(a) => inspect::run(&ui, a),
+        Command::Features(a) => features::run(&ui, a),
+        Command::Demo(a) => demo::run(&ui, a),
+        Command::Tool(t) => tool::run(&ui, t),
+    }
+}
+
+/// Default output directory helper.
+pub(crate) fn ensure_parent(p: &std::path::Path) -> Result<()> {
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating directory {}: {e}", d.display()))?;
+    }
+    Ok(())
+}
+
+#[allow(dead_code)]
+pub(crate) fn display(p: &std::path::Path) -> String {
+    PathBuf::from(p).display().to_string()
+}

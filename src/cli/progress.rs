@@ -1,0 +1,70 @@
+//! Progress bars that appear only for work that takes over a second, and never with `-q`.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Output settings.
+pub(crate) struct Ui {
+    pub(crate) quiet: bool,
+}
+
+impl Ui {
+    /// An informational line on stderr (suppressed by `-q`).
+    pub(crate) fn info(&self, msg: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", msg.as_ref());
+        }
+    }
+    /// A warning on stderr (always shown).
+    pub(crate) fn warn(&self, msg: impl AsRef<str>) {
+        eprintln!("warning: {}", msg.as_ref());
+    }
+    /// A byte-progress bar over `len` bytes, labelled `what`.
+    pub(crate) fn bytes_bar(&self, len: u64, what: &str) -> Progress {
+        Progress::new(self.quiet, len, what)
+    }
+}
+
+/// A bar that is hidden until one second has passed.
+pub(crate) struct Progress {
+    bar: ProgressBar,
+    // The only clock reads of the CLI's progress display.
+    #[allow(clippy::disallowed_methods)]
+    start: Instant,
+    shown: bool,
+    quiet: bool,
+}
+
+impl Progress {
+    #[allow(clippy::disallowed_methods)]
+    fn new(quiet: bool, len: u64, what: &str) -> Progress {
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_message(what.to_string());
+        Progress {
+            bar,
+            start: Instant::now(),
+            shown: false,
+            quiet,
+        }
+    }
+
+    /// Update the position; shows the bar once a second has passed.
+    pub(crate) fn set(&mut self, pos: u64) {
+        if !self.shown && !self.quiet && self.start.elapsed() > Duration::from_secs(1) {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.shown = true;
+        }
+        self.bar.set_position(pos);
+    }
+
+    /// Remove the bar.
+    pub(crate) fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

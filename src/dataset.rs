@@ -1,0 +1,173 @@
+//! From one capture's records to labelled feature rows (one per packet of the selected flow).
+//!
+//! Input: [`PacketRecord`]s in capture order (already filtered to one flow), and optionally a
+//! kernel-timestamp table to [`Join`] by sequence number. Output: per packet, a [`RowMeta`]
+//! (label, frame id, aggregation level, times) and the [`GapWindow`] feature row, handed to a
+//! sink closure once the packet's frame has closed (its level is known then). Memory: one open
+//! frame of rows. No IO, no clock.
+
+use std::collections::HashMap;
+
+use crate::capture::PacketRecord;
+use crate::features::{FeatureSpec, GapWindow};
+use crate::label::{Dedup, Labeler};
+use crate::time::{Ts, Tsft};
+
+/// Everything about a row except its features.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct RowMeta {
+    /// Packet number in the capture.
+    pub number: u64,
+    /// Host time used for the gaps.
+    pub host: Ts,
+    /// Radio TSFT.
+    pub tsft: Option<Tsft>,
+    /// Application sequence number (payload offset as configured).
+    pub seq: Option<u32>,
+    /// Y: first packet of its frame.
+    pub first_of_frame: bool,
+    /// Frame id in the flow.
+    pub frame_id: u64,
+    /// Aggregation level of its frame (capped at N_max).
+    pub level: u16,
+    /// PHY rate of its frame.
+    pub phy_rate_bps: Option<u64>,
+}
+
+/// Kernel receive times keyed by application sequence number.
+#[derive(Clone, Debug, Default)]
+pub struct Join {
+    map: HashMap<u32, (u64, bool)>,
+    /// Truth packets without a kernel time.
+    pub unmatched_truth: u64,
+    /// Truth packets with a kernel time.
+    pub matched: u64,
+}
+
+impl Join {
+    /// From `(seq, host_ns)` pairs (later duplicates of a sequence number win).
+    pub fn new(pairs: impl IntoIterator<Item = (u32, u64)>) -> Join {
+        Join {
+            map: pairs.into_iter().map(|(s, t)| (s, (t, false))).collect(),
+            ..Join::default()
+        }
+    }
+    /// Kernel time of `seq`, marking it used.
+    pub fn lookup(&mut self, seq: Option<u32>) -> Option<Ts> {
+        match seq.and_then(|s| self.map.get_mut(&s)) {
+            Some((t, used)) => {
+                *used = true;
+                self.matched += 1;
+                Some(Ts(*t))
+            }
+            None => {
+                self.unmatched_truth += 1;
+                None
+            }
+        }
+    }
+    /// Kernel entries never matched by a truth packet.
+    pub fn unmatched_kernel(&self) -> u64 {
+        self.map.values().filter(|(_, used)| !used).count() as u64
+    }
+    /// Kernel entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// Streams one flow's packets into labelled rows.
+pub struct RowExtractor {
+    spec: FeatureSpec,
+    seq_offset: usize,
+    window: GapWindow,
+    labeler: Labeler,
+    dedup: Dedup,
+    pending_meta: Vec<RowMeta>,
+    pending_x: Vec<f64>,
+    /// Packets seen (before de-duplication).
+    pub packets_in: u64,
+    /// Rows emitted.
+    pub rows_out: u64,
+    /// Frames closed.
+    pub frames: u64,
+}
+
+impl RowExtractor {
+    /// For a checked spec; sequence numbers are read at `seq_offset` in the payload.
+    pub fn new(spec: FeatureSpec, seq_offset: usize) -> Result<RowExtractor, crate::label::Error> {
+        Ok(RowExtractor {
+            spec,
+            seq_offset,
+            window: GapWindow::new(&spec),
+            labeler: Labeler::new(spec.n_max)?,
+            dedup: Dedup::default(),
+            pending_meta: Vec::new(),
+            pending_x: Vec::new(),
+            packets_in: 0,
+            rows_out: 0,
+            frames: 0,
+        })
+    }
+
+    /// Retransmitted duplicates dropped so far.
+    pub fn duplicates_dropped(&self) -> u64 {
+        self.dedup.dropped
+    }
+
+    /// Whether any packet carried ground truth.
+    pub fn has_ground_truth(&self) -> bool {
+        self.labeler.has_ground_truth()
+    }
+
+    /// Feed one packet; `host` overrides the record's time (joined kernel time), `None` = the
+    /// packet has no usable host time and only takes part in labelling.
+    pub fn push(&mut self, r: &PacketRecord, host: Option<Ts>, sink: &mut impl FnMut(&RowMeta, &[f64])) {
+        self.packets_in += 1;
+        if !self.dedup.keep(r) {
+            return;
+        }
+        let lab = self.labeler.push(r);
+        if let Some(f) = lab.closed {
+            self.flush(f.level, f.phy_rate_bps, sink);
+        }
+        let Some(host) = host else { return };
+        if let Some(x) = self.window.push(host) {
+            self.pending_x.extend_from_slice(x);
+            self.pending_meta.push(RowMeta {
+                number: r.number,
+                host,
+                tsft: r.tsft(),
+                seq: r.payload_seq(self.seq_offset),
+                first_of_frame: lab.first_of_frame,
+                frame_id: lab.frame_id,
+                level: 0,
+                phy_rate_bps: r.phy_rate_bps(),
+            });
+        }
+    }
+
+    fn flush(&mut self, level: u16, rate: Option<u64>, sink: &mut impl FnMut(&RowMeta, &[f64])) {
+        self.frames += 1;
+        let w = self.spec.width();
+        for (i, m) in self.pending_meta.iter_mut().enumerate() {
+            m.level = level;
+            m.phy_rate_bps = rate.or(m.phy_rate_bps);
+            sink(m, &self.pending_x[i * w..(i + 1) * w]);
+        }
+        self.rows_out += self.pending_meta.len() as u64;
+        self.pending_meta.clear();
+        self.pending_x.clear();
+    }
+
+    /// End of input: close the last frame.
+    pub fn finish(&mut self, sink: &mut impl FnMut(&RowMeta, &[f64])) {
+        if let Some(f) = self.labeler.finish() {
+            self.flush(f.level, f.phy_rate_bps, sink);
+        }
+    }
+}

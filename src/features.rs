@@ -1,0 +1,359 @@
+//! Model inputs from packet timing — the single implementation shared by training and the online
+//! estimator.
+//!
+//! * [`GapWindow`]: per packet, the last m inter-arrival gaps (µs, host timestamps, most recent
+//!   first) plus, optionally, their population standard deviation σ (µs). O(1) per packet: exact
+//!   integer running sums over a ring of m gaps (no drift, no reallocation), then an O(m) copy into
+//!   the row buffer (m ≤ 256).
+//! * [`SlotWindow`]: per 100 ms slot, mean and variance of a per-frame quantity (e.g. predicted
+//!   aggregation level) and the frame count, stacked over the last d slots (most recent first).
+//!
+//! Clock: only the [`Ts`] values passed in. A timestamp earlier than the previous one counts as a
+//! zero gap (never a panic, never a negative feature).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Ts;
+
+/// Errors of feature configuration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// m out of range.
+    #[error("m (gaps per row) must be 1..={max}, got {m}")]
+    BadM {
+        /// Given.
+        m: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// d out of range.
+    #[error("d (slots per row) must be 1..=64, got {0}")]
+    BadD(usize),
+    /// Slot length out of range.
+    #[error("slot length must be 1 ms..=60 s, got {0:?}")]
+    BadSlot(Duration),
+}
+
+/// The feature layout a model was trained with; the model file embeds it and the runtime refuses
+/// a model whose spec differs from its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureSpec {
+    /// Gaps per row.
+    pub m: usize,
+    /// Append σ of the m gaps.
+    pub sigma: bool,
+    /// Unit of gaps and σ (always "us"; kept in files so a reader can check).
+    pub unit: GapUnit,
+    /// Slot length for slot features, ns.
+    pub slot_ns: u64,
+    /// Slots per slot-feature row.
+    pub d: usize,
+    /// Cap on aggregation levels.
+    pub n_max: u16,
+}
+
+/// Unit of gap features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GapUnit {
+    /// Microseconds.
+    #[serde(rename = "us")]
+    Micros,
+}
+
+/// Largest m supported.
+pub const MAX_M: usize = 256;
+
+impl Default for FeatureSpec {
+    fn default() -> Self {
+        FeatureSpec {
+            m: 20,
+            sigma: true,
+            unit: GapUnit::Micros,
+            slot_ns: 100_000_000,
+            d: 5,
+            n_max: 64,
+        }
+    }
+}
+
+impl FeatureSpec {
+    /// Check ranges.
+    pub fn check(self) -> Result<FeatureSpec, Error> {
+        if self.m == 0 || self.m > MAX_M {
+            return Err(Error::BadM { m: self.m, max: MAX_M });
+        }
+        if self.d == 0 || self.d > 64 {
+            return Err(Error::BadD(self.d));
+        }
+        if !(1_000_000..=60_000_000_000).contains(&self.slot_ns) {
+            return Err(Error::BadSlot(Duration::from_nanos(self.slot_ns)));
+        }
+        Ok(self)
+    }
+    /// Width of a gap row: m (+1 with σ).
+    pub fn width(&self) -> usize {
+        self.m + self.sigma as usize
+    }
+    /// Names of the gap-row columns: `gap_us_1` (most recent) … `gap_us_m`, then `sigma_us`.
+    pub fn column_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = (1..=self.m).map(|i| format!("gap_us_{i}")).collect();
+        if self.sigma {
+            v.push("sigma_us".into());
+        }
+        v
+    }
+}
+
+/// Sliding window over the last m inter-arrival gaps.
+#[derive(Clone, Debug)]
+pub struct GapWindow {
+    m: usize,
+    sigma: bool,
+    prev: Option<Ts>,
+    ring: Vec<u64>,
+    head: usize,
+    count: usize,
+    sum: u128,
+    sumsq: u128,
+    row: Vec<f64>,
+}
+
+impl GapWindow {
+    /// A window for `spec` (call [`FeatureSpec::check`] first; m is clamped to 1..=[`MAX_M`]).
+    pub fn new(spec: &FeatureSpec) -> GapWindow {
+        let m = spec.m.clamp(1, MAX_M);
+        GapWindow {
+            m,
+            sigma: spec.sigma,
+            prev: None,
+            ring: vec![0; m],
+            head: 0,
+            count: 0,
+            sum: 0,
+            sumsq: 0,
+            row: vec![0.0; m + spec.sigma as usize],
+        }
+    }
+
+    /// Forget all history.
+    pub fn reset(&mut self) {
+        self.prev = None;
+        self.count = 0;
+        self.sum = 0;
+        self.sumsq = 0;
+    }
+
+    /// Add a packet's host timestamp. Returns the row once m gaps are buffered:
+    /// `[gap_1 … gap_m, σ]` in µs, gap_1 being the gap that ends at this packet.
+    pub fn push(&mut self, host: Ts) -> Option<&[f64]> {
+        let prev = self.prev.replace(host);
+        let gap = host.as_nanos().saturating_sub(prev?.as_nanos());
+        if self.count == self.m {
+            let old = self.ring[self.head] as u128;
+            self.sum -= old;
+            self.sumsq -= old * old;
+        } else {
+            self.count += 1;
+        }
+        self.ring[self.head] = gap;
+        self.head = (self.head + 1) % self.m;
+        self.sum += gap as u128;
+        self.sumsq += gap as u128 * gap as u128;
+        // Shift the row right by one and put the newest gap first.
+        self.row.copy_within(0..self.m - 1, 1);
+        self.row[0] = gap as f64 * 1e-3;
+        if self.count < self.m {
+            return None;
+        }
+        if self.sigma {
+            self.row[self.m] = self.sigma_us();
+        }
+        Some(&self.row)
+    }
+
+    /// Population σ of the buffered gaps in µs (exact integer moments, then one sqrt).
+    fn sigma_us(&self) -> f64 {
+        let n = self.count as u128;
+        if n == 0 {
+            return 0.0;
+        }
+        let num = (n * self.sumsq).saturating_sub(self.sum * self.sum); // n²·var, in ns²
+        (num as f64).sqrt() / n as f64 * 1e-3
+    }
+}
+
+/// One slot-feature row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlotRow<'a> {
+    /// Start of the slot the row ends with.
+    pub slot_start: Ts,
+    /// `[mean_1, var_1, count_1, …, mean_d, var_d, count_d]`, slot 1 the most recent.
+    pub values: &'a [f64],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotAcc {
+    n: u64,
+    sum: f64,
+    sumsq: f64,
+}
+
+/// Per-slot mean/variance/count of a per-frame quantity, stacked over d slots.
+///
+/// Slots are aligned to multiples of the slot length on the [`Ts`] clock. Call
+/// [`SlotWindow::poll_row`] with the current time until it returns `None` before each
+/// [`SlotWindow::push`], so that no slot closes without its row being seen.
+#[derive(Clone, Debug)]
+pub struct SlotWindow {
+    slot_ns: u64,
+    d: usize,
+    current: Option<u64>,
+    acc: SlotAcc,
+    history: Vec<[f64; 3]>, // ring of closed slots
+    head: usize,
+    closed: usize,
+    row: Vec<f64>,
+}
+
+impl SlotWindow {
+    /// From a checked spec.
+    pub fn new(spec: &FeatureSpec) -> SlotWindow {
+        let d = spec.d.clamp(1, 64);
+        SlotWindow {
+            slot_ns: spec.slot_ns.max(1),
+            d,
+            current: None,
+            acc: SlotAcc::default(),
+            history: vec![[0.0; 3]; d],
+            head: 0,
+            closed: 0,
+            row: vec![0.0; 3 * d],
+        }
+    }
+
+    fn close_current(&mut self) {
+        let a = self.acc;
+        let (mean, var) = if a.n == 0 {
+            (0.0, 0.0)
+        } else {
+            let mean = a.sum / a.n as f64;
+            (mean, (a.sumsq / a.n as f64 - mean * mean).max(0.0))
+        };
+        self.head = (self.head + self.d - 1) % self.d;
+        self.history[self.head] = [mean, var, a.n as f64];
+        self.closed += 1;
+        self.acc = SlotAcc::default();
+        self.current = self.current.map(|s| s + 1);
+    }
+
+    /// Record one value (e.g. a frame's level) at time `at`.
+    pub fn push(&mut self, at: Ts, value: f64) {
+        let s = at.as_nanos() / self.slot_ns;
+        match self.current {
+            None => self.current = Some(s),
+            Some(c) if s > c => {
+                // Slots the caller did not poll are closed silently (bounded by d: older ones
+                // would fall out of the window anyway).
+                let skip = (s - c).min(self.d as u64 + 1);
+                for _ in 0..skip {
+                    self.close_current();
+                }
+                self.current = Some(s);
+            }
+            _ => {}
+        }
+        self.acc.n += 1;
+        self.acc.sum += value;
+        self.acc.sumsq += value * value;
+    }
+
+    /// Close the current slot if `now` is past its end and return the row ending with it (once d
+    /// slots have closed). Call repeatedly: each call closes at most one slot.
+    pub fn poll_row(&mut self, now: Ts) -> Option<SlotRow<'_>> {
+        let c = self.current?;
+        if now.as_nanos() / self.slot_ns <= c {
+            return None;
+        }
+        self.close_current();
+        if self.closed < self.d {
+            return None;
+        }
+        for i in 0..self.d {
+            let h = self.history[(self.head + i) % self.d];
+            self.row[3 * i..3 * i + 3].copy_from_slice(&h);
+        }
+        Some(SlotRow {
+            slot_start: Ts(c * self.slot_ns),
+            values: &self.row,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(m: usize, sigma: bool) -> FeatureSpec {
+        FeatureSpec {
+            m,
+            sigma,
+            ..FeatureSpec::default()
+        }
+    }
+
+    #[test]
+    fn gaps_are_most_recent_first_in_micros() {
+        let mut w = GapWindow::new(&spec(3, true));
+        assert!(w.push(Ts::from_micros(0)).is_none());
+        assert!(w.push(Ts::from_micros(10)).is_none());
+        assert!(w.push(Ts::from_micros(30)).is_none());
+        let r = w.push(Ts::from_micros(60)).unwrap().to_vec();
+        assert_eq!(&r[..3], &[30.0, 20.0, 10.0]);
+        // population σ of {10, 20, 30} = sqrt(200/3)
+        assert!((r[3] - (200.0f64 / 3.0).sqrt()).abs() < 1e-9);
+        let r = w.push(Ts::from_micros(100)).unwrap().to_vec();
+        assert_eq!(&r[..3], &[40.0, 30.0, 20.0]);
+        // Time going backwards is a zero gap.
+        let r = w.push(Ts::from_micros(90)).unwrap().to_vec();
+        assert_eq!(&r[..3], &[0.0, 40.0, 30.0]);
+    }
+
+    #[test]
+    fn spec_is_checked() {
+        assert!(spec(0, true).check().is_err());
+        assert!(spec(MAX_M + 1, true).check().is_err());
+        assert!(FeatureSpec {
+            d: 0,
+            ..FeatureSpec::default()
+        }
+        .check()
+        .is_err());
+        assert_eq!(spec(20, true).column_names().last().unwrap(), "sigma_us");
+        assert_eq!(spec(20, false).width(), 20);
+    }
+
+    #[test]
+    fn slot_rows_stack_d_slots_most_recent_first() {
+        let s = FeatureSpec {
+            d: 2,
+            slot_ns: 100_000_000,
+            ..FeatureSpec::default()
+        };
+        let mut w = SlotWindow::new(&s);
+        let ms = Ts::from_millis;
+        w.push(ms(10), 10.0);
+        w.push(ms(50), 20.0);
+        assert!(w.poll_row(ms(99)).is_none());
+        assert!(w.poll_row(ms(100)).is_none()); // first slot closed, but d = 2 not reached
+        w.push(ms(150), 4.0);
+        let r = w.poll_row(ms(200)).unwrap();
+        assert_eq!(r.slot_start, ms(100));
+        assert_eq!(r.values, &[4.0, 0.0, 1.0, 15.0, 25.0, 2.0]);
+        // An empty slot.
+        let r = w.poll_row(ms(300)).unwrap();
+        assert_eq!(r.values, &[0.0, 0.0, 0.0, 4.0, 0.0, 1.0]);
+        assert!(w.poll_row(ms(300)).is_none());
+    }
+}

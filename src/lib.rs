@@ -1,0 +1,19 @@
+//! aggrate: learn 802.11ac A-MPDU frame aggregation from packet timing, and use it to send fast
+//! without queueing.
+//!
+//! Layers (a module may use those above it and `time`):
+//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → (train, model, runtime,
+//! control, transport: later issues). The library never prints and never reads the real clock;
+//! the `aggrate` binary is the thin shell around it.
+#![warn(missing_docs)]
+#![warn(unreachable_pub)]
+#![deny(unsafe_code)]
+
+pub mod capture;
+pub mod dataset;
+pub mod features;
+pub mod label;
+pub mod phy;
+pub mod time;
+
+pub use time::{Ts, Tsft};
