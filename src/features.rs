@@ -107,6 +107,18 @@ impl FeatureSpec {
 }
 
 /// Sliding window over the last m inter-arrival gaps.
+///
+/// ```
+/// use aggrate::features::{FeatureSpec, GapWindow};
+/// use aggrate::Ts;
+///
+/// let spec = FeatureSpec { m: 2, sigma: true, ..FeatureSpec::default() }.check().unwrap();
+/// let mut w = GapWindow::new(&spec);
+/// assert!(w.push(Ts::from_micros(100)).is_none()); // no gap yet
+/// assert!(w.push(Ts::from_micros(110)).is_none()); // one gap of 10 µs
+/// let row = w.push(Ts::from_micros(140)).unwrap(); // gaps 30 µs (newest), 10 µs; σ = 10 µs
+/// assert_eq!(row, &[30.0, 10.0, 10.0]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct GapWindow {
     m: usize,

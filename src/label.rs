@@ -209,7 +209,10 @@ pub fn label_frames(pkts: &[PacketRecord], n_max: u16) -> Result<FrameLabels, Er
 /// transmitter and TID. O(1) per packet (a 4096-bit bitmap and a ring per transmitter/TID).
 #[derive(Clone, Debug, Default)]
 pub struct Dedup {
-    seen: HashMap<(Mac, u8), SeqSet>,
+    index: HashMap<(Mac, u8), usize>,
+    sets: Vec<SeqSet>,
+    // One-entry cache: consecutive packets almost always share transmitter and TID.
+    last: Option<((Mac, u8), usize)>,
     /// Packets dropped as duplicates.
     pub dropped: u64,
 }
@@ -261,7 +264,20 @@ impl Dedup {
         if !d.has_data_body() {
             return true;
         }
-        let set = self.seen.entry((ta, d.tid.unwrap_or(0xff))).or_insert_with(SeqSet::new);
+        let key = (ta, d.tid.unwrap_or(0xff));
+        let i = match self.last {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let n = self.sets.len();
+                let i = *self.index.entry(key).or_insert(n);
+                if i == n {
+                    self.sets.push(SeqSet::new());
+                }
+                self.last = Some((key, i));
+                i
+            }
+        };
+        let set = &mut self.sets[i];
         let s = seq & 0x0fff;
         if d.retry() && set.contains(s) {
             self.dropped += 1;

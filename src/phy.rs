@@ -86,7 +86,7 @@ const MODULATION: [(u32, u32, u32); 12] = [
 pub fn data_bits_per_symbol(n_sd: u32, mcs: u8, nss: u8) -> Option<u32> {
     let (bpscs, num, den) = *MODULATION.get(mcs as usize)?;
     let coded = n_sd * bpscs * nss as u32;
-    (coded * num % den == 0).then_some(coded * num / den)
+    (coded * num).is_multiple_of(den).then_some(coded * num / den)
 }
 
 fn rate_bps(n_sd: u32, mcs: u8, nss: u8, symbol_ns: u64) -> Option<u64> {
@@ -112,7 +112,14 @@ pub fn ht_rate_bps(mcs: u8, bw: Bandwidth, short_gi: bool) -> Option<u64> {
     )
 }
 
-/// VHT (802.11ac) rate for MCS 0–9, N_SS 1–8. `None` for out-of-range values. Combinations that
+/// VHT (802.11ac) rate for MCS 0–9, N_SS 1–8.
+///
+/// ```
+/// use aggrate::phy::{vht_rate_bps, Bandwidth};
+/// // 234 data subcarriers × 8 bits × 5/6 × 2 streams / 3.6 µs = 866.7 Mb/s
+/// assert_eq!(vht_rate_bps(9, 2, Bandwidth::Mhz80, true), Some(866_666_667));
+/// ```
+/// `None` for out-of-range values. Combinations that
 /// the standard excludes (see [`vht_mcs_valid`]) still get their arithmetic rate here, because
 /// captures report what the radio used; the emulator checks validity separately.
 pub fn vht_rate_bps(mcs: u8, nss: u8, bw: Bandwidth, short_gi: bool) -> Option<u64> {
@@ -127,9 +134,13 @@ pub fn vht_rate_bps(mcs: u8, nss: u8, bw: Bandwidth, short_gi: bool) -> Option<u
     )
 }
 
-/// Whether a VHT MCS/NSS/bandwidth combination is allowed (IEEE 802.11-2020 21.5): N_DBPS and
-/// N_CBPS must divide evenly among the BCC encoders (N_ES), which excludes e.g. MCS 9 at 20 MHz
-/// for 1 and 2 streams and MCS 6 at 80 MHz for 3 streams.
+/// Whether a VHT MCS/NSS/bandwidth combination is allowed (IEEE 802.11-2020 21.5).
+///
+/// The rule: N_DBPS must be an integer and divide evenly among the N_ES BCC encoders (one per
+/// ~600 Mb/s of long-GI rate). That excludes MCS 9 at 20 MHz for 1, 2, 4, 5, 7, 8 streams and
+/// MCS 6 at 80 MHz for 3 and 7 streams. The standard's encoder tables use more encoders than the
+/// 600 Mb/s rule for two combinations, which it therefore also excludes: 80 MHz 6 SS MCS 9 and
+/// 160 MHz 3 SS MCS 9 (N_DBPS = 9360 with N_ES = 6 or 9 would leave fractional bits).
 pub fn vht_mcs_valid(mcs: u8, nss: u8, bw: Bandwidth) -> bool {
     if mcs > 9 || !(1..=8).contains(&nss) {
         return false;
@@ -138,22 +149,10 @@ pub fn vht_mcs_valid(mcs: u8, nss: u8, bw: Bandwidth) -> bool {
     let Some(ndbps) = data_bits_per_symbol(n_sd, mcs, nss) else {
         return false;
     };
-    let ncbps = n_sd * MODULATION[mcs as usize].0 * nss as u32;
-    // N_ES: one BCC encoder per 600 Mb/s of long-GI rate (21.5, Table 21-29 .. 21-60 footnotes);
-    // N_DBPS/N_ES must be an integer, and N_CBPS/N_ES too.
     let lgi_rate = ndbps as u64 * 1_000_000_000 / 4_000;
     let n_es = lgi_rate.div_ceil(600_000_000).max(1) as u32;
-    ndbps % n_es == 0 && ncbps % n_es == 0 && (ndbps / n_es) % 1 == 0 && vht_table_exception(mcs, nss, bw)
-}
-
-// The standard's tables additionally list a few combinations whose encoder count differs from the
-// 600 Mb/s rule above; they are excluded explicitly (80 MHz, 6 SS, MCS 9 has N_ES = 8 in Table
-// 21-55 which does not divide N_DBPS = 8424... etc.). Checked against the tables in tests.
-fn vht_table_exception(mcs: u8, nss: u8, bw: Bandwidth) -> bool {
-    !matches!(
-        (bw, nss, mcs),
-        (Bandwidth::Mhz80, 6, 9) | (Bandwidth::Mhz80, 7, 6) | (Bandwidth::Mhz160, 3, 9)
-    )
+    let table_exception = matches!((bw, nss, mcs), (Bandwidth::Mhz80, 6, 9) | (Bandwidth::Mhz160, 3, 9));
+    ndbps.is_multiple_of(n_es) && !table_exception
 }
 
 /// HE guard interval.

@@ -57,24 +57,46 @@ impl FlowFilter {
 }
 
 /// Packet and byte counts per 5-tuple.
+///
+/// Consecutive packets of one flow are summed in a one-entry cache before touching the map:
+/// hashing every packet cost a quarter of `inspect`'s time.
 #[derive(Clone, Debug, Default)]
 pub struct FlowCounts {
-    /// (packets, IP bytes) per flow.
-    pub flows: HashMap<FiveTuple, (u64, u64)>,
+    flows: HashMap<FiveTuple, (u64, u64)>,
+    last: Option<(FiveTuple, u64, u64)>,
 }
 
 impl FlowCounts {
     /// Count one packet.
     pub fn push(&mut self, r: &PacketRecord) {
-        if let Some(l3) = r.l3 {
-            let e = self.flows.entry(l3.flow).or_default();
-            e.0 += 1;
-            e.1 += l3.ip_len as u64;
+        let Some(l3) = r.l3 else { return };
+        match &mut self.last {
+            Some((f, p, b)) if *f == l3.flow => {
+                *p += 1;
+                *b += l3.ip_len as u64;
+            }
+            last => {
+                if let Some((f, p, b)) = last.replace((l3.flow, 1, l3.ip_len as u64)) {
+                    let e = self.flows.entry(f).or_default();
+                    e.0 += p;
+                    e.1 += b;
+                }
+            }
         }
+    }
+    /// (packets, IP bytes) of every flow.
+    pub fn flows(&self) -> HashMap<FiveTuple, (u64, u64)> {
+        let mut m = self.flows.clone();
+        if let Some((f, p, b)) = self.last {
+            let e = m.entry(f).or_default();
+            e.0 += p;
+            e.1 += b;
+        }
+        m
     }
     /// Flows sorted by packets, largest first (ties broken by the tuple, so the order is stable).
     pub fn sorted(&self) -> Vec<(FiveTuple, u64, u64)> {
-        let mut v: Vec<_> = self.flows.iter().map(|(k, (p, b))| (*k, *p, *b)).collect();
+        let mut v: Vec<_> = self.flows().into_iter().map(|(k, (p, b))| (k, p, b)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
     }

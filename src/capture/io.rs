@@ -52,7 +52,7 @@ pub struct CaptureFile {
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The file could not be opened or read.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// Path.
         path: PathBuf,
@@ -60,7 +60,7 @@ pub enum OpenError {
         source: std::io::Error,
     },
     /// The content is not a readable capture.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Capture {
         /// Path.
         path: PathBuf,
@@ -120,7 +120,7 @@ pub fn open_path(path: &Path) -> Result<CaptureFile, OpenError> {
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// IO.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// Path.
         path: PathBuf,

@@ -256,10 +256,11 @@ pub fn parse(frame: &[u8]) -> Result<Radiotap, RadiotapError> {
     let mut stopped = false;
     for &w in &words[..n_words] {
         if !in_vendor && !stopped {
-            for bit in 0..29u32 {
-                if w & (1 << bit) == 0 {
-                    continue;
-                }
+            // Visit only the set field bits (0..=28), lowest first.
+            let mut bits = w & 0x1fff_ffff;
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                bits &= bits - 1;
                 let field = bit_base + bit;
                 let Some(&(align, size)) = FIELD_LAYOUT.get(field as usize) else {
                     out.stopped_at = Some(field.min(255) as u8);
@@ -356,16 +357,8 @@ fn decode_field(out: &mut Radiotap, field: u32, d: &[u8]) {
             out.channel_mhz = le::u16(d, 0);
             out.channel_flags = le::u16(d, 2);
         }
-        5 => {
-            if out.signal_dbm.is_none() {
-                out.signal_dbm = Some(d[0] as i8);
-            }
-        }
-        6 => {
-            if out.noise_dbm.is_none() {
-                out.noise_dbm = Some(d[0] as i8);
-            }
-        }
+        5 => out.signal_dbm = out.signal_dbm.or(Some(d[0] as i8)),
+        6 => out.noise_dbm = out.noise_dbm.or(Some(d[0] as i8)),
         19 => {
             let (known, fl, mcs) = (d[0], d[1], d[2]);
             out.ht = Some(HtMcs {

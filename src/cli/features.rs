@@ -141,7 +141,12 @@ pub(crate) fn run(ui: &Ui, a: FeaturesArgs) -> Result<Exit> {
         }
     }
     let rows = table.finish()?;
-    ui.info(format!("wrote {rows} rows to {}", a.output.display()));
+    if rows == 0 && failure.is_some() {
+        // Nothing was computed: leave no empty table behind.
+        let _ = std::fs::remove_file(&a.output);
+    } else {
+        ui.info(format!("wrote {rows} rows to {}", a.output.display()));
+    }
     if let Some(j) = &join {
         ui.info(format!(
             "join: {} packets matched, {} ground-truth packets without a kernel time, {} kernel entries unmatched",

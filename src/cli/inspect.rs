@@ -90,7 +90,10 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     let n_max = a.flow.n_max;
     let mut counts = FlowCounts::default();
     let mut dedup = Dedup::default();
-    let mut per_flow: HashMap<FiveTuple, FlowState> = HashMap::new();
+    // Flow → index into `states`, with a one-entry cache for runs of one flow.
+    let mut per_flow: HashMap<FiveTuple, usize> = HashMap::new();
+    let mut states: Vec<FlowState> = Vec::new();
+    let mut last: Option<(FiveTuple, usize)> = None;
     let mut single = FlowState::new(n_max)?;
     let mut state_err: Option<anyhow::Error> = None;
     let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| {
@@ -100,13 +103,25 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         }
         if filter.is_empty() {
             if let Some(flow) = r.flow() {
-                match per_flow.entry(flow) {
-                    std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().push(r),
-                    std::collections::hash_map::Entry::Vacant(e) => match FlowState::new(n_max) {
-                        Ok(s) => e.insert(s).push(r),
-                        Err(err) => state_err = Some(err),
-                    },
-                }
+                let i = match last {
+                    Some((f, i)) if f == flow => i,
+                    _ => {
+                        let n = states.len();
+                        let i = *per_flow.entry(flow).or_insert(n);
+                        if i == n {
+                            match FlowState::new(n_max) {
+                                Ok(s) => states.push(s),
+                                Err(err) => {
+                                    state_err = Some(err);
+                                    return;
+                                }
+                            }
+                        }
+                        last = Some((flow, i));
+                        i
+                    }
+                };
+                states[i].push(r);
             }
         } else if filter.matches(r) {
             single.push(r);
@@ -118,7 +133,10 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
 
     let (selected, selection, state) = if filter.is_empty() {
         match largest_udp_flow(&counts, &filter) {
-            Some(f) => (Some(f.to_string()), "largest UDP flow".to_string(), per_flow.remove(&f)),
+            Some(f) => {
+                let state = per_flow.get(&f).map(|&i| states.swap_remove(i));
+                (Some(f.to_string()), "largest UDP flow".to_string(), state)
+            }
             None => (None, "no UDP flow in the capture".to_string(), None),
         }
     } else {

@@ -28,7 +28,7 @@ impl TableFormat {
 }
 
 enum Writer {
-    Parquet(polars::io::parquet::write::BatchedWriter<File>),
+    Parquet(Box<polars::io::parquet::write::BatchedWriter<File>>),
     Csv(polars::io::csv::write::BatchedWriter<File>),
 }
 
@@ -164,7 +164,7 @@ impl RowTable {
             let file = self.file.take().context("table writer already closed")?;
             let schema = df.schema().as_ref().clone();
             self.writer = Some(match self.format {
-                TableFormat::Parquet => Writer::Parquet(ParquetWriter::new(file).batched(&schema)?),
+                TableFormat::Parquet => Writer::Parquet(Box::new(ParquetWriter::new(file).batched(&schema)?)),
                 TableFormat::Csv => Writer::Csv(CsvWriter::new(file).include_header(true).batched(&schema)?),
             });
         }

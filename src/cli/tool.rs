@@ -25,10 +25,17 @@ pub(crate) enum ToolCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Time the library pipeline alone (read → decode → flow counts → de-duplicate → label →
+    /// gap features, no output) on one core and print one JSON line.
+    IngestRate {
+        /// Capture file.
+        input: PathBuf,
+    },
 }
 
-pub(crate) fn run(_ui: &Ui, t: ToolCommand) -> Result<Exit> {
+pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
+        ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::Repeat { input, n, output } => {
             let open = || -> Result<PcapReader<BufReader<File>>> {
                 let f = File::open(&input).with_context(|| format!("opening {}", input.display()))?;
@@ -57,4 +64,38 @@ pub(crate) fn run(_ui: &Ui, t: ToolCommand) -> Result<Exit> {
             Ok(Exit::Ok)
         }
     }
+}
+
+#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
+fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
+    use aggrate::capture::filter::FlowCounts;
+    use aggrate::dataset::RowExtractor;
+    use aggrate::features::FeatureSpec;
+
+    let start = std::time::Instant::now();
+    let mut counts = FlowCounts::default();
+    let mut ex = RowExtractor::new(FeatureSpec::default(), 0)?;
+    let mut acc = 0.0f64;
+    let mut sink = |_: &aggrate::dataset::RowMeta, x: &[f64]| acc += x[0];
+    let out = super::ingest::for_each_record(ui, input, false, |r| {
+        counts.push(r);
+        if r.l3.is_some_and(|l| l.flow.proto == 17) {
+            ex.push(r, Some(r.host), &mut sink);
+        }
+    })?;
+    ex.finish(&mut sink);
+    let secs = start.elapsed().as_secs_f64();
+    let records = out.records;
+    out.into_result()?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "records": records,
+            "flows": counts.sorted().len(),
+            "rows": ex.rows_out,
+            "seconds": secs,
+            "checksum": acc,
+        })
+    );
+    Ok(Exit::Ok)
 }

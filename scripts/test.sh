@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (tshark, through apt) when it is missing, then
+# runs every test. Safe to run again; the cargo target directory is shared across clones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/aggrate/target}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v tshark >/dev/null 2>&1; then
+  echo "== installing tshark (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
+  as_root apt-get install -y -qq tshark >/dev/null
+fi
+
+echo "== cargo test"
+cargo test --locked --doc
+cargo test --locked --all-targets
