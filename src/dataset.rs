@@ -146,7 +146,7 @@ impl RowExtractor {
                 first_of_frame: lab.first_of_frame,
                 frame_id: lab.frame_id,
                 level: 0,
-                phy_rate_bps: r.phy_rate_bps(),
+                phy_rate_bps: None, // the frame's rate, filled in when it closes
             });
         }
     }
@@ -156,7 +156,7 @@ impl RowExtractor {
         let w = self.spec.width();
         for (i, m) in self.pending_meta.iter_mut().enumerate() {
             m.level = level;
-            m.phy_rate_bps = rate.or(m.phy_rate_bps);
+            m.phy_rate_bps = rate;
             sink(m, &self.pending_x[i * w..(i + 1) * w]);
         }
         self.rows_out += self.pending_meta.len() as u64;

@@ -117,6 +117,20 @@ pub struct PacketRecord {
 }
 
 impl PacketRecord {
+    /// A blank record (to be filled by [`decode_into`]).
+    pub fn empty() -> PacketRecord {
+        PacketRecord {
+            number: 0,
+            offset: 0,
+            host: Ts::ZERO,
+            caplen: 0,
+            len: 0,
+            link: LinkType::Radiotap,
+            radio: None,
+            dot11: None,
+            l3: None,
+        }
+    }
     /// Radio TSFT.
     pub fn tsft(&self) -> Option<Tsft> {
         self.radio.and_then(|r| r.tsft).map(Tsft)
@@ -370,6 +384,13 @@ impl<R: BufRead> CaptureReader<R> {
 
     /// Read the next packet.
     pub fn next_record(&mut self) -> Option<Result<PacketRecord, Error>> {
+        let mut rec = PacketRecord::empty();
+        self.next_into(&mut rec).map(|r| r.map(|()| rec))
+    }
+
+    /// Read the next packet into `rec` (the allocation- and copy-free form of
+    /// [`CaptureReader::next_record`]). On error `rec` is unspecified.
+    pub fn next_into(&mut self, rec: &mut PacketRecord) -> Option<Result<(), Error>> {
         if self.done {
             return None;
         }
@@ -386,10 +407,10 @@ impl<R: BufRead> CaptureReader<R> {
                         caplen = p.data().len() as u32;
                         self.offset += 16 + caplen as u64;
                         // SAFETY-free lifetime juggling: decode before the next read.
-                        let rec = decode(self.number + 1, offset, link, host, caplen, len, p.data());
+                        let res = decode_into(rec, self.number + 1, offset, link, host, caplen, len, p.data());
                         self.number += 1;
                         self.last_host = host;
-                        return Some(rec);
+                        return Some(res);
                     }
                     Some(Err(e)) => {
                         let eof = matches!(&e, PcapReadError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
@@ -434,7 +455,7 @@ impl<R: BufRead> CaptureReader<R> {
                         caplen = d.len() as u32;
                         len = l;
                         data = d;
-                        return Some(decode(number, offset, link, host, caplen, len, data));
+                        return Some(decode_into(rec, number, offset, link, host, caplen, len, data));
                     }
                     Some(Err(e)) => {
                         let eof =
@@ -473,7 +494,25 @@ pub fn decode(
     len: u32,
     data: &[u8],
 ) -> Result<PacketRecord, Error> {
-    let mut rec = PacketRecord {
+    let mut rec = PacketRecord::empty();
+    decode_into(&mut rec, number, offset, link, host, caplen, len, data)?;
+    Ok(rec)
+}
+
+/// [`decode`] into an existing record (no per-packet copies of the record on the hot path).
+/// On error the record's contents are unspecified.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_into(
+    rec: &mut PacketRecord,
+    number: u64,
+    offset: u64,
+    link: LinkType,
+    host: Ts,
+    caplen: u32,
+    len: u32,
+    data: &[u8],
+) -> Result<(), Error> {
+    *rec = PacketRecord {
         number,
         offset,
         host,
@@ -491,15 +530,14 @@ pub fn decode(
             let mut pad = false;
             let mut fcs = false;
             if link == LinkType::Radiotap {
-                let rt = radiotap::parse(data).map_err(|e| err(e.into()))?;
+                let rt = rec.radio.insert(Radiotap::default());
+                radiotap::parse_into(data, rt).map_err(|e| err(e.into()))?;
                 frame = &data[rt.len as usize..];
                 pad = rt.data_pad();
                 // The FCS is in the captured bytes only when the frame was not cut by the snap length.
                 fcs = rt.has_fcs() && caplen == len;
-                let bad = rt.bad_fcs();
-                rec.radio = Some(rt);
-                if bad {
-                    return Ok(rec);
+                if rt.bad_fcs() {
+                    return Ok(());
                 }
             }
             if fcs {
@@ -508,7 +546,7 @@ pub fn decode(
             let d = Dot11::parse(frame).map_err(|e| err(e.into()))?;
             rec.dot11 = Some(d);
             if !d.has_data_body() || d.protected() || d.amsdu || d.frag != 0 {
-                return Ok(rec);
+                return Ok(());
             }
             let mut h = d.header_len;
             if pad {
@@ -516,26 +554,26 @@ pub fn decode(
             }
             match frame.get(h..).and_then(net::llc_snap) {
                 Some(x) => x,
-                None => return Ok(rec),
+                None => return Ok(()),
             }
         }
         LinkType::Ethernet => match net::ethernet(data) {
             Some(x) => x,
-            None => return Ok(rec),
+            None => return Ok(()),
         },
         LinkType::RawIp => match net::raw_ip_ethertype(data) {
             Some(et) => (et, data),
-            None => return Ok(rec),
+            None => return Ok(()),
         },
         LinkType::LinuxSll => match net::sll(data) {
             Some(x) => x,
-            None => return Ok(rec),
+            None => return Ok(()),
         },
         LinkType::LinuxSll2 => match net::sll2(data) {
             Some(x) => x,
-            None => return Ok(rec),
+            None => return Ok(()),
         },
     };
     rec.l3 = net::ip(ethertype, rest);
-    Ok(rec)
+    Ok(())
 }

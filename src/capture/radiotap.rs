@@ -207,6 +207,13 @@ fn vht_bw_mhz(code: u8) -> Option<u16> {
 
 /// Parse the radiotap header at the start of `frame`.
 pub fn parse(frame: &[u8]) -> Result<Radiotap, RadiotapError> {
+    let mut out = Radiotap::default();
+    parse_into(frame, &mut out)?;
+    Ok(out)
+}
+
+/// [`parse`] into an existing value (overwritten; unspecified on error).
+pub fn parse_into(frame: &[u8], out: &mut Radiotap) -> Result<(), RadiotapError> {
     if frame.len() < 8 {
         return Err(RadiotapError::TooShort { len: frame.len() });
     }
@@ -246,7 +253,7 @@ pub fn parse(frame: &[u8]) -> Result<Radiotap, RadiotapError> {
         }
     }
 
-    let mut out = Radiotap {
+    *out = Radiotap {
         len: it_len,
         ..Radiotap::default()
     };
@@ -276,7 +283,7 @@ pub fn parse(frame: &[u8]) -> Result<Radiotap, RadiotapError> {
                         size: size as usize,
                         it_len,
                     })?;
-                decode_field(&mut out, field, data);
+                decode_field(out, field, data);
                 pos += size as usize;
             }
         }
@@ -313,7 +320,7 @@ pub fn parse(frame: &[u8]) -> Result<Radiotap, RadiotapError> {
             bit_base += 32;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 const FIELD_NAMES: [&str; 28] = [

@@ -56,9 +56,10 @@ pub(crate) fn for_each_record(
         skipped: 0,
         error: None,
     };
-    while let Some(r) = file.reader.next_record() {
+    let mut rec = aggrate::capture::PacketRecord::empty();
+    while let Some(r) = file.reader.next_into(&mut rec) {
         match r {
-            Ok(rec) => {
+            Ok(()) => {
                 out.records += 1;
                 if out.link.is_none() {
                     out.link = Some(rec.link);
