@@ -15,5 +15,6 @@ pub mod features;
 pub mod label;
 pub mod phy;
 pub mod time;
+pub mod wlan;
 
 pub use time::{Ts, Tsft};

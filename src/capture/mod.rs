@@ -19,6 +19,7 @@ pub mod io;
 pub(crate) mod le;
 pub mod net;
 pub mod radiotap;
+pub mod writer;
 
 use std::io::BufRead;
 

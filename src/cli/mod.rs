@@ -6,6 +6,7 @@ mod features;
 mod ingest;
 mod inspect;
 mod progress;
+mod simulate;
 mod table;
 mod tool;
 
@@ -36,6 +37,8 @@ pub(crate) enum Command {
     Inspect(inspect::InspectArgs),
     /// Write one labelled feature row per packet of the selected flow (Parquet or CSV).
     Features(features::FeaturesArgs),
+    /// Emulate an 802.11ac downlink and write each station's radiotap capture.
+    Simulate(simulate::SimulateArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
     Demo(demo::DemoArgs),
     /// Helper tools (capture repetition for benchmarks).
@@ -121,6 +124,7 @@ pub(crate) fn exit_code_for(err: &anyhow::Error) -> Exit {
             || e.downcast_ref::<aggrate::capture::io::OpenError>()
                 .is_some_and(|o| matches!(o, aggrate::capture::io::OpenError::Capture { .. }))
             || e.downcast_ref::<aggrate::label::Error>().is_some()
+            || e.downcast_ref::<aggrate::wlan::ConfigError>().is_some()
     }) {
         Exit::BadInput
     } else {
@@ -134,6 +138,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Inspect(a) => inspect::run(&ui, a),
         Command::Features(a) => features::run(&ui, a),
         Command::Demo(a) => demo::run(&ui, a),
+        Command::Simulate(a) => simulate::run_cmd(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

@@ -1,0 +1,248 @@
+//! `aggrate simulate`: run the 802.11ac downlink emulator and write what each station's monitor
+//! interface would record (radiotap captures with kernel receive times).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::capture::writer::{build_frame, CaptureWriter, OutFormat};
+use aggrate::wlan::noise::NoisePreset;
+use aggrate::wlan::run::{frame_spec, run, RunSummary, Scenario, ValidScenario};
+use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
+use aggrate::wlan::StationConfig;
+
+use super::progress::Ui;
+use super::Exit;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SimulateArgs {
+    /// TOML scenario file (see datasets/README.md); flags below override it.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Offered load per station (Mb/s).
+    #[arg(long)]
+    pub(crate) rate_mbps: Option<f64>,
+    /// Seconds of traffic.
+    #[arg(long)]
+    pub(crate) duration: Option<f64>,
+    /// VHT MCS per station (comma-separated; one value applies to all).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) mcs: Vec<u8>,
+    /// Spatial streams.
+    #[arg(long)]
+    pub(crate) nss: Option<u8>,
+    /// Channel width (MHz).
+    #[arg(long)]
+    pub(crate) bw: Option<u32>,
+    /// Long guard interval (default: short).
+    #[arg(long)]
+    pub(crate) long_gi: bool,
+    /// Stations.
+    #[arg(long)]
+    pub(crate) stations: Option<u16>,
+    /// Arrival process: cbr, poisson, onoff.
+    #[arg(long)]
+    pub(crate) arrival: Option<String>,
+    /// Kernel timestamp noise: none, laptop, phone.
+    #[arg(long)]
+    pub(crate) noise: Option<NoisePreset>,
+    /// Backhaul rate in front of the AP (Mb/s).
+    #[arg(long)]
+    pub(crate) backhaul_mbps: Option<f64>,
+    /// Seed.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Snap length of the written frames.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) snaplen: u32,
+    /// Output capture (.pcapng or .pcap); with several stations, `NAME.staK.EXT` per station.
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Print the run summary as one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Build the scenario: file (or defaults), then flags.
+pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario> {
+    let mut s = match &a.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str::<Scenario>(&text).with_context(|| format!("{}: invalid scenario", p.display()))?
+        }
+        None => Scenario::default(),
+    };
+    if let Some(n) = a.stations {
+        if n == 0 {
+            bail!("--stations = 0: at least 1 station");
+        }
+        s.wlan.stations = vec![s.wlan.stations.first().cloned().unwrap_or_default(); n as usize];
+        let rate = s.flows.first().map_or(100.0, |f| f.rate_mbps);
+        let proto = s.flows.first().cloned().unwrap_or_default();
+        s.flows = (0..n)
+            .map(|i| FlowConfig {
+                sta: i,
+                rate_mbps: rate,
+                ..proto.clone()
+            })
+            .collect();
+    }
+    let n = s.wlan.stations.len();
+    if !a.mcs.is_empty() {
+        if a.mcs.len() != 1 && a.mcs.len() != n {
+            bail!(
+                "--mcs has {} values for {n} stations: give one, or one per station",
+                a.mcs.len()
+            );
+        }
+        for (i, st) in s.wlan.stations.iter_mut().enumerate() {
+            st.mcs = a.mcs[if a.mcs.len() == 1 { 0 } else { i }];
+        }
+    }
+    for st in s.wlan.stations.iter_mut() {
+        set_station(st, a);
+    }
+    if let Some(r) = a.rate_mbps {
+        s.flows.iter_mut().for_each(|f| f.rate_mbps = r);
+    }
+    if let Some(kind) = &a.arrival {
+        let arr = match kind.as_str() {
+            "cbr" => Arrival::Cbr,
+            "poisson" => Arrival::Poisson,
+            "onoff" => Arrival::OnOff {
+                on_ms: 50.0,
+                off_ms: 50.0,
+            },
+            other => bail!("--arrival {other:?}: use cbr, poisson or onoff (traces go in a --config file)"),
+        };
+        s.flows.iter_mut().for_each(|f| f.arrival = arr.clone());
+    }
+    if let Some(d) = a.duration {
+        s.duration_s = d;
+    }
+    if let Some(p) = a.noise {
+        s.noise_preset = p;
+        s.noise = None;
+    }
+    if let Some(b) = a.backhaul_mbps {
+        s.backhaul = Some(BackhaulConfig {
+            rate_mbps: b,
+            ..BackhaulConfig::default()
+        });
+    }
+    if let Some(seed) = a.seed {
+        s.seed = seed;
+    }
+    Ok(s)
+}
+
+fn set_station(st: &mut StationConfig, a: &SimulateArgs) {
+    if let Some(nss) = a.nss {
+        st.nss = nss;
+    }
+    if let Some(bw) = a.bw {
+        st.bw_mhz = bw;
+    }
+    if a.long_gi {
+        st.short_gi = false;
+    }
+}
+
+/// Per-station output paths.
+pub(crate) fn station_paths(out: &Path, n: usize) -> Vec<PathBuf> {
+    if n == 1 {
+        return vec![out.to_path_buf()];
+    }
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = out
+        .extension()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "pcapng".into());
+    (0..n)
+        .map(|i| out.with_file_name(format!("{stem}.sta{i}.{ext}")))
+        .collect()
+}
+
+/// Run a checked scenario and write one capture per station.
+pub(crate) fn simulate_to(
+    ui: &Ui,
+    scn: &ValidScenario,
+    out: &Path,
+    snaplen: u32,
+) -> Result<(RunSummary, Vec<PathBuf>)> {
+    let format = match out.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()) {
+        Some(e) if e == "pcap" => OutFormat::Pcap,
+        Some(e) if e == "pcapng" => OutFormat::Pcapng,
+        _ => bail!("{}: the output must end in .pcapng or .pcap", out.display()),
+    };
+    if !(64..=65_535).contains(&snaplen) {
+        bail!("--snaplen = {snaplen}: 64..=65535");
+    }
+    let n = scn.wlan.config().stations.len();
+    let paths = station_paths(out, n);
+    let mut writers = Vec::new();
+    for p in &paths {
+        super::ensure_parent(p)?;
+        let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        writers.push(CaptureWriter::new(
+            BufWriter::with_capacity(1 << 20, f),
+            format,
+            snaplen,
+        )?);
+    }
+    let channel = scn.wlan.config().channel_mhz;
+    let mut buf = Vec::with_capacity(256);
+    let mut err: Option<std::io::Error> = None;
+    let total = scn.scenario.duration_s;
+    let mut bar = ui.bytes_bar((total * 1000.0) as u64, "simulating (virtual ms)");
+    let summary = run(
+        scn,
+        |d, host| {
+            if err.is_some() {
+                return;
+            }
+            let spec = frame_spec(d, channel);
+            let orig = build_frame(&spec, snaplen as usize, &mut buf);
+            if let Err(e) = writers[d.sta.0 as usize].write(host, &buf, orig as u32) {
+                err = Some(e);
+            }
+        },
+        |now| bar.set((now.as_secs_f64() * 1000.0) as u64),
+    );
+    bar.finish();
+    if let Some(e) = err {
+        return Err(e).context(format!("writing {}", out.display()));
+    }
+    for (w, p) in writers.into_iter().zip(&paths) {
+        w.finish().with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok((summary, paths))
+}
+
+pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {
+    let scn = scenario(&a)?.check().context("invalid scenario")?;
+    let (summary, paths) = simulate_to(ui, &scn, &a.output, a.snaplen)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    for (st, p) in summary.stations.iter().zip(&paths) {
+        ui.info(format!(
+            "sta{} ({:.1} Mb/s PHY): offered {:.1} Mb/s, received {:.1} Mb/s, mean A-MPDU {:.2} (max {}), delay {:.2} ms, airtime {:.0}% → {}",
+            st.sta,
+            st.phy_mbps,
+            st.offered_mbps,
+            st.received_mbps,
+            st.mean_agg,
+            st.max_agg,
+            st.delay_ms_mean,
+            st.airtime_share * 100.0,
+            p.display()
+        ));
+    }
+    Ok(Exit::Ok)
+}

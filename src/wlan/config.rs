@@ -1,0 +1,256 @@
+//! Emulator configuration: serde (TOML) structs, checked once into [`ValidWlanConfig`].
+
+use serde::{Deserialize, Serialize};
+
+use super::timing::PhyMode;
+use crate::phy::{self, Bandwidth};
+
+/// One station's link.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StationConfig {
+    /// VHT (802.11ac) or HT (802.11n).
+    pub vht: bool,
+    /// MCS (VHT 0–9, HT 0–7 per stream).
+    pub mcs: u8,
+    /// Spatial streams (VHT 1–8, HT 1–4).
+    pub nss: u8,
+    /// Channel width in MHz (20, 40, 80, 160; HT: 20, 40).
+    pub bw_mhz: u32,
+    /// Short guard interval.
+    pub short_gi: bool,
+}
+
+impl Default for StationConfig {
+    fn default() -> Self {
+        StationConfig {
+            vht: true,
+            mcs: 9,
+            nss: 2,
+            bw_mhz: 80,
+            short_gi: true,
+        }
+    }
+}
+
+/// Where the radio stamps TSFT inside the PPDU (drivers differ; readers must not care).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TsftAt {
+    /// First symbol of the PPDU.
+    Start,
+    /// End of the PPDU (ns-3).
+    End,
+}
+
+/// The AP's downlink model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WlanConfig {
+    /// Stations, served round robin.
+    pub stations: Vec<StationConfig>,
+    /// Per-station AP queue limit (packets, drop-tail).
+    pub queue_limit: usize,
+    /// Most MPDUs per A-MPDU (block-ack window).
+    pub max_ampdu_mpdus: u16,
+    /// Most bytes per A-MPDU.
+    pub max_ampdu_bytes: usize,
+    /// Longest PPDU (µs).
+    pub max_ppdu_us: u32,
+    /// PSDUs longer than this are protected by RTS/CTS (bytes).
+    pub rts_threshold: usize,
+    /// EDCA CWmin.
+    pub cw_min: u32,
+    /// EDCA CWmax.
+    pub cw_max: u32,
+    /// EDCA AIFSN.
+    pub aifsn: u32,
+    /// Probability that one MPDU is lost (retransmitted in a later A-MPDU).
+    pub mpdu_error_rate: f64,
+    /// Retransmissions before an MPDU is dropped.
+    pub retry_limit: u8,
+    /// Contending uplink stations (single-MPDU frames, Poisson arrivals).
+    pub contenders: u32,
+    /// Offered load of each contender (Mb/s).
+    pub contender_rate_mbps: f64,
+    /// Contenders' IP packet size.
+    pub contender_bytes: usize,
+    /// Contenders' link.
+    pub contender_phy: StationConfig,
+    /// Where TSFT is stamped.
+    pub tsft_at: TsftAt,
+    /// TSF at emulator time zero (µs).
+    pub tsf_offset_us: u64,
+    /// Channel centre frequency written to captures (MHz).
+    pub channel_mhz: u16,
+}
+
+impl Default for WlanConfig {
+    fn default() -> Self {
+        WlanConfig {
+            stations: vec![StationConfig::default()],
+            queue_limit: 1000,
+            max_ampdu_mpdus: 64,
+            max_ampdu_bytes: 1_048_575,
+            max_ppdu_us: 5_484,
+            rts_threshold: 65_535,
+            cw_min: 15,
+            cw_max: 1023,
+            aifsn: 3,
+            mpdu_error_rate: 0.0,
+            retry_limit: 7,
+            contenders: 0,
+            contender_rate_mbps: 10.0,
+            contender_bytes: 1500,
+            contender_phy: StationConfig {
+                mcs: 7,
+                nss: 1,
+                ..StationConfig::default()
+            },
+            tsft_at: TsftAt::Start,
+            tsf_offset_us: 0,
+            channel_mhz: 5210,
+        }
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{field} = {value}: {allowed}")]
+pub struct ConfigError {
+    /// Field path, e.g. `stations[1].mcs`.
+    pub field: String,
+    /// The value given.
+    pub value: String,
+    /// What is allowed.
+    pub allowed: String,
+}
+
+pub(crate) fn bad(field: impl Into<String>, value: impl ToString, allowed: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+/// A checked configuration, with each station's PHY mode resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidWlanConfig {
+    pub(crate) cfg: WlanConfig,
+    pub(crate) modes: Vec<PhyMode>,
+    pub(crate) contender_mode: PhyMode,
+}
+
+impl ValidWlanConfig {
+    /// The configuration.
+    pub fn config(&self) -> &WlanConfig {
+        &self.cfg
+    }
+    /// Resolved PHY mode of each station.
+    pub fn modes(&self) -> &[PhyMode] {
+        &self.modes
+    }
+}
+
+fn check_station(s: &StationConfig, name: &str) -> Result<PhyMode, ConfigError> {
+    let bw = Bandwidth::from_mhz(s.bw_mhz)
+        .ok_or_else(|| bad(format!("{name}.bw_mhz"), s.bw_mhz, "one of 20, 40, 80, 160"))?;
+    if s.vht {
+        if !(1..=8).contains(&s.nss) {
+            return Err(bad(format!("{name}.nss"), s.nss, "1..=8 for VHT"));
+        }
+        if s.mcs > 9 {
+            return Err(bad(format!("{name}.mcs"), s.mcs, "0..=9 for VHT"));
+        }
+        if !phy::vht_mcs_valid(s.mcs, s.nss, bw) {
+            let ok: Vec<String> = (0..=9)
+                .filter(|m| phy::vht_mcs_valid(*m, s.nss, bw))
+                .map(|m| m.to_string())
+                .collect();
+            return Err(bad(
+                format!("{name}.mcs"),
+                s.mcs,
+                format!(
+                    "not defined for VHT {} MHz with {} streams (allowed: {})",
+                    s.bw_mhz,
+                    s.nss,
+                    ok.join(", ")
+                ),
+            ));
+        }
+    } else {
+        if !(1..=4).contains(&s.nss) {
+            return Err(bad(format!("{name}.nss"), s.nss, "1..=4 for HT"));
+        }
+        if s.mcs > 7 {
+            return Err(bad(
+                format!("{name}.mcs"),
+                s.mcs,
+                "0..=7 per stream for HT (streams via nss)",
+            ));
+        }
+        if s.bw_mhz > 40 {
+            return Err(bad(format!("{name}.bw_mhz"), s.bw_mhz, "20 or 40 for HT"));
+        }
+    }
+    Ok(PhyMode {
+        vht: s.vht,
+        mcs: s.mcs,
+        nss: s.nss,
+        bw,
+        short_gi: s.short_gi,
+    })
+}
+
+impl WlanConfig {
+    /// Check every field; the error names the field and the allowed range.
+    pub fn check(self) -> Result<ValidWlanConfig, ConfigError> {
+        if self.stations.is_empty() || self.stations.len() > 64 {
+            return Err(bad("stations", self.stations.len(), "1..=64 stations"));
+        }
+        let modes = self
+            .stations
+            .iter()
+            .enumerate()
+            .map(|(i, s)| check_station(s, &format!("stations[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let contender_mode = check_station(&self.contender_phy, "contender_phy")?;
+        if self.queue_limit == 0 {
+            return Err(bad("queue_limit", self.queue_limit, "at least 1 packet"));
+        }
+        if !(1..=1024).contains(&self.max_ampdu_mpdus) {
+            return Err(bad("max_ampdu_mpdus", self.max_ampdu_mpdus, "1..=1024"));
+        }
+        if !(1600..=6_500_631).contains(&self.max_ampdu_bytes) {
+            return Err(bad("max_ampdu_bytes", self.max_ampdu_bytes, "1600..=6500631"));
+        }
+        if !(100..=10_000).contains(&self.max_ppdu_us) {
+            return Err(bad("max_ppdu_us", self.max_ppdu_us, "100..=10000 µs (802.11ac: 5484)"));
+        }
+        if !(1..=1023).contains(&self.cw_min) || self.cw_max < self.cw_min || self.cw_max > 65_535 {
+            return Err(bad(
+                "cw_min/cw_max",
+                format!("{}/{}", self.cw_min, self.cw_max),
+                "1 <= cw_min <= cw_max <= 65535",
+            ));
+        }
+        if !(1..=15).contains(&self.aifsn) {
+            return Err(bad("aifsn", self.aifsn, "1..=15"));
+        }
+        if !(0.0..1.0).contains(&self.mpdu_error_rate) {
+            return Err(bad("mpdu_error_rate", self.mpdu_error_rate, "0 <= p < 1"));
+        }
+        if self.contenders > 0 && !(self.contender_rate_mbps > 0.0 && self.contender_rate_mbps.is_finite()) {
+            return Err(bad("contender_rate_mbps", self.contender_rate_mbps, "> 0"));
+        }
+        if !(40..=7900).contains(&self.contender_bytes) {
+            return Err(bad("contender_bytes", self.contender_bytes, "40..=7900"));
+        }
+        Ok(ValidWlanConfig {
+            cfg: self,
+            modes,
+            contender_mode,
+        })
+    }
+}

@@ -1,0 +1,583 @@
+//! 802.11ac downlink emulator: an AP with per-station queues building A-MPDUs under EDCA, as a
+//! sans-IO state machine on an explicit clock.
+//!
+//! Inputs: [`WlanSim::enqueue`] (a packet reaches the AP at `now`) and
+//! [`WlanSim::handle_timeout`]. Outputs: [`WlanSim::poll_delivery`] (an MPDU received by its
+//! station at the end of its PPDU, with TSFT, A-MPDU reference, PHY mode) and
+//! [`WlanSim::poll_timeout`] (the next instant something happens). Time is the caller's [`Ts`];
+//! randomness (backoff, MPDU errors, contender arrivals) comes from the seeded RNG passed in, so a
+//! run replays bit for bit. Timing formulas and a worked saturation example are in [`timing`].
+//!
+//! Model: one best-effort EDCA function at the AP serves the stations round robin; each
+//! transmit opportunity sends one A-MPDU to one station holding everything queued for it, up to
+//! `max_ampdu_mpdus` (block-ack window), `max_ampdu_bytes` and `max_ppdu_us` of PPDU. PSDUs above
+//! the RTS threshold are preceded by RTS/CTS. Optional per-MPDU errors requeue the MPDU at the
+//! head of its queue (retry flag set) until the retry limit. Optional contending stations run
+//! their own EDCA with Poisson arrivals of single-MPDU frames; equal backoff ends collide.
+
+pub mod config;
+pub mod noise;
+pub mod run;
+pub mod timing;
+pub mod traffic;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rand::{Rng, RngExt};
+
+pub use config::{ConfigError, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
+use timing::{PhyMode, SIFS, SLOT};
+
+use crate::time::{Ts, Tsft};
+
+/// Index of a station (0-based, in configuration order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct StaId(pub u16);
+
+/// A packet handed to the AP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Packet {
+    /// Application sequence number (written into the UDP payload).
+    pub seq: u32,
+    /// IP length in bytes.
+    pub len: u16,
+    /// Send time at the origin (written into the UDP payload).
+    pub sent: Ts,
+}
+
+/// An MPDU received by its station.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Delivery {
+    /// Receiving station.
+    pub sta: StaId,
+    /// The packet.
+    pub packet: Packet,
+    /// When it entered the AP queue.
+    pub enqueued: Ts,
+    /// PPDU start.
+    pub ppdu_start: Ts,
+    /// PPDU end: when the station's radio has the whole A-MPDU (the MAC receive time).
+    pub mac_time: Ts,
+    /// Radio TSFT (same for all MPDUs of the A-MPDU).
+    pub tsft: Tsft,
+    /// A-MPDU reference number.
+    pub ampdu_ref: u32,
+    /// Position in the A-MPDU (0-based).
+    pub index: u16,
+    /// MPDUs in the A-MPDU.
+    pub count: u16,
+    /// PHY mode.
+    pub mode: PhyMode,
+    /// 802.11 sequence number.
+    pub dot11_seq: u16,
+    /// Sent before (retry flag).
+    pub retry: bool,
+}
+
+impl Delivery {
+    /// Last MPDU of its A-MPDU.
+    pub fn last(&self) -> bool {
+        self.index + 1 == self.count
+    }
+}
+
+/// Why a packet was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Dropped {
+    /// The station's queue is full.
+    #[error("queue of station {} full", .0 .0)]
+    QueueFull(StaId),
+    /// No such station.
+    #[error("no station {}", .0 .0)]
+    NoSuchStation(StaId),
+}
+
+/// Counters of one station.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StaStats {
+    /// MPDUs delivered.
+    pub delivered: u64,
+    /// IP bytes delivered.
+    pub bytes: u64,
+    /// A-MPDUs sent.
+    pub ampdus: u64,
+    /// Drops at a full queue.
+    pub dropped_queue: u64,
+    /// Drops after the retry limit.
+    pub dropped_retry: u64,
+    /// Medium time of exchanges to this station (ns).
+    pub airtime_ns: u64,
+    /// Current queue length.
+    pub queued: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    pkt: Packet,
+    enq: Ts,
+    retries: u8,
+    dot11_seq: u16,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Edcaf {
+    backoff: u32,
+    cw: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Contender {
+    edcaf: Edcaf,
+    queue: u64,
+    head_avail: Ts,
+    next_arrival: Ts,
+}
+
+#[derive(Clone, Debug)]
+struct Exchange {
+    ppdu_end: Ts,
+    end: Ts,
+    delivered: bool,
+    ap_success: Option<bool>,
+    contenders: Vec<(usize, bool)>,
+}
+
+/// The emulator.
+pub struct WlanSim<R: Rng> {
+    cfg: ValidWlanConfig,
+    rng: R,
+    queues: Vec<VecDeque<Queued>>,
+    next_dot11_seq: Vec<u16>,
+    stats: Vec<StaStats>,
+    rr: usize,
+    ap: Edcaf,
+    ap_avail: Option<Ts>,
+    contenders: Vec<Contender>,
+    contender_mean_gap_ns: f64,
+    idle_since: Ts,
+    aifs: Duration,
+    exchange: Option<Exchange>,
+    ampdu: Vec<(Queued, bool)>,
+    ampdu_sta: usize,
+    ampdu_meta: (Ts, Ts),
+    next_ref: u32,
+    out: VecDeque<Delivery>,
+    collisions: u64,
+    contender_frames: u64,
+}
+
+impl<R: Rng> WlanSim<R> {
+    /// A new emulator; the medium is idle from time zero.
+    pub fn new(cfg: ValidWlanConfig, mut rng: R) -> Self {
+        let c = cfg.config();
+        let n = c.stations.len();
+        let gap = if c.contenders > 0 {
+            c.contender_bytes as f64 * 8.0 / (c.contender_rate_mbps * 1e6) * 1e9
+        } else {
+            0.0
+        };
+        let contenders = (0..c.contenders)
+            .map(|_| {
+                let first = Ts(exp_ns(&mut rng, gap));
+                Contender {
+                    edcaf: Edcaf {
+                        backoff: 0,
+                        cw: c.cw_min,
+                    },
+                    queue: 0,
+                    head_avail: first,
+                    next_arrival: first,
+                }
+            })
+            .collect();
+        WlanSim {
+            aifs: SIFS + SLOT * c.aifsn,
+            queues: vec![VecDeque::new(); n],
+            next_dot11_seq: vec![0; n],
+            stats: vec![StaStats::default(); n],
+            rr: 0,
+            ap: Edcaf {
+                backoff: 0,
+                cw: c.cw_min,
+            },
+            ap_avail: None,
+            contenders,
+            contender_mean_gap_ns: gap,
+            idle_since: Ts::ZERO,
+            exchange: None,
+            ampdu: Vec::with_capacity(c.max_ampdu_mpdus as usize),
+            ampdu_sta: 0,
+            ampdu_meta: (Ts::ZERO, Ts::ZERO),
+            next_ref: 0,
+            out: VecDeque::new(),
+            collisions: 0,
+            contender_frames: 0,
+            cfg,
+            rng,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ValidWlanConfig {
+        &self.cfg
+    }
+
+    /// Counters per station.
+    pub fn stats(&self) -> Vec<StaStats> {
+        let mut s = self.stats.clone();
+        for (x, q) in s.iter_mut().zip(&self.queues) {
+            x.queued = q.len() as u64;
+        }
+        s
+    }
+
+    /// Collisions so far.
+    pub fn collisions(&self) -> u64 {
+        self.collisions
+    }
+
+    /// Frames sent by contending stations.
+    pub fn contender_frames(&self) -> u64 {
+        self.contender_frames
+    }
+
+    /// Packets queued for `sta`.
+    pub fn queue_len(&self, sta: StaId) -> usize {
+        self.queues.get(sta.0 as usize).map_or(0, |q| q.len())
+    }
+
+    /// A packet reaches the AP at `now` (call [`WlanSim::handle_timeout`] for earlier
+    /// deadlines first).
+    pub fn enqueue(&mut self, now: Ts, sta: StaId, pkt: Packet) -> Result<(), Dropped> {
+        let limit = self.cfg.config().queue_limit;
+        let i = sta.0 as usize;
+        let q = self.queues.get_mut(i).ok_or(Dropped::NoSuchStation(sta))?;
+        if q.len() >= limit {
+            self.stats[i].dropped_queue += 1;
+            return Err(Dropped::QueueFull(sta));
+        }
+        let seq = self.next_dot11_seq[i];
+        self.next_dot11_seq[i] = (seq + 1) & 0x0fff;
+        q.push_back(Queued {
+            pkt,
+            enq: now,
+            retries: 0,
+            dot11_seq: seq,
+        });
+        if self.ap_avail.is_none() {
+            self.ap_avail = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Next MPDU received by a station.
+    pub fn poll_delivery(&mut self) -> Option<Delivery> {
+        self.out.pop_front()
+    }
+
+    /// When [`WlanSim::handle_timeout`] next has work (`None`: idle until the next enqueue).
+    pub fn poll_timeout(&self) -> Option<Ts> {
+        match &self.exchange {
+            Some(x) => Some(if x.delivered { x.end } else { x.ppdu_end }),
+            None => self.next_access().map(|(t, _)| t),
+        }
+    }
+
+    fn t0(&self) -> Ts {
+        self.idle_since + self.aifs
+    }
+
+    fn candidate(&self, e: &Edcaf, avail: Ts) -> Ts {
+        let counted = self.t0() + SLOT * e.backoff;
+        counted.max(avail)
+    }
+
+    fn next_access(&self) -> Option<(Ts, ())> {
+        let mut best: Option<Ts> = self.ap_avail.map(|a| self.candidate(&self.ap, a));
+        for c in &self.contenders {
+            let avail = if c.queue > 0 { c.head_avail } else { c.next_arrival };
+            let t = self.candidate(&c.edcaf, avail);
+            best = Some(best.map_or(t, |b| b.min(t)));
+        }
+        best.map(|t| (t, ()))
+    }
+
+    fn advance_contenders(&mut self, upto: Ts) {
+        for i in 0..self.contenders.len() {
+            while self.contenders[i].next_arrival <= upto {
+                let gap = exp_ns(&mut self.rng, self.contender_mean_gap_ns);
+                let c = &mut self.contenders[i];
+                if c.queue == 0 {
+                    c.head_avail = c.next_arrival;
+                }
+                c.queue += 1;
+                c.next_arrival = c.next_arrival + Duration::from_nanos(gap.max(1));
+            }
+        }
+    }
+
+    /// Process everything due at or before `now`. Early calls do nothing; a `now` earlier than a
+    /// previous one is treated as no time passing.
+    pub fn handle_timeout(&mut self, now: Ts) {
+        loop {
+            if let Some(x) = &mut self.exchange {
+                if !x.delivered {
+                    if now < x.ppdu_end {
+                        return;
+                    }
+                    x.delivered = true;
+                    self.release_deliveries();
+                    continue;
+                }
+                if now < x.end {
+                    return;
+                }
+                self.finish_exchange();
+                continue;
+            }
+            let Some((t, ())) = self.next_access() else { return };
+            if t > now {
+                return;
+            }
+            self.advance_contenders(t);
+            self.start_exchange(t);
+        }
+    }
+
+    fn start_exchange(&mut self, t: Ts) {
+        let t0 = self.t0();
+        let elapsed = if t >= t0 {
+            (t.saturating_since(t0).as_nanos() / SLOT.as_nanos()) as u32
+        } else {
+            0
+        };
+        let ap_tx = self.ap_avail.is_some_and(|a| self.candidate(&self.ap, a) == t);
+        let mut cont_tx = Vec::new();
+        for (i, c) in self.contenders.iter().enumerate() {
+            if c.queue > 0 && self.candidate(&c.edcaf, c.head_avail) == t {
+                cont_tx.push(i);
+            }
+        }
+        self.ap.backoff = self.ap.backoff.saturating_sub(elapsed);
+        for c in &mut self.contenders {
+            c.edcaf.backoff = c.edcaf.backoff.saturating_sub(elapsed);
+        }
+        if !ap_tx && cont_tx.is_empty() {
+            // A contender's counter ran out with nothing to send (its frame arrives later):
+            // nothing starts; the medium stays idle.
+            self.idle_since = t.saturating_sub_aifs(self.aifs);
+            return;
+        }
+        let (rts_threshold, contender_bytes, p) = {
+            let c = self.cfg.config();
+            (c.rts_threshold, c.contender_bytes, c.mpdu_error_rate)
+        };
+        let ack = timing::ack();
+        let mut on_air = Duration::ZERO; // longest transmission (collisions)
+        let mut ppdu_end = t;
+        let mut end_after_ppdu = SIFS + timing::block_ack();
+        let collision = (ap_tx as usize + cont_tx.len()) > 1;
+        if ap_tx {
+            self.build_ampdu();
+            let sta = self.ampdu_sta;
+            let mode = self.cfg.modes[sta];
+            let psdu: usize = self
+                .ampdu
+                .iter()
+                .map(|(q, _)| timing::subframe_len(q.pkt.len as usize))
+                .sum();
+            let rts = psdu > rts_threshold;
+            let prot = if rts {
+                timing::rts() + SIFS + ack + SIFS
+            } else {
+                Duration::ZERO
+            };
+            let dur = mode.ppdu_duration(psdu);
+            if collision {
+                on_air = on_air.max(if rts { timing::rts() } else { dur });
+            } else {
+                let start = t + prot;
+                ppdu_end = start + dur;
+                if self.ampdu.len() == 1 {
+                    end_after_ppdu = SIFS + ack;
+                }
+                self.ampdu_meta = (start, ppdu_end);
+            }
+        }
+        if !cont_tx.is_empty() {
+            let dur = self
+                .cfg
+                .contender_mode
+                .ppdu_duration(timing::subframe_len(contender_bytes));
+            on_air = on_air.max(dur);
+            if !collision {
+                ppdu_end = t + dur;
+                end_after_ppdu = SIFS + ack;
+            }
+        }
+        let mut ex = Exchange {
+            ppdu_end,
+            end: ppdu_end + end_after_ppdu,
+            delivered: false,
+            ap_success: None,
+            contenders: Vec::new(),
+        };
+        if collision {
+            self.collisions += 1;
+            ex.ppdu_end = t + on_air;
+            ex.end = ex.ppdu_end + SIFS + ack;
+            if ap_tx {
+                ex.ap_success = Some(false);
+                self.ampdu.iter_mut().for_each(|(_, ok)| *ok = false);
+            }
+            ex.contenders = cont_tx.iter().map(|&i| (i, false)).collect();
+        } else if ap_tx {
+            let mut any = false;
+            for (_, ok) in &mut self.ampdu {
+                *ok = p == 0.0 || !self.rng.random_bool(p);
+                any |= *ok;
+            }
+            ex.ap_success = Some(any);
+            self.stats[self.ampdu_sta].ampdus += 1;
+        } else {
+            ex.contenders = cont_tx.iter().map(|&i| (i, true)).collect();
+            self.contender_frames += 1;
+        }
+        if ap_tx {
+            self.stats[self.ampdu_sta].airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
+        }
+        self.exchange = Some(ex);
+    }
+
+    /// Take the next station's A-MPDU out of its queue (round robin over non-empty queues).
+    fn build_ampdu(&mut self) {
+        let n = self.queues.len();
+        let c = self.cfg.config();
+        let (max_n, max_bytes, max_ppdu) = (
+            c.max_ampdu_mpdus as usize,
+            c.max_ampdu_bytes,
+            Duration::from_micros(c.max_ppdu_us as u64),
+        );
+        let sta = (0..n)
+            .map(|k| (self.rr + k) % n)
+            .find(|&s| !self.queues[s].is_empty())
+            .unwrap_or(0);
+        self.rr = (sta + 1) % n;
+        self.ampdu_sta = sta;
+        self.ampdu.clear();
+        let mode = self.cfg.modes[sta];
+        let mut bytes = 0usize;
+        while let Some(q) = self.queues[sta].front() {
+            let sub = timing::subframe_len(q.pkt.len as usize);
+            if !self.ampdu.is_empty()
+                && (self.ampdu.len() >= max_n || bytes + sub > max_bytes || mode.ppdu_duration(bytes + sub) > max_ppdu)
+            {
+                break;
+            }
+            bytes += sub;
+            let q = self.queues[sta].pop_front().expect("front exists");
+            self.ampdu.push((q, false));
+        }
+    }
+
+    fn release_deliveries(&mut self) {
+        let Some(x) = &self.exchange else { return };
+        if x.ap_success.is_none() || self.ampdu.is_empty() || !self.ampdu.iter().any(|(_, ok)| *ok) {
+            return;
+        }
+        let sta = self.ampdu_sta;
+        let (start, end) = self.ampdu_meta;
+        let c = self.cfg.config();
+        let tsft_ts = match c.tsft_at {
+            TsftAt::Start => start,
+            TsftAt::End => end,
+        };
+        let tsft = Tsft(tsft_ts.as_nanos() / 1000 + c.tsf_offset_us);
+        let reference = self.next_ref;
+        self.next_ref = self.next_ref.wrapping_add(1);
+        let count = self.ampdu.iter().filter(|(_, ok)| *ok).count() as u16;
+        let mode = self.cfg.modes[sta];
+        let mut index = 0;
+        for (q, ok) in &self.ampdu {
+            if !ok {
+                continue;
+            }
+            self.stats[sta].delivered += 1;
+            self.stats[sta].bytes += q.pkt.len as u64;
+            self.out.push_back(Delivery {
+                sta: StaId(sta as u16),
+                packet: q.pkt,
+                enqueued: q.enq,
+                ppdu_start: start,
+                mac_time: end,
+                tsft,
+                ampdu_ref: reference,
+                index,
+                count,
+                mode,
+                dot11_seq: q.dot11_seq,
+                retry: q.retries > 0,
+            });
+            index += 1;
+        }
+    }
+
+    fn finish_exchange(&mut self) {
+        let Some(x) = self.exchange.take() else { return };
+        let (retry_limit, cw_min, cw_max) = {
+            let c = self.cfg.config();
+            (c.retry_limit, c.cw_min, c.cw_max)
+        };
+        self.idle_since = x.end;
+        if let Some(ok) = x.ap_success {
+            // Failed MPDUs go back to the head of their queue, in order, unless out of retries.
+            let sta = self.ampdu_sta;
+            for (mut q, delivered) in self.ampdu.drain(..).rev() {
+                if delivered {
+                    continue;
+                }
+                q.retries = q.retries.saturating_add(1);
+                if q.retries > retry_limit {
+                    self.stats[sta].dropped_retry += 1;
+                } else {
+                    self.queues[sta].push_front(q);
+                }
+            }
+            self.ap.cw = if ok { cw_min } else { (self.ap.cw * 2 + 1).min(cw_max) };
+            self.ap.backoff = self.rng.random_range(0..=self.ap.cw);
+        }
+        for (i, ok) in x.contenders {
+            let e = &mut self.contenders[i];
+            if ok {
+                e.queue -= 1;
+                e.head_avail = x.end;
+            }
+            e.edcaf.cw = if ok { cw_min } else { (e.edcaf.cw * 2 + 1).min(cw_max) };
+            e.edcaf.backoff = self.rng.random_range(0..=e.edcaf.cw);
+        }
+        self.ap_avail = if self.queues.iter().any(|q| !q.is_empty()) {
+            Some(x.end)
+        } else {
+            None
+        };
+    }
+}
+
+trait SubAifs {
+    fn saturating_sub_aifs(self, d: Duration) -> Ts;
+}
+impl SubAifs for Ts {
+    fn saturating_sub_aifs(self, d: Duration) -> Ts {
+        Ts(self.as_nanos().saturating_sub(d.as_nanos() as u64))
+    }
+}
+
+/// Exponential sample with mean `mean_ns` (0 when the mean is 0).
+fn exp_ns<R: Rng>(rng: &mut R, mean_ns: f64) -> u64 {
+    if mean_ns <= 0.0 {
+        return u64::MAX / 4;
+    }
+    let u: f64 = rng.random::<f64>();
+    (-(1.0 - u).ln() * mean_ns) as u64
+}

@@ -1,0 +1,408 @@
+//! The 802.11ac emulator: limits, load response, determinism, round trip through the capture
+//! reader, fidelity against the ns-3 sample and first principles, bad configuration.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use aggrate::capture::io::open_path;
+use aggrate::label::{label_frames, Dedup};
+use aggrate::wlan::noise::NoisePreset;
+use aggrate::wlan::run::{run, RunSummary, Scenario};
+use aggrate::wlan::timing::{self, PhyMode, SIFS, SLOT};
+use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
+use aggrate::wlan::{Delivery, StationConfig, WlanConfig};
+use common::{aggrate, text};
+
+/// The ns-3 sample's settings: VHT MCS 9, 2 SS, 80 MHz, SGI, CBR 1500 B, RTS above 65,535 B.
+fn ns3_like(rate_mbps: f64, duration_s: f64) -> Scenario {
+    Scenario {
+        seed: 7,
+        duration_s,
+        wlan: WlanConfig {
+            stations: vec![StationConfig::default()],
+            ..WlanConfig::default()
+        },
+        flows: vec![FlowConfig {
+            rate_mbps,
+            arrival: Arrival::Cbr,
+            ..FlowConfig::default()
+        }],
+        noise_preset: NoisePreset::None,
+        ..Scenario::default()
+    }
+}
+
+fn go(s: Scenario) -> (RunSummary, Vec<Delivery>) {
+    let v = s.check().unwrap();
+    let mut ds = Vec::new();
+    let sum = run(&v, |d, _| ds.push(*d), |_| {});
+    (sum, ds)
+}
+
+#[test]
+fn aggregation_rises_with_load_and_saturates_at_the_window() {
+    let mut last = 0.0;
+    for r in [50.0, 150.0, 300.0, 450.0, 550.0, 700.0, 900.0] {
+        let (sum, _) = go(ns3_like(r, 1.0));
+        let st = &sum.stations[0];
+        assert!(st.mean_agg >= last, "{r} Mb/s: mean {} after {last}", st.mean_agg);
+        last = st.mean_agg;
+        if r <= 550.0 {
+            // Below saturation everything offered arrives.
+            assert!(
+                (st.received_mbps - r).abs() / r < 0.01,
+                "{r}: received {}",
+                st.received_mbps
+            );
+        }
+    }
+    assert!(last > 63.0, "saturated level {last}");
+}
+
+#[test]
+fn aggregation_never_exceeds_its_limits() {
+    // Tight limits: 10 MPDUs, 8,000 bytes, and a slow MCS where the 5.484 ms PPDU cap binds.
+    for (cfg, rate) in [
+        (
+            WlanConfig {
+                max_ampdu_mpdus: 10,
+                ..WlanConfig::default()
+            },
+            900.0,
+        ),
+        (
+            WlanConfig {
+                max_ampdu_bytes: 8_000,
+                ..WlanConfig::default()
+            },
+            900.0,
+        ),
+        (
+            WlanConfig {
+                stations: vec![StationConfig {
+                    mcs: 0,
+                    nss: 1,
+                    bw_mhz: 20,
+                    short_gi: false,
+                    vht: true,
+                }],
+                ..WlanConfig::default()
+            },
+            50.0,
+        ),
+    ] {
+        let max_n = cfg.max_ampdu_mpdus as usize;
+        let max_b = cfg.max_ampdu_bytes;
+        let max_us = cfg.max_ppdu_us as u64;
+        let s = Scenario {
+            wlan: cfg,
+            flows: vec![FlowConfig {
+                rate_mbps: rate,
+                ..FlowConfig::default()
+            }],
+            ..ns3_like(rate, 0.5)
+        };
+        let (_, ds) = go(s);
+        let mut by_ref: BTreeMap<u32, Vec<Delivery>> = BTreeMap::new();
+        ds.iter().for_each(|d| by_ref.entry(d.ampdu_ref).or_default().push(*d));
+        let mut biggest = 0;
+        for (_, f) in by_ref {
+            let bytes: usize = f.iter().map(|d| timing::subframe_len(d.packet.len as usize)).sum();
+            assert!(f.len() <= max_n && bytes <= max_b);
+            assert!(f[0].mac_time.saturating_since(f[0].ppdu_start).as_micros() as u64 <= max_us);
+            assert!(f.iter().all(|d| d.count as usize == f.len() && d.tsft == f[0].tsft));
+            biggest = biggest.max(f.len());
+        }
+        assert!(biggest > 1, "limits should bind, not prevent aggregation");
+    }
+}
+
+/// Fidelity: the ns-3.37 sample (same PHY and traffic) measured 7.78 MPDUs per A-MPDU at
+/// 300 Mb/s; saturation throughput from the 802.11 timing formulas (see `wlan::timing` docs).
+#[test]
+fn matches_ns3_and_first_principles() {
+    let (sum, _) = go(ns3_like(300.0, 2.5));
+    let agg = sum.stations[0].mean_agg;
+    assert!(
+        (agg - 7.78).abs() / 7.78 < 0.15,
+        "mean aggregation {agg} vs ns-3's 7.78"
+    );
+
+    let m = PhyMode {
+        vht: true,
+        mcs: 9,
+        nss: 2,
+        bw: aggrate::phy::Bandwidth::Mhz80,
+        short_gi: true,
+    };
+    let aifs = SIFS + SLOT * 3;
+    let mean_backoff = SLOT.as_secs_f64() * 7.5;
+    let psdu = 64 * timing::subframe_len(1500);
+    let cycle = aifs.as_secs_f64()
+        + mean_backoff
+        + (timing::rts() + SIFS + timing::ack() + SIFS).as_secs_f64()
+        + m.ppdu_duration(psdu).as_secs_f64()
+        + (SIFS + timing::block_ack()).as_secs_f64();
+    let analytic = 64.0 * 1500.0 * 8.0 / cycle / 1e6;
+    let (sum, _) = go(ns3_like(1000.0, 2.0));
+    let sat = sum.stations[0].received_mbps;
+    assert!(
+        (sat - analytic).abs() / analytic < 0.05,
+        "saturation {sat} vs analytic {analytic}"
+    );
+    assert!((600.0..680.0).contains(&sat), "{sat}");
+}
+
+#[test]
+fn same_seed_same_bytes_and_capture_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &str, seed: &str| {
+        vec![
+            "-q",
+            "simulate",
+            "--rate-mbps",
+            "250",
+            "--duration",
+            "0.5",
+            "--noise",
+            "phone",
+            "--seed",
+            seed,
+            "-o",
+            out,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    for (out, seed) in [("a.pcapng", "5"), ("b.pcapng", "5"), ("c.pcapng", "6")] {
+        let a = args(out, seed);
+        let o = aggrate(dir.path(), &a.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", text(&o).1);
+    }
+    let a = std::fs::read(dir.path().join("a.pcapng")).unwrap();
+    assert_eq!(
+        a,
+        std::fs::read(dir.path().join("b.pcapng")).unwrap(),
+        "same seed, same bytes"
+    );
+    assert_ne!(
+        a,
+        std::fs::read(dir.path().join("c.pcapng")).unwrap(),
+        "another seed differs"
+    );
+
+    // The library run with the same scenario gives the frames the reader labels back.
+    let s = Scenario {
+        seed: 5,
+        duration_s: 0.5,
+        noise_preset: NoisePreset::Phone,
+        flows: vec![FlowConfig {
+            rate_mbps: 250.0,
+            ..FlowConfig::default()
+        }],
+        ..Scenario::default()
+    };
+    let (_, ds) = go(s);
+    let recs: Vec<_> = open_path(&dir.path().join("a.pcapng"))
+        .unwrap()
+        .reader
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(recs.len(), ds.len());
+    let mut dedup = Dedup::default();
+    let recs: Vec<_> = recs.into_iter().filter(|r| dedup.keep(r)).collect();
+    let labels = label_frames(&recs, 64).unwrap();
+    let mut built: Vec<usize> = Vec::new();
+    let mut last_ref = None;
+    for d in &ds {
+        if last_ref != Some(d.ampdu_ref) {
+            built.push(0);
+            last_ref = Some(d.ampdu_ref);
+        }
+        *built.last_mut().unwrap() += 1;
+    }
+    let read: Vec<usize> = labels.frames.iter().map(|f| f.packets as usize).collect();
+    assert_eq!(read, built);
+    for (r, d) in recs.iter().zip(&ds) {
+        assert_eq!(r.tsft(), Some(d.tsft));
+        assert_eq!(r.payload_seq(0), Some(d.packet.seq));
+        assert_eq!(r.l3.unwrap().payload_be64(4), Some(d.packet.sent.as_nanos()));
+        assert!(r.host >= d.mac_time, "kernel time after MAC time");
+        assert_eq!(r.phy_rate_bps(), Some(866_666_667));
+    }
+}
+
+#[test]
+fn emulator_captures_are_clean_for_tshark() {
+    let dir = tempfile::tempdir().unwrap();
+    for out in ["t.pcap", "t.pcapng"] {
+        let o = aggrate(
+            dir.path(),
+            &[
+                "-q",
+                "simulate",
+                "--rate-mbps",
+                "200",
+                "--duration",
+                "0.05",
+                "--mcs",
+                "7",
+                "--bw",
+                "40",
+                "-o",
+                out,
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rows = common::tshark_fields(
+            &dir.path().join(out),
+            &[
+                "_ws.malformed",
+                "radiotap.vht.mcs.0",
+                "radiotap.vht.bw",
+                "radiotap.ampdu.reference",
+                "ip.checksum.status",
+                "udp.dstport",
+                "frame.len",
+            ],
+        );
+        assert!(rows.len() > 500);
+        for r in &rows {
+            assert!(r[0].is_empty(), "malformed packet: {r:?}");
+            assert_eq!((r[1].as_str(), r[2].as_str(), r[5].as_str()), ("7", "1", "5001"));
+            assert_eq!(r[6], "1578"); // 44 radiotap + 26 + 8 + 1500
+        }
+    }
+}
+
+#[test]
+fn errors_retries_contention_and_backhaul() {
+    // MPDU errors: retransmissions carry the retry flag; nothing is lost below the retry limit.
+    let s = Scenario {
+        wlan: WlanConfig {
+            mpdu_error_rate: 0.1,
+            ..WlanConfig::default()
+        },
+        ..ns3_like(200.0, 0.5)
+    };
+    let (sum, ds) = go(s);
+    let st = &sum.stations[0];
+    assert!(ds.iter().filter(|d| d.retry).count() > 100);
+    assert_eq!(st.delivered + st.stats.dropped_retry, st.offered);
+    assert!(st.stats.dropped_retry < 5);
+
+    // Contending stations cost airtime and collide.
+    let s = Scenario {
+        wlan: WlanConfig {
+            contenders: 4,
+            contender_rate_mbps: 40.0,
+            ..WlanConfig::default()
+        },
+        ..ns3_like(1000.0, 0.5)
+    };
+    let (busy, _) = go(s);
+    let (alone, _) = go(ns3_like(1000.0, 0.5));
+    assert!(busy.collisions > 10);
+    assert!(busy.stations[0].received_mbps < alone.stations[0].received_mbps * 0.9);
+
+    // A backhaul below the WLAN rate is the bottleneck: WLAN aggregation stays low.
+    let s = Scenario {
+        backhaul: Some(BackhaulConfig {
+            rate_mbps: 200.0,
+            queue: 100,
+            delay_us: 0,
+        }),
+        ..ns3_like(400.0, 0.5)
+    };
+    let (sum, _) = go(s);
+    let st = &sum.stations[0];
+    assert!((st.received_mbps - 200.0).abs() < 5.0, "{}", st.received_mbps);
+    assert!(sum.backhaul_dropped > 1000);
+    assert!(st.mean_agg < 5.0, "paced by the backhaul: {}", st.mean_agg);
+}
+
+#[test]
+fn multi_station_round_robin_shares_airtime() {
+    let stations = vec![
+        StationConfig {
+            mcs: 9,
+            ..StationConfig::default()
+        },
+        StationConfig {
+            mcs: 4,
+            ..StationConfig::default()
+        },
+        StationConfig {
+            mcs: 1,
+            ..StationConfig::default()
+        },
+    ];
+    let flows = (0..3)
+        .map(|i| FlowConfig {
+            sta: i,
+            rate_mbps: 400.0,
+            ..FlowConfig::default()
+        })
+        .collect();
+    let s = Scenario {
+        wlan: WlanConfig {
+            stations,
+            ..WlanConfig::default()
+        },
+        flows,
+        ..ns3_like(0.0, 1.0)
+    };
+    let (sum, _) = go(s);
+    // Saturated round robin: (nearly) equal A-MPDU counts — a station whose queue is briefly
+    // empty loses its turn — so faster stations get more bytes out of the same turns.
+    let a: Vec<u64> = sum.stations.iter().map(|s| s.ampdus).collect();
+    let spread = (a.iter().max().unwrap() - a.iter().min().unwrap()) as f64 / a[0] as f64;
+    assert!(spread < 0.03, "{a:?}");
+    // Full 64-MPDU windows for MCS 9 and 4 (same bytes per turn); MCS 1 hits the 5.484 ms PPDU
+    // cap first, so it gets fewer bytes per turn but the most airtime.
+    let (r, air): (Vec<f64>, Vec<f64>) = sum.stations.iter().map(|s| (s.received_mbps, s.airtime_share)).unzip();
+    assert!((r[0] - r[1]).abs() / r[0] < 0.03 && r[2] < r[1] * 0.95, "{r:?}");
+    assert!(air[0] < air[1] && air[1] < air[2], "{air:?}");
+    assert!(sum.stations[2].max_agg < 64 && sum.stations[0].max_agg == 64);
+}
+
+#[test]
+fn bad_configuration_is_refused_before_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--mcs", "9", "--bw", "20", "--nss", "1"],
+            &["stations[0].mcs = 9", "allowed: 0, 1, 2, 3, 4, 5, 6, 7, 8"],
+        ),
+        (&["--rate-mbps", "0"], &["flows[0].rate_mbps = 0", "> 0"]),
+        (&["--rate-mbps=-5"], &["rate_mbps = -5"]),
+        (&["--stations", "0"], &["--stations = 0"]),
+        (&["--bw", "30"], &["stations[0].bw_mhz = 30", "20, 40, 80, 160"]),
+        (&["--duration", "0"], &["duration_s = 0"]),
+    ];
+    for (flags, needles) in cases {
+        let mut args = vec!["simulate", "-o", "x.pcapng"];
+        args.extend_from_slice(flags);
+        let o = aggrate(dir.path(), &args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{flags:?} accepted");
+        for n in *needles {
+            assert!(err.contains(n), "{flags:?}: {err}");
+        }
+        assert!(!dir.path().join("x.pcapng").exists(), "no work before the check");
+    }
+    std::fs::write(dir.path().join("bad.toml"), "duration_s = \"long\"\n").unwrap();
+    let o = aggrate(dir.path(), &["simulate", "--config", "bad.toml", "-o", "x.pcapng"]);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("bad.toml") && err.contains("duration_s"),
+        "{err}"
+    );
+    let o = aggrate(dir.path(), &["simulate", "--config", "missing.toml", "-o", "x.pcapng"]);
+    assert!(!o.status.success() && text(&o).1.contains("missing.toml"));
+    std::fs::write(dir.path().join("typo.toml"), "durration_s = 3\n").unwrap();
+    let o = aggrate(dir.path(), &["simulate", "--config", "typo.toml", "-o", "x.pcapng"]);
+    assert!(!o.status.success() && text(&o).1.contains("durration_s"));
+}
