@@ -406,3 +406,70 @@ fn bad_configuration_is_refused_before_work() {
     let o = aggrate(dir.path(), &["simulate", "--config", "typo.toml", "-o", "x.pcapng"]);
     assert!(!o.status.success() && text(&o).1.contains("durration_s"));
 }
+
+#[test]
+fn dataset_manifests_build_and_expand() {
+    use aggrate::wlan::manifest::{DatasetManifest, Role};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets");
+    // Every shipped manifest parses, expands and checks.
+    for (name, runs) in [("paper", 9), ("multi", 20), ("small", 9)] {
+        let text = std::fs::read_to_string(root.join(format!("{name}.toml"))).unwrap();
+        let m: DatasetManifest = toml::from_str(&text).unwrap();
+        let planned = m.expand().unwrap();
+        assert_eq!(planned.len(), runs, "{name}");
+        for r in &planned {
+            r.scenario.clone().check().unwrap();
+            assert!(r.name.contains("mbps"));
+        }
+        if name == "paper" {
+            assert_eq!(planned.iter().filter(|r| r.role == Role::Train).count(), 6);
+            let r300 = planned.iter().find(|r| r.rate_mbps == 300.0).unwrap();
+            assert!(
+                (r300.scenario.duration_s - 10.0).abs() < 1e-9,
+                "250k × 1500 B at 300 Mb/s"
+            );
+        }
+    }
+    // Building small.toml writes one capture per run and a manifest of what was built.
+    let dir = tempfile::tempdir().unwrap();
+    let out = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "dataset",
+            "build",
+            root.join("small.toml").to_str().unwrap(),
+            "--out",
+            "d",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    let built: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("d/manifest.json")).unwrap()).unwrap();
+    let runs = built["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 9);
+    for r in runs {
+        let file = r["stations"][0]["file"].as_str().unwrap();
+        assert!(dir.path().join("d").join(file).exists());
+        let rate = r["rate_mbps"].as_f64().unwrap();
+        let got = r["stations"][0]["received_mbps"].as_f64().unwrap();
+        if rate <= 600.0 {
+            assert!((got - rate).abs() / rate < 0.02, "{rate}: {got}");
+            assert_eq!(r["stations"][0]["delivered"], 20_000);
+        }
+    }
+    assert_eq!(built["seed"], 3000);
+    // A bad manifest names the file and the field.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "name = \"x\"\nseed = 1\npackets = 0\ntrain_rates_mbps = [1]\n",
+    )
+    .unwrap();
+    let out = aggrate(dir.path(), &["dataset", "build", "bad.toml"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("bad.toml") && text(&out).1.contains("packets = 0"),
+        "{}",
+        text(&out).1
+    );
+}

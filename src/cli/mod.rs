@@ -1,6 +1,7 @@
 //! Command-line interface: clap-derive arguments → resolved settings → library calls. All
 //! printing, progress bars and exit codes live here.
 
+mod dataset;
 mod demo;
 mod features;
 mod ingest;
@@ -37,6 +38,9 @@ pub(crate) enum Command {
     Inspect(inspect::InspectArgs),
     /// Write one labelled feature row per packet of the selected flow (Parquet or CSV).
     Features(features::FeaturesArgs),
+    /// Datasets of emulator captures (see datasets/).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
     /// Emulate an 802.11ac downlink and write each station's radiotap capture.
     Simulate(simulate::SimulateArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
@@ -139,6 +143,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Features(a) => features::run(&ui, a),
         Command::Demo(a) => demo::run(&ui, a),
         Command::Simulate(a) => simulate::run_cmd(&ui, a),
+        Command::Dataset(c) => dataset::run(&ui, c),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }
