@@ -63,6 +63,11 @@ pub(crate) struct SimulateArgs {
     /// Print the run summary as one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Take kernel timestamps from this machine's real kernel instead of a noise model: replay
+    /// the MAC delivery times as UDP over loopback in real time and record SO_TIMESTAMPNS
+    /// (runs as long as the scenario; at most 120 s).
+    #[arg(long)]
+    pub(crate) kernel_replay: bool,
 }
 
 /// Build the scenario: file (or defaults), then flags.
@@ -224,9 +229,65 @@ pub(crate) fn simulate_to(
     Ok((summary, paths))
 }
 
+/// Emulate with no noise model, replay MAC times through the real kernel, write kernel times.
+fn simulate_replayed(ui: &Ui, mut s: Scenario, out: &Path, snaplen: u32) -> Result<(RunSummary, Vec<PathBuf>)> {
+    s.noise_preset = NoisePreset::None;
+    s.noise = None;
+    let scn = s.check().context("invalid scenario")?;
+    if scn.scenario.duration_s > 120.0 {
+        bail!(
+            "--kernel-replay runs in real time: duration_s = {} exceeds 120 s",
+            scn.scenario.duration_s
+        );
+    }
+    let format = match out.extension().and_then(|e| e.to_str()) {
+        Some("pcap") => OutFormat::Pcap,
+        Some("pcapng") => OutFormat::Pcapng,
+        _ => bail!("{}: the output must end in .pcapng or .pcap", out.display()),
+    };
+    let mut ds = Vec::new();
+    let summary = run(&scn, |d, _| ds.push(*d), |_| {});
+    let n = scn.wlan.config().stations.len();
+    let paths = station_paths(out, n);
+    let channel = scn.wlan.config().channel_mhz;
+    for (sta, p) in paths.iter().enumerate() {
+        let mine: Vec<_> = ds.iter().filter(|d| d.sta.0 as usize == sta).collect();
+        let macs: Vec<aggrate::Ts> = mine.iter().map(|d| d.mac_time).collect();
+        ui.info(format!(
+            "sta{sta}: replaying {} packets through the kernel ({:.1} s)…",
+            macs.len(),
+            scn.scenario.duration_s
+        ));
+        let rep = aggrate::wlan::live::replay_through_kernel(&macs)?;
+        super::ensure_parent(p)?;
+        let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w = CaptureWriter::new(BufWriter::new(f), format, snaplen)?;
+        let mut buf = Vec::new();
+        for (d, h) in mine.iter().zip(&rep.host) {
+            if let Some(h) = h {
+                let orig = build_frame(&frame_spec(d, channel), snaplen as usize, &mut buf);
+                w.write(*h, &buf, orig as u32)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        w.finish().with_context(|| format!("writing {}", p.display()))?;
+        ui.info(format!(
+            "sta{sta}: {} lost in the kernel, sender at most {:.0} µs late",
+            rep.lost,
+            rep.max_send_late.as_secs_f64() * 1e6
+        ));
+    }
+    Ok((summary, paths))
+}
+
 pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {
-    let scn = scenario(&a)?.check().context("invalid scenario")?;
-    let (summary, paths) = simulate_to(ui, &scn, &a.output, a.snaplen)?;
+    let s = scenario(&a)?;
+    let (summary, paths) = if a.kernel_replay {
+        simulate_replayed(ui, s, &a.output, a.snaplen)?
+    } else {
+        let scn = s.check().context("invalid scenario")?;
+        simulate_to(ui, &scn, &a.output, a.snaplen)?
+    };
     if a.json {
         println!("{}", serde_json::to_string(&summary)?);
     }

@@ -16,6 +16,7 @@
 //! their own EDCA with Poisson arrivals of single-MPDU frames; equal backoff ends collide.
 
 pub mod config;
+pub mod live;
 pub mod manifest;
 pub mod noise;
 pub mod run;
