@@ -296,6 +296,35 @@ mod tests {
     }
 
     #[test]
+    fn trace_arrivals_follow_the_list() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let cfg = FlowConfig {
+            arrival: Arrival::Trace {
+                times_s: vec![0.5, 0.25e-3 + 0.5, 1.0],
+            },
+            ..FlowConfig::default()
+        };
+        assert!(cfg.check(0, 1).is_ok());
+        let mut s = Source::new(cfg, &mut rng);
+        let got: Vec<(Ts, u32)> = std::iter::from_fn(|| s.pop(&mut rng)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Ts::from_millis(500), 0),
+                (Ts::from_micros(500_250), 1),
+                (Ts::from_millis(1000), 2)
+            ]
+        );
+        let bad = FlowConfig {
+            arrival: Arrival::Trace {
+                times_s: vec![1.0, 0.5],
+            },
+            ..FlowConfig::default()
+        };
+        assert!(bad.check(0, 1).unwrap_err().to_string().contains("ascending"));
+    }
+
+    #[test]
     fn backhaul_paces_and_drops() {
         let mut b = Backhaul::new(&BackhaulConfig {
             rate_mbps: 12.0,
