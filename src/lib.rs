@@ -13,8 +13,11 @@ pub mod capture;
 pub mod dataset;
 pub mod features;
 pub mod label;
+pub mod model;
 pub mod phy;
+pub mod report;
 pub mod time;
+pub mod train;
 pub mod wlan;
 
 pub use time::{Ts, Tsft};

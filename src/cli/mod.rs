@@ -10,6 +10,7 @@ mod progress;
 mod simulate;
 mod table;
 mod tool;
+mod train;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ pub(crate) enum Command {
     Inspect(inspect::InspectArgs),
     /// Write one labelled feature row per packet of the selected flow (Parquet or CSV).
     Features(features::FeaturesArgs),
+    /// Train an estimator with contiguous k-fold cross-validation; write model + reports.
+    Train(train::TrainArgs),
     /// Datasets of emulator captures (see datasets/).
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
@@ -144,6 +147,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Demo(a) => demo::run(&ui, a),
         Command::Simulate(a) => simulate::run_cmd(&ui, a),
         Command::Dataset(c) => dataset::run(&ui, c),
+        Command::Train(a) => train::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

@@ -1,0 +1,504 @@
+//! Training: fitted models from labelled feature rows, and cross-validation without leakage.
+//!
+//! Inputs: a [`Dataset`] (row-major features, labels, group = capture, per-row send rate and true
+//! aggregation level). Outputs: owned, plain-data models ([`LogisticModel`], [`ThresholdModel`])
+//! and per-fold metrics. Hyper-parameters go through `*Params::check()` once. Deterministic: no
+//! randomness is used (folds are contiguous, solvers are exact).
+//!
+//! Why our own solvers: smartcore's logistic regression is 6–9× slower than scikit-learn on
+//! 1M × 21 rows (../shared/STACK.md) and its SVMs hundreds of times slower. The logistic model
+//! here is a Newton (IRLS) solver: each step is one pass over the data to build the 22×22
+//! Hessian, then a Cholesky solve; it converges in 5–10 steps.
+
+use serde::{Deserialize, Serialize};
+
+use crate::features::FeatureSpec;
+
+/// Errors of training.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// A hyper-parameter is out of range.
+    #[error("{name} = {value}: {allowed}")]
+    BadParam {
+        /// Parameter.
+        name: &'static str,
+        /// Value.
+        value: f64,
+        /// Allowed.
+        allowed: &'static str,
+    },
+    /// Not enough data.
+    #[error("cannot train on {rows} rows with {positives} positive labels: need both classes")]
+    OneClass {
+        /// Rows.
+        rows: usize,
+        /// Positives.
+        positives: usize,
+    },
+    /// Row widths disagree.
+    #[error("dataset rows have {got} features, the model expects {want}")]
+    Width {
+        /// Given.
+        got: usize,
+        /// Expected.
+        want: usize,
+    },
+    /// More folds than contiguous blocks allow.
+    #[error("{k}-fold CV needs at least {k} rows per capture; capture {group} has {rows}")]
+    TooFewRows {
+        /// Folds.
+        k: usize,
+        /// Capture.
+        group: u32,
+        /// Its rows.
+        rows: usize,
+    },
+}
+
+/// Labelled rows.
+#[derive(Clone, Debug, Default)]
+pub struct Dataset {
+    /// Features per row.
+    pub d: usize,
+    /// Row-major features (`n × d`).
+    pub x: Vec<f64>,
+    /// Label: first packet of an A-MPDU.
+    pub y: Vec<bool>,
+    /// Group (capture id); rows of a group are contiguous and in capture order.
+    pub group: Vec<u32>,
+    /// Send-rate tag per row (Mb/s; NaN when unknown).
+    pub rate_mbps: Vec<f32>,
+    /// True aggregation level of the row's frame.
+    pub level: Vec<u16>,
+}
+
+impl Dataset {
+    /// An empty dataset of `d`-feature rows.
+    pub fn new(d: usize) -> Dataset {
+        Dataset {
+            d,
+            ..Dataset::default()
+        }
+    }
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+    /// No rows.
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.d..(i + 1) * self.d]
+    }
+    /// Append a row.
+    pub fn push(&mut self, x: &[f64], y: bool, group: u32, rate_mbps: f32, level: u16) {
+        debug_assert_eq!(x.len(), self.d);
+        self.x.extend_from_slice(x);
+        self.y.push(y);
+        self.group.push(group);
+        self.rate_mbps.push(rate_mbps);
+        self.level.push(level);
+    }
+    /// The rows at `idx`, as a new dataset.
+    pub fn select(&self, idx: &[usize]) -> Dataset {
+        let mut out = Dataset::new(self.d);
+        for &i in idx {
+            out.push(self.row(i), self.y[i], self.group[i], self.rate_mbps[i], self.level[i]);
+        }
+        out
+    }
+}
+
+/// Contiguous k-fold split: every group (capture) is cut into k contiguous blocks of (nearly)
+/// equal size; fold i tests on block i of every group and trains on the rest. Rows are never
+/// shuffled — neighbouring rows share m−1 gaps, so a shuffled split would leak.
+pub fn contiguous_folds(groups: &[u32], k: usize) -> Result<Vec<Vec<usize>>, Error> {
+    let mut folds = vec![Vec::new(); k.max(1)];
+    let mut start = 0;
+    while start < groups.len() {
+        let g = groups[start];
+        let end = (start..groups.len()).find(|&i| groups[i] != g).unwrap_or(groups.len());
+        let n = end - start;
+        if n < k {
+            return Err(Error::TooFewRows { k, group: g, rows: n });
+        }
+        for (f, fold) in folds.iter_mut().enumerate() {
+            let a = start + n * f / k;
+            let b = start + n * (f + 1) / k;
+            fold.extend(a..b);
+        }
+        start = end;
+    }
+    Ok(folds)
+}
+
+/// Feature standardisation (z-scores), fitted on training rows only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scaler {
+    /// Means.
+    pub mean: Vec<f64>,
+    /// Standard deviations (1 where a feature is constant).
+    pub std: Vec<f64>,
+}
+
+impl Scaler {
+    /// Fit on `data`.
+    pub fn fit(data: &Dataset) -> Scaler {
+        let d = data.d;
+        let n = data.len().max(1) as f64;
+        let mut mean = vec![0.0; d];
+        let mut sq = vec![0.0; d];
+        for i in 0..data.len() {
+            for (j, v) in data.row(i).iter().enumerate() {
+                mean[j] += v;
+                sq[j] += v * v;
+            }
+        }
+        let std = (0..d)
+            .map(|j| {
+                let m = mean[j] / n;
+                let var = (sq[j] / n - m * m).max(0.0);
+                if var > 1e-18 {
+                    var.sqrt()
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        mean.iter_mut().for_each(|m| *m /= n);
+        Scaler { mean, std }
+    }
+}
+
+/// Hyper-parameters of L2-regularised logistic regression.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogisticParams {
+    /// L2 penalty on the (standardised) weights, as scikit-learn's 1/C per row-sum.
+    pub l2: f64,
+    /// Newton steps at most.
+    pub max_iter: usize,
+    /// Stop when the largest step change is below this.
+    pub tol: f64,
+    /// Weight positives so both classes count equally.
+    pub balanced: bool,
+}
+
+impl Default for LogisticParams {
+    fn default() -> Self {
+        LogisticParams {
+            l2: 1.0,
+            max_iter: 25,
+            tol: 1e-8,
+            balanced: false,
+        }
+    }
+}
+
+/// Checked logistic parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValidLogisticParams(LogisticParams);
+
+impl LogisticParams {
+    /// Check ranges.
+    pub fn check(self) -> Result<ValidLogisticParams, Error> {
+        if !(self.l2 >= 0.0 && self.l2.is_finite()) {
+            return Err(Error::BadParam {
+                name: "l2",
+                value: self.l2,
+                allowed: "finite and >= 0",
+            });
+        }
+        if self.max_iter == 0 || self.max_iter > 1000 {
+            return Err(Error::BadParam {
+                name: "max_iter",
+                value: self.max_iter as f64,
+                allowed: "1..=1000",
+            });
+        }
+        if self.tol.is_nan() || self.tol <= 0.0 {
+            return Err(Error::BadParam {
+                name: "tol",
+                value: self.tol,
+                allowed: "> 0",
+            });
+        }
+        Ok(ValidLogisticParams(self))
+    }
+}
+
+/// A fitted logistic model: P(first of frame) = σ(w·z + b), z = standardised row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogisticModel {
+    /// Scaler fitted on the training rows.
+    pub scaler: Scaler,
+    /// Weights (standardised space).
+    pub w: Vec<f64>,
+    /// Bias.
+    pub b: f64,
+    /// Newton steps used.
+    pub iterations: usize,
+}
+
+/// Predictions of a binary model.
+pub trait Predict {
+    /// Decision value of one row (> 0 means "first packet of a frame").
+    fn decision(&self, x: &[f64]) -> f64;
+    /// Label of one row.
+    fn predict_row(&self, x: &[f64]) -> bool {
+        self.decision(x) > 0.0
+    }
+}
+
+impl Predict for LogisticModel {
+    fn decision(&self, x: &[f64]) -> f64 {
+        let mut s = self.b;
+        for ((v, m), (sd, w)) in x.iter().zip(&self.scaler.mean).zip(self.scaler.std.iter().zip(&self.w)) {
+            s += (v - m) / sd * w;
+        }
+        s
+    }
+}
+
+impl LogisticModel {
+    /// Probability that `x` starts a frame.
+    pub fn probability(&self, x: &[f64]) -> f64 {
+        1.0 / (1.0 + (-self.decision(x)).exp())
+    }
+}
+
+fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> bool {
+    // In-place Cholesky (lower) of the n×n SPD matrix a, then solve a·x = b into b.
+    for j in 0..n {
+        let mut s = a[j * n + j];
+        for k in 0..j {
+            s -= a[j * n + k] * a[j * n + k];
+        }
+        if s <= 0.0 {
+            return false;
+        }
+        let d = s.sqrt();
+        a[j * n + j] = d;
+        for i in j + 1..n {
+            let mut s = a[i * n + j];
+            for k in 0..j {
+                s -= a[i * n + k] * a[j * n + k];
+            }
+            a[i * n + j] = s / d;
+        }
+    }
+    for i in 0..n {
+        let mut s = b[i];
+        for k in 0..i {
+            s -= a[i * n + k] * b[k];
+        }
+        b[i] = s / a[i * n + i];
+    }
+    for i in (0..n).rev() {
+        let mut s = b[i];
+        for k in i + 1..n {
+            s -= a[k * n + i] * b[k];
+        }
+        b[i] = s / a[i * n + i];
+    }
+    true
+}
+
+/// Fit logistic regression by Newton's method (IRLS) on standardised features.
+pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticModel, Error> {
+    let p = p.0;
+    let n = data.len();
+    let pos = data.y.iter().filter(|y| **y).count();
+    if pos == 0 || pos == n {
+        return Err(Error::OneClass {
+            rows: n,
+            positives: pos,
+        });
+    }
+    let scaler = Scaler::fit(data);
+    let d = data.d;
+    let m = d + 1; // + bias (last)
+    let (w_pos, w_neg) = if p.balanced {
+        (n as f64 / (2.0 * pos as f64), n as f64 / (2.0 * (n - pos) as f64))
+    } else {
+        (1.0, 1.0)
+    };
+    let mut beta = vec![0.0; m];
+    let mut z = vec![0.0; m];
+    let mut iterations = 0;
+    for it in 0..p.max_iter {
+        iterations = it + 1;
+        let mut h = vec![0.0; m * m];
+        let mut g = vec![0.0; m];
+        for i in 0..n {
+            let x = data.row(i);
+            for j in 0..d {
+                z[j] = (x[j] - scaler.mean[j]) / scaler.std[j];
+            }
+            z[d] = 1.0;
+            let s: f64 = z.iter().zip(&beta).map(|(a, b)| a * b).sum();
+            let prob = 1.0 / (1.0 + (-s).exp());
+            let (t, cw) = if data.y[i] { (1.0, w_pos) } else { (0.0, w_neg) };
+            let r = cw * (prob - t);
+            let wgt = (cw * prob * (1.0 - prob)).max(1e-12);
+            for a in 0..m {
+                g[a] += r * z[a];
+                let wa = wgt * z[a];
+                for b in 0..=a {
+                    h[a * m + b] += wa * z[b];
+                }
+            }
+        }
+        for a in 0..m {
+            for b in 0..a {
+                h[b * m + a] = h[a * m + b];
+            }
+        }
+        for j in 0..d {
+            g[j] += p.l2 * beta[j];
+            h[j * m + j] += p.l2;
+        }
+        h[d * m + d] += 1e-9;
+        if !cholesky_solve(&mut h, &mut g, m) {
+            break;
+        }
+        let mut step = 0.0f64;
+        for j in 0..m {
+            beta[j] -= g[j];
+            step = step.max(g[j].abs());
+        }
+        if step < p.tol {
+            break;
+        }
+    }
+    Ok(LogisticModel {
+        scaler,
+        w: beta[..d].to_vec(),
+        b: beta[d],
+        iterations,
+    })
+}
+
+/// The m = 1 baseline: "first of frame" when the last gap exceeds a threshold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdModel {
+    /// Gap threshold (µs) on feature 0 (the most recent gap).
+    pub threshold_us: f64,
+}
+
+impl Predict for ThresholdModel {
+    fn decision(&self, x: &[f64]) -> f64 {
+        x.first().copied().unwrap_or(0.0) - self.threshold_us
+    }
+}
+
+/// The threshold on feature 0 that maximises training accuracy (exact: sort once, sweep).
+pub fn fit_threshold(data: &Dataset) -> Result<ThresholdModel, Error> {
+    let n = data.len();
+    let pos = data.y.iter().filter(|y| **y).count();
+    if pos == 0 || pos == n {
+        return Err(Error::OneClass {
+            rows: n,
+            positives: pos,
+        });
+    }
+    let mut v: Vec<(f64, bool)> = (0..n).map(|i| (data.row(i)[0], data.y[i])).collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Threshold below everything: all predicted positive → correct = pos.
+    let mut best = (pos, f64::NEG_INFINITY);
+    let mut correct = pos;
+    for i in 0..n {
+        // Move v[i] to the negative side.
+        if v[i].1 {
+            correct -= 1;
+        } else {
+            correct += 1;
+        }
+        let next_differs = i + 1 == n || v[i + 1].0 > v[i].0;
+        if next_differs && correct > best.0 {
+            let t = if i + 1 < n { (v[i].0 + v[i + 1].0) / 2.0 } else { v[i].0 };
+            best = (correct, t);
+        }
+    }
+    Ok(ThresholdModel { threshold_us: best.1 })
+}
+
+/// Aggregation levels implied by predicted frame starts: a run from one predicted start to the
+/// next is one frame; each row gets its run's length, capped at `n_max`.
+pub fn levels_from_starts(starts: &[bool], n_max: u16) -> Vec<u16> {
+    let mut out = vec![0u16; starts.len()];
+    let mut a = 0;
+    while a < starts.len() {
+        let b = (a + 1..starts.len()).find(|&i| starts[i]).unwrap_or(starts.len());
+        let lvl = ((b - a).min(n_max as usize)) as u16;
+        out[a..b].iter_mut().for_each(|l| *l = lvl);
+        a = b;
+    }
+    out
+}
+
+/// Check that a dataset's rows fit a feature spec.
+pub fn check_width(data: &Dataset, spec: &FeatureSpec) -> Result<(), Error> {
+    if data.d != spec.width() {
+        return Err(Error::Width {
+            got: data.d,
+            want: spec.width(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_are_contiguous_per_group_and_cover_everything() {
+        let groups = [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1];
+        let f = contiguous_folds(&groups, 2).unwrap();
+        assert_eq!(f, vec![vec![0, 1, 5, 6, 7], vec![2, 3, 4, 8, 9, 10]]);
+        assert!(contiguous_folds(&groups, 6).is_err());
+    }
+
+    #[test]
+    fn logistic_separates_and_threshold_finds_the_gap() {
+        let mut d = Dataset::new(2);
+        for i in 0..400 {
+            let big = i % 4 == 0;
+            let g = if big {
+                200.0 + (i % 7) as f64
+            } else {
+                5.0 + (i % 5) as f64
+            };
+            d.push(&[g, (i % 3) as f64], big, 0, 100.0, 4);
+        }
+        let m = fit_logistic(
+            &d,
+            &LogisticParams {
+                l2: 0.01,
+                ..LogisticParams::default()
+            }
+            .check()
+            .unwrap(),
+        )
+        .unwrap();
+        assert!((0..d.len()).all(|i| m.predict_row(d.row(i)) == d.y[i]));
+        assert!(m.iterations < 25);
+        let t = fit_threshold(&d).unwrap();
+        assert!(t.threshold_us > 9.0 && t.threshold_us < 200.0, "{}", t.threshold_us);
+        assert!(LogisticParams {
+            l2: -1.0,
+            ..LogisticParams::default()
+        }
+        .check()
+        .is_err());
+    }
+
+    #[test]
+    fn levels_follow_predicted_starts() {
+        let s = [true, false, false, true, true, false];
+        assert_eq!(levels_from_starts(&s, 64), vec![3, 3, 3, 1, 2, 2]);
+        assert_eq!(levels_from_starts(&s, 2), vec![2, 2, 2, 1, 2, 2]);
+    }
+}
