@@ -1,6 +1,6 @@
-//! `aggrate demo`: the main job on embedded defaults. Today: unpack the embedded ns-3 802.11ac
-//! sample, inspect it and write its feature table. (Training, export and the live closed loop
-//! join as their issues land.)
+//! `aggrate demo`: the main job on embedded defaults — inspect the embedded ns-3 802.11ac sample,
+//! write its feature table, build the small emulator dataset, train and cross-validate the
+//! logistic estimator and the m = 1 baseline on it. (The live closed loop joins with its issue.)
 
 use std::path::PathBuf;
 
@@ -9,10 +9,13 @@ use anyhow::{Context, Result};
 use super::features::FeaturesArgs;
 use super::inspect::InspectArgs;
 use super::progress::Ui;
+use super::train::{ModelKind, TrainArgs};
 use super::{Exit, FlowArgs};
 
 /// The ns-3.37 802.11ac sample (VHT MCS 9, 2 SS, 80 MHz, SGI, 300 Mb/s UDP), xz-compressed.
 const SAMPLE: &[u8] = include_bytes!("../../tests/data/ns3_vht_mcs9_2ss_300mbps.pcap.xz");
+/// The demo dataset recipe.
+const SMALL: &str = include_str!("../../datasets/small.toml");
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct DemoArgs {
@@ -25,25 +28,11 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let capture = a.out.join("ns3_vht_mcs9_2ss_300mbps.pcap.xz");
     std::fs::write(&capture, SAMPLE).with_context(|| format!("writing {}", capture.display()))?;
-    let flow = FlowArgs {
-        mac: None,
-        ip: None,
-        port: None,
-        proto: None,
-        n_max: 64,
-        keep_going: false,
-    };
-    ui.info(format!("== inspect {}", capture.display()));
-    super::inspect::run(
-        ui,
-        InspectArgs {
-            capture: capture.clone(),
-            json: false,
-            flow: flow.clone(),
-        },
-    )?;
-    let output = a.out.join("features.parquet");
-    ui.info(format!("== features → {}", output.display()));
+    let flow = FlowArgs { mac: None, ip: None, port: None, proto: None, n_max: 64, keep_going: false };
+    ui.info(format!("== 1. inspect the ns-3 sample {}", capture.display()));
+    super::inspect::run(ui, InspectArgs { capture: capture.clone(), json: false, flow: flow.clone() })?;
+    let output = a.out.join("ns3_features.parquet");
+    ui.info(format!("== 2. its features → {}", output.display()));
     super::features::run(
         ui,
         FeaturesArgs {
@@ -55,8 +44,30 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
             rate_mbps: None,
             kernel: None,
             seq_offset: 0,
-            flow,
+            flow: flow.clone(),
         },
     )?;
+    let data = a.out.join("data/small");
+    ui.info(format!("== 3. emulate the small dataset (datasets/small.toml) → {}", data.display()));
+    let m = super::dataset::parse_manifest(SMALL, std::path::Path::new("datasets/small.toml"))?;
+    super::dataset::build(ui, &m, std::path::Path::new("datasets/small.toml"), Some(data.clone()), 128)?;
+    for model in [ModelKind::Logistic, ModelKind::Threshold] {
+        ui.info(format!("== 4. train + 20-fold CV: {model:?}"));
+        super::train::run(
+            ui,
+            TrainArgs {
+                dataset: vec![data.clone()],
+                model,
+                output: a.out.join("models"),
+                folds: 20,
+                m: 20,
+                no_sigma: false,
+                l2: 1.0,
+                balanced: false,
+                flow: flow.clone(),
+            },
+        )?;
+    }
+    ui.info(format!("demo done: everything is in {}", a.out.display()));
     Ok(Exit::Ok)
 }
