@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::features::FeatureSpec;
-use crate::train::{LogisticModel, Predict, ThresholdModel};
+use crate::train::{LinearSvmModel, LogisticModel, Predict, ThresholdModel};
 
 /// File format tag.
 pub const FORMAT: &str = "aggrate-model";
@@ -20,6 +20,9 @@ pub const VERSION: u32 = 1;
 pub enum EstimatorModel {
     /// Logistic regression.
     Logistic(LogisticModel),
+    /// Linear SVM.
+    #[serde(rename = "linear_svm")]
+    LinearSvm(LinearSvmModel),
     /// m = 1 gap threshold.
     Threshold(ThresholdModel),
 }
@@ -28,6 +31,7 @@ impl Predict for EstimatorModel {
     fn decision(&self, x: &[f64]) -> f64 {
         match self {
             EstimatorModel::Logistic(m) => m.decision(x),
+            EstimatorModel::LinearSvm(m) => m.decision(x),
             EstimatorModel::Threshold(m) => m.decision(x),
         }
     }

@@ -502,3 +502,217 @@ mod tests {
         assert_eq!(levels_from_starts(&s, 2), vec![2, 2, 2, 1, 2, 2]);
     }
 }
+
+/// Loss of the linear SVM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SvmLoss {
+    /// max(0, 1 − y·f).
+    Hinge,
+    /// max(0, 1 − y·f)².
+    SquaredHinge,
+}
+
+/// Hyper-parameters of the linear SVM.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SvmParams {
+    /// Cost C.
+    pub c: f64,
+    /// Loss.
+    pub loss: SvmLoss,
+    /// Epochs at most.
+    pub max_epochs: usize,
+    /// Stop when an epoch changes no weight by more than `tol` × the largest weight (or the
+    /// projected-gradient spread falls below `tol`).
+    pub tol: f64,
+    /// Seed of the coordinate order.
+    pub seed: u64,
+}
+
+impl Default for SvmParams {
+    fn default() -> Self {
+        SvmParams {
+            c: 1.0,
+            loss: SvmLoss::SquaredHinge,
+            max_epochs: 50,
+            tol: 1e-3,
+            seed: 1,
+        }
+    }
+}
+
+/// Checked SVM parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValidSvmParams(SvmParams);
+
+impl SvmParams {
+    /// Check ranges.
+    pub fn check(self) -> Result<ValidSvmParams, Error> {
+        if !(self.c > 0.0 && self.c.is_finite()) {
+            return Err(Error::BadParam {
+                name: "c",
+                value: self.c,
+                allowed: "finite and > 0",
+            });
+        }
+        if self.max_epochs == 0 {
+            return Err(Error::BadParam {
+                name: "max_epochs",
+                value: 0.0,
+                allowed: ">= 1",
+            });
+        }
+        if self.tol.is_nan() || self.tol <= 0.0 {
+            return Err(Error::BadParam {
+                name: "tol",
+                value: self.tol,
+                allowed: "> 0",
+            });
+        }
+        Ok(ValidSvmParams(self))
+    }
+}
+
+/// A fitted linear SVM: decision = w·z + b on standardised rows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinearSvmModel {
+    /// Scaler fitted on the training rows.
+    pub scaler: Scaler,
+    /// Weights.
+    pub w: Vec<f64>,
+    /// Bias.
+    pub b: f64,
+    /// Loss it was trained with.
+    pub loss: SvmLoss,
+    /// Epochs used.
+    pub epochs: usize,
+}
+
+impl Predict for LinearSvmModel {
+    fn decision(&self, x: &[f64]) -> f64 {
+        let mut s = self.b;
+        for ((v, m), (sd, w)) in x.iter().zip(&self.scaler.mean).zip(self.scaler.std.iter().zip(&self.w)) {
+            s += (v - m) / sd * w;
+        }
+        s
+    }
+}
+
+/// Fit a linear SVM by dual coordinate descent (Hsieh et al., ICML 2008 — liblinear's solver),
+/// the bias as an extra constant feature. Our own because smartcore/linfa solve the kernel SVM
+/// (hundreds of times slower, ../shared/STACK.md) and the `liblinear` crate needs the deprecated
+/// `failure` crate.
+pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmModel, Error> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let p = p.0;
+    let n = data.len();
+    let pos = data.y.iter().filter(|y| **y).count();
+    if pos == 0 || pos == n {
+        return Err(Error::OneClass {
+            rows: n,
+            positives: pos,
+        });
+    }
+    let scaler = Scaler::fit(data);
+    let d = data.d;
+    let m = d + 1;
+    let mut z = vec![0.0; n * m];
+    for i in 0..n {
+        let x = data.row(i);
+        for j in 0..d {
+            z[i * m + j] = (x[j] - scaler.mean[j]) / scaler.std[j];
+        }
+        z[i * m + d] = 1.0;
+    }
+    let (upper, diag) = match p.loss {
+        SvmLoss::Hinge => (p.c, 0.0),
+        SvmLoss::SquaredHinge => (f64::INFINITY, 0.5 / p.c),
+    };
+    let qii: Vec<f64> = (0..n)
+        .map(|i| z[i * m..(i + 1) * m].iter().map(|v| v * v).sum::<f64>() + diag)
+        .collect();
+    let mut alpha = vec![0.0; n];
+    let mut w = vec![0.0; m];
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(p.seed);
+    let mut epochs = 0;
+    for e in 0..p.max_epochs {
+        epochs = e + 1;
+        order.shuffle(&mut rng);
+        let w_before = w.clone();
+        let (mut pg_max, mut pg_min) = (f64::NEG_INFINITY, f64::INFINITY);
+        for &i in &order {
+            let zi = &z[i * m..(i + 1) * m];
+            let yi = if data.y[i] { 1.0 } else { -1.0 };
+            let g = yi * zi.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() - 1.0 + diag * alpha[i];
+            let pg = if alpha[i] == 0.0 {
+                g.min(0.0)
+            } else if alpha[i] >= upper {
+                g.max(0.0)
+            } else {
+                g
+            };
+            pg_max = pg_max.max(pg);
+            pg_min = pg_min.min(pg);
+            if pg.abs() > 1e-12 {
+                let old = alpha[i];
+                alpha[i] = (old - g / qii[i]).clamp(0.0, upper);
+                let delta = (alpha[i] - old) * yi;
+                for (wj, zj) in w.iter_mut().zip(zi) {
+                    *wj += delta * zj;
+                }
+            }
+        }
+        let w_max = w.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(1e-12);
+        let dw = w.iter().zip(&w_before).fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+        if pg_max - pg_min < p.tol || dw < p.tol * w_max {
+            break;
+        }
+    }
+    Ok(LinearSvmModel {
+        scaler,
+        w: w[..d].to_vec(),
+        b: w[d],
+        loss: p.loss,
+        epochs,
+    })
+}
+
+#[cfg(test)]
+mod svm_tests {
+    use super::*;
+
+    #[test]
+    fn linear_svm_separates_both_losses() {
+        let mut d = Dataset::new(2);
+        for i in 0..300 {
+            let pos = i % 3 == 0;
+            let g = if pos {
+                150.0 + (i % 11) as f64
+            } else {
+                8.0 + (i % 13) as f64
+            };
+            d.push(&[g, ((i * 7) % 5) as f64], pos, 0, 100.0, 3);
+        }
+        for loss in [SvmLoss::Hinge, SvmLoss::SquaredHinge] {
+            let p = SvmParams {
+                loss,
+                ..SvmParams::default()
+            }
+            .check()
+            .unwrap();
+            let m = fit_linear_svm(&d, &p).unwrap();
+            let acc = (0..d.len()).filter(|&i| m.predict_row(d.row(i)) == d.y[i]).count();
+            assert_eq!(acc, d.len(), "{loss:?}");
+            // Same seed, same model.
+            assert_eq!(fit_linear_svm(&d, &p).unwrap(), m);
+        }
+        assert!(SvmParams {
+            c: 0.0,
+            ..SvmParams::default()
+        }
+        .check()
+        .is_err());
+    }
+}

@@ -28,9 +28,23 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let capture = a.out.join("ns3_vht_mcs9_2ss_300mbps.pcap.xz");
     std::fs::write(&capture, SAMPLE).with_context(|| format!("writing {}", capture.display()))?;
-    let flow = FlowArgs { mac: None, ip: None, port: None, proto: None, n_max: 64, keep_going: false };
+    let flow = FlowArgs {
+        mac: None,
+        ip: None,
+        port: None,
+        proto: None,
+        n_max: 64,
+        keep_going: false,
+    };
     ui.info(format!("== 1. inspect the ns-3 sample {}", capture.display()));
-    super::inspect::run(ui, InspectArgs { capture: capture.clone(), json: false, flow: flow.clone() })?;
+    super::inspect::run(
+        ui,
+        InspectArgs {
+            capture: capture.clone(),
+            json: false,
+            flow: flow.clone(),
+        },
+    )?;
     let output = a.out.join("ns3_features.parquet");
     ui.info(format!("== 2. its features → {}", output.display()));
     super::features::run(
@@ -48,9 +62,18 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         },
     )?;
     let data = a.out.join("data/small");
-    ui.info(format!("== 3. emulate the small dataset (datasets/small.toml) → {}", data.display()));
+    ui.info(format!(
+        "== 3. emulate the small dataset (datasets/small.toml) → {}",
+        data.display()
+    ));
     let m = super::dataset::parse_manifest(SMALL, std::path::Path::new("datasets/small.toml"))?;
-    super::dataset::build(ui, &m, std::path::Path::new("datasets/small.toml"), Some(data.clone()), 128)?;
+    super::dataset::build(
+        ui,
+        &m,
+        std::path::Path::new("datasets/small.toml"),
+        Some(data.clone()),
+        128,
+    )?;
     for model in [ModelKind::Logistic, ModelKind::Threshold] {
         ui.info(format!("== 4. train + 20-fold CV: {model:?}"));
         super::train::run(
@@ -64,6 +87,8 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
                 no_sigma: false,
                 l2: 1.0,
                 balanced: false,
+                c: 1.0,
+                loss: super::train::LossArg::SquaredHinge,
                 flow: flow.clone(),
             },
         )?;

@@ -12,7 +12,8 @@ use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, TrainingSummary};
 use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
 use aggrate::train::{
-    contiguous_folds, fit_logistic, fit_threshold, levels_from_starts, Dataset, LogisticParams, Predict,
+    contiguous_folds, fit_linear_svm, fit_logistic, fit_threshold, levels_from_starts, Dataset, LogisticParams,
+    Predict, SvmLoss, SvmParams,
 };
 
 use super::features::{pick_flow, rate_from_name};
@@ -25,8 +26,19 @@ use super::{Exit, FlowArgs};
 pub(crate) enum ModelKind {
     /// Logistic regression on m gaps (+ σ).
     Logistic,
+    /// Linear SVM (dual coordinate descent).
+    Svm,
     /// The m = 1 gap threshold baseline.
     Threshold,
+}
+
+/// SVM loss flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LossArg {
+    /// Hinge.
+    Hinge,
+    /// Squared hinge.
+    SquaredHinge,
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,9 +65,15 @@ pub(crate) struct TrainArgs {
     /// L2 penalty of the logistic regression.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) l2: f64,
-    /// Weight the classes equally.
+    /// Weight the classes equally (logistic).
     #[arg(long)]
     pub(crate) balanced: bool,
+    /// SVM cost C.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) c: f64,
+    /// SVM loss: hinge or squared-hinge.
+    #[arg(long, value_enum, default_value_t = LossArg::SquaredHinge)]
+    pub(crate) loss: LossArg,
     #[command(flatten)]
     pub(crate) flow: FlowArgs,
 }
@@ -154,7 +172,7 @@ struct RateReport {
 
 pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let spec = match a.model {
-        ModelKind::Logistic => FeatureSpec {
+        ModelKind::Logistic | ModelKind::Svm => FeatureSpec {
             m: a.m,
             sigma: !a.no_sigma,
             n_max: a.flow.n_max,
@@ -174,6 +192,16 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         ..LogisticParams::default()
     }
     .check()?;
+    let loss = match a.loss {
+        LossArg::Hinge => SvmLoss::Hinge,
+        LossArg::SquaredHinge => SvmLoss::SquaredHinge,
+    };
+    let svm = SvmParams {
+        c: a.c,
+        loss,
+        ..SvmParams::default()
+    }
+    .check()?;
     if !(2..=100).contains(&a.folds) {
         bail!("--folds = {}: 2..=100", a.folds);
     }
@@ -189,6 +217,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let fit = |d: &Dataset| -> Result<EstimatorModel> {
         Ok(match a.model {
             ModelKind::Logistic => EstimatorModel::Logistic(fit_logistic(d, &params)?),
+            ModelKind::Svm => EstimatorModel::LinearSvm(fit_linear_svm(d, &svm)?),
             ModelKind::Threshold => EstimatorModel::Threshold(fit_threshold(d)?),
         })
     };
@@ -266,6 +295,12 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let final_model = fit(&data)?;
     let name = match a.model {
         ModelKind::Logistic => format!("logistic_m{}{}", spec.m, if spec.sigma { "_sigma" } else { "" }),
+        ModelKind::Svm => format!(
+            "svm_{}_m{}{}",
+            if loss == SvmLoss::Hinge { "hinge" } else { "sqhinge" },
+            spec.m,
+            if spec.sigma { "_sigma" } else { "" }
+        ),
         ModelKind::Threshold => "threshold_m1".to_string(),
     };
     let mut rates_seen: Vec<f64> = rates.iter().map(|r| r.rate_mbps).filter(|r| !r.is_nan()).collect();
