@@ -16,6 +16,15 @@ if ! command -v tshark >/dev/null 2>&1; then
   as_root apt-get install -y -qq tshark >/dev/null
 fi
 
+# Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports.
+venv="${AGGRATE_VENV:-$HOME/.cache/aggrate/venv}"
+if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy" >/dev/null 2>&1; then
+  echo "== setting up $venv (onnxruntime, onnx, numpy)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy
+fi
+export AGGRATE_PYTHON="$venv/bin/python"
+
 echo "== cargo test"
-cargo test --locked --doc
-cargo test --locked --all-targets
+cargo test --locked --features onnx --doc
+cargo test --locked --features onnx --all-targets

@@ -2,6 +2,9 @@
 //! [`FeatureSpec`], scaler, coefficients, a training-data summary and metrics. Loading checks the
 //! format, the version and the spec, and names what does not match.
 
+#[cfg(feature = "onnx")]
+pub mod onnx;
+
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};

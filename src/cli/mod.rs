@@ -3,6 +3,7 @@
 
 mod dataset;
 mod demo;
+mod export;
 mod features;
 mod ingest;
 mod inspect;
@@ -41,6 +42,8 @@ pub(crate) enum Command {
     Features(features::FeaturesArgs),
     /// Train an estimator with contiguous k-fold cross-validation; write model + reports.
     Train(train::TrainArgs),
+    /// Export a trained model (ONNX).
+    Export(export::ExportArgs),
     /// Datasets of emulator captures (see datasets/).
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
@@ -132,6 +135,7 @@ pub(crate) fn exit_code_for(err: &anyhow::Error) -> Exit {
                 .is_some_and(|o| matches!(o, aggrate::capture::io::OpenError::Capture { .. }))
             || e.downcast_ref::<aggrate::label::Error>().is_some()
             || e.downcast_ref::<aggrate::wlan::ConfigError>().is_some()
+            || e.downcast_ref::<aggrate::model::Error>().is_some()
     }) {
         Exit::BadInput
     } else {
@@ -148,6 +152,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Simulate(a) => simulate::run_cmd(&ui, a),
         Command::Dataset(c) => dataset::run(&ui, c),
         Command::Train(a) => train::run(&ui, a),
+        Command::Export(a) => export::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

@@ -1,0 +1,230 @@
+//! ONNX export of fitted models, with hand-written prost messages for the few ONNX types needed
+//! (no protoc, no build script). Field numbers follow onnx.proto (IR version 8, opset 17).
+//!
+//! Graphs use only standard operators so any runtime can run them: the scaler is folded into the
+//! weights, then `Gemm` gives the decision value; logistic adds `Sigmoid`. Computation is in
+//! double precision, matching [`crate::train::Predict`] to rounding error.
+//!
+//! Inputs: `x` — `double[N, d]` feature rows. Outputs: `decision` — `double[N, 1]`; logistic
+//! also `probability` — `double[N, 1]`.
+
+use prost::Message;
+
+use super::{EstimatorModel, ModelFile};
+use crate::train::Scaler;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ModelProto {
+    #[prost(int64, tag = "1")]
+    ir_version: i64,
+    #[prost(string, tag = "2")]
+    producer_name: String,
+    #[prost(string, tag = "3")]
+    producer_version: String,
+    #[prost(string, tag = "6")]
+    doc_string: String,
+    #[prost(message, optional, tag = "7")]
+    graph: Option<GraphProto>,
+    #[prost(message, repeated, tag = "8")]
+    opset_import: Vec<OperatorSetIdProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct OperatorSetIdProto {
+    #[prost(string, tag = "1")]
+    domain: String,
+    #[prost(int64, tag = "2")]
+    version: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GraphProto {
+    #[prost(message, repeated, tag = "1")]
+    node: Vec<NodeProto>,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(message, repeated, tag = "5")]
+    initializer: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "11")]
+    input: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "12")]
+    output: Vec<ValueInfoProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct NodeProto {
+    #[prost(string, repeated, tag = "1")]
+    input: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    output: Vec<String>,
+    #[prost(string, tag = "3")]
+    name: String,
+    #[prost(string, tag = "4")]
+    op_type: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorProto {
+    #[prost(int64, repeated, tag = "1")]
+    dims: Vec<i64>,
+    #[prost(int32, tag = "2")]
+    data_type: i32,
+    #[prost(string, tag = "8")]
+    name: String,
+    #[prost(double, repeated, tag = "10")]
+    double_data: Vec<f64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ValueInfoProto {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(message, optional, tag = "2")]
+    r#type: Option<TypeProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TypeProto {
+    #[prost(message, optional, tag = "1")]
+    tensor_type: Option<TensorTypeProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorTypeProto {
+    #[prost(int32, tag = "1")]
+    elem_type: i32,
+    #[prost(message, optional, tag = "2")]
+    shape: Option<TensorShapeProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TensorShapeProto {
+    #[prost(message, repeated, tag = "1")]
+    dim: Vec<Dimension>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Dimension {
+    #[prost(int64, optional, tag = "1")]
+    dim_value: Option<i64>,
+    #[prost(string, optional, tag = "2")]
+    dim_param: Option<String>,
+}
+
+const DOUBLE: i32 = 11;
+
+fn tensor_info(name: &str, dims: [Option<i64>; 2]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| match d {
+            Some(v) => Dimension {
+                dim_value: Some(*v),
+                dim_param: None,
+            },
+            None => Dimension {
+                dim_value: None,
+                dim_param: Some("N".into()),
+            },
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TensorTypeProto {
+                elem_type: DOUBLE,
+                shape: Some(TensorShapeProto { dim }),
+            }),
+        }),
+    }
+}
+
+fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: format!("{op}_{output}"),
+        op_type: op.into(),
+    }
+}
+
+/// Errors of export (every current model kind exports; kept for the slot SVR to come).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// The model kind has no ONNX form yet.
+    #[error("{0} models have no ONNX export")]
+    Unsupported(&'static str),
+}
+
+/// Fold the scaler into linear weights: w·((x − μ)/σ) + b = (w/σ)·x + (b − Σ wμ/σ).
+fn fold(scaler: &Scaler, w: &[f64], b: f64) -> (Vec<f64>, f64) {
+    let wf: Vec<f64> = w.iter().zip(&scaler.std).map(|(w, s)| w / s).collect();
+    let bf = b - wf.iter().zip(&scaler.mean).map(|(w, m)| w * m).sum::<f64>();
+    (wf, bf)
+}
+
+/// Serialise a model file's estimator as an ONNX model.
+pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
+    let d = file.spec.width() as i64;
+    let (w, b, logistic) = match &file.model {
+        EstimatorModel::Logistic(m) => {
+            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            (w, b, true)
+        }
+        EstimatorModel::LinearSvm(m) => {
+            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            (w, b, false)
+        }
+        EstimatorModel::Threshold(t) => {
+            // decision = x₀ − threshold: a one-hot weight vector.
+            let mut w = vec![0.0; d as usize];
+            w[0] = 1.0;
+            (w, -t.threshold_us, false)
+        }
+    };
+    let mut nodes = vec![node("Gemm", &["x", "W", "B"], "decision")];
+    let mut outputs = vec![tensor_info("decision", [None, Some(1)])];
+    if logistic {
+        nodes.push(node("Sigmoid", &["decision"], "probability"));
+        outputs.push(tensor_info("probability", [None, Some(1)]));
+    }
+    let graph = GraphProto {
+        node: nodes,
+        name: "aggrate".into(),
+        initializer: vec![
+            TensorProto {
+                dims: vec![d, 1],
+                data_type: DOUBLE,
+                name: "W".into(),
+                double_data: w,
+            },
+            TensorProto {
+                dims: vec![1],
+                data_type: DOUBLE,
+                name: "B".into(),
+                double_data: vec![b],
+            },
+        ],
+        input: vec![tensor_info("x", [None, Some(d)])],
+        output: outputs,
+    };
+    let model = ModelProto {
+        ir_version: 8,
+        producer_name: "aggrate".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        doc_string: format!(
+            "aggrate {} estimator; feature spec {}",
+            match file.model {
+                EstimatorModel::Logistic(_) => "logistic",
+                EstimatorModel::LinearSvm(_) => "linear SVM",
+                EstimatorModel::Threshold(_) => "threshold",
+            },
+            serde_json::to_string(&file.spec).unwrap_or_default()
+        ),
+        graph: Some(graph),
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+    };
+    Ok(model.encode_to_vec())
+}
