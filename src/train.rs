@@ -144,6 +144,22 @@ pub struct Scaler {
 }
 
 impl Scaler {
+    /// w·z + b for the standardised row z = (x − mean)/std.
+    pub fn linear(&self, w: &[f64], b: f64, x: &[f64]) -> f64 {
+        let mut s = b;
+        for ((v, m), (sd, w)) in x.iter().zip(&self.mean).zip(self.std.iter().zip(w)) {
+            s += (v - m) / sd * w;
+        }
+        s
+    }
+
+    /// Standardise `x` into `z` (which has room for at least `x.len()` values).
+    pub fn standardize(&self, x: &[f64], z: &mut [f64]) {
+        for (((zj, v), m), sd) in z.iter_mut().zip(x).zip(&self.mean).zip(&self.std) {
+            *zj = (v - m) / sd;
+        }
+    }
+
     /// Fit on `data`.
     pub fn fit(data: &Dataset) -> Scaler {
         let d = data.d;
@@ -253,11 +269,7 @@ pub trait Predict {
 
 impl Predict for LogisticModel {
     fn decision(&self, x: &[f64]) -> f64 {
-        let mut s = self.b;
-        for ((v, m), (sd, w)) in x.iter().zip(&self.scaler.mean).zip(self.scaler.std.iter().zip(&self.w)) {
-            s += (v - m) / sd * w;
-        }
-        s
+        self.scaler.linear(&self.w, self.b, x)
     }
 }
 
@@ -305,9 +317,8 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> bool {
     true
 }
 
-/// Fit logistic regression by Newton's method (IRLS) on standardised features.
-pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticModel, Error> {
-    let p = p.0;
+/// Rows and positives, or an error when only one class is present.
+fn two_classes(data: &Dataset) -> Result<(usize, usize), Error> {
     let n = data.len();
     let pos = data.y.iter().filter(|y| **y).count();
     if pos == 0 || pos == n {
@@ -316,6 +327,13 @@ pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticM
             positives: pos,
         });
     }
+    Ok((n, pos))
+}
+
+/// Fit logistic regression by Newton's method (IRLS) on standardised features.
+pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticModel, Error> {
+    let p = p.0;
+    let (n, pos) = two_classes(data)?;
     let scaler = Scaler::fit(data);
     let d = data.d;
     let m = d + 1; // + bias (last)
@@ -332,10 +350,7 @@ pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticM
         let mut h = vec![0.0; m * m];
         let mut g = vec![0.0; m];
         for i in 0..n {
-            let x = data.row(i);
-            for j in 0..d {
-                z[j] = (x[j] - scaler.mean[j]) / scaler.std[j];
-            }
+            scaler.standardize(data.row(i), &mut z);
             z[d] = 1.0;
             let s: f64 = z.iter().zip(&beta).map(|(a, b)| a * b).sum();
             let prob = 1.0 / (1.0 + (-s).exp());
@@ -395,14 +410,7 @@ impl Predict for ThresholdModel {
 
 /// The threshold on feature 0 that maximises training accuracy (exact: sort once, sweep).
 pub fn fit_threshold(data: &Dataset) -> Result<ThresholdModel, Error> {
-    let n = data.len();
-    let pos = data.y.iter().filter(|y| **y).count();
-    if pos == 0 || pos == n {
-        return Err(Error::OneClass {
-            rows: n,
-            positives: pos,
-        });
-    }
+    let (n, pos) = two_classes(data)?;
     let mut v: Vec<(f64, bool)> = (0..n).map(|i| (data.row(i)[0], data.y[i])).collect();
     v.sort_by(|a, b| a.0.total_cmp(&b.0));
     // Threshold below everything: all predicted positive → correct = pos.
@@ -590,11 +598,7 @@ pub struct LinearSvmModel {
 
 impl Predict for LinearSvmModel {
     fn decision(&self, x: &[f64]) -> f64 {
-        let mut s = self.b;
-        for ((v, m), (sd, w)) in x.iter().zip(&self.scaler.mean).zip(self.scaler.std.iter().zip(&self.w)) {
-            s += (v - m) / sd * w;
-        }
-        s
+        self.scaler.linear(&self.w, self.b, x)
     }
 }
 
@@ -606,23 +610,13 @@ pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmMod
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     let p = p.0;
-    let n = data.len();
-    let pos = data.y.iter().filter(|y| **y).count();
-    if pos == 0 || pos == n {
-        return Err(Error::OneClass {
-            rows: n,
-            positives: pos,
-        });
-    }
+    let (n, _) = two_classes(data)?;
     let scaler = Scaler::fit(data);
     let d = data.d;
     let m = d + 1;
     let mut z = vec![0.0; n * m];
     for i in 0..n {
-        let x = data.row(i);
-        for j in 0..d {
-            z[i * m + j] = (x[j] - scaler.mean[j]) / scaler.std[j];
-        }
+        scaler.standardize(data.row(i), &mut z[i * m..]);
         z[i * m + d] = 1.0;
     }
     let (upper, diag) = match p.loss {
