@@ -57,6 +57,53 @@ fn train_logistic_and_threshold_on_the_small_dataset() {
         row[0] = 500.0;
         assert!(m.model.predict_row(&row), "{kind}: a 500 µs gap is");
     }
+    // Evaluation on the whole dataset (training and held-out rates).
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "eval",
+            "--model",
+            "models/logistic_m20_sigma.json",
+            "small",
+            "-o",
+            "ev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("ev/logistic_m20_sigma.eval.json")).unwrap())
+            .unwrap();
+    let rates: Vec<f64> = r["per_rate"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["rate_mbps"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        rates,
+        vec![50.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0, 800.0]
+    );
+    let f1 = |rate: f64| {
+        r["per_rate"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["rate_mbps"] == rate)
+            .unwrap()["f1"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        f1(50.0) > 0.95 && f1(800.0) < 0.5,
+        "50: {}, 800: {}",
+        f1(50.0),
+        f1(800.0)
+    );
+    // A missing model file is named in the error.
+    let o = aggrate(dir.path(), &["eval", "--model", "missing.json", "small"]);
+    assert!(!o.status.success() && text(&o).1.contains("missing.json"));
+
     // A corrupt model file is refused with its name.
     std::fs::write(
         dir.path().join("bad.json"),

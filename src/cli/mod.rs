@@ -3,6 +3,7 @@
 
 mod dataset;
 mod demo;
+mod eval;
 mod export;
 mod features;
 mod ingest;
@@ -42,6 +43,8 @@ pub(crate) enum Command {
     Features(features::FeaturesArgs),
     /// Train an estimator with contiguous k-fold cross-validation; write model + reports.
     Train(train::TrainArgs),
+    /// Score a trained model on other captures or datasets, per send rate.
+    Eval(eval::EvalArgs),
     /// Export a trained model (ONNX).
     Export(export::ExportArgs),
     /// Datasets of emulator captures (see datasets/).
@@ -153,6 +156,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Dataset(c) => dataset::run(&ui, c),
         Command::Train(a) => train::run(&ui, a),
         Command::Export(a) => export::run(&ui, a),
+        Command::Eval(a) => eval::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

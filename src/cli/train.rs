@@ -157,7 +157,7 @@ struct FoldReport {
 }
 
 #[derive(serde::Serialize)]
-struct RateReport {
+pub(crate) struct RateReport {
     rate_mbps: f64,
     rows: u64,
     f1: f64,
@@ -168,6 +168,61 @@ struct RateReport {
     agg_acc: f64,
     agg_acc_within1: f64,
     agg_mean_error: f64,
+}
+
+/// Metrics per send rate: (rate, labels, levels).
+pub(crate) type PerRate = BTreeMap<i64, (f64, BinaryMetrics, AggMetrics)>;
+
+/// Predict the rows `idx` (contiguous per capture, in capture order) and score them: labels, and
+/// levels from predicted starts within each capture's block; also added into `per_rate`.
+pub(crate) fn score(
+    data: &Dataset,
+    idx: &[usize],
+    model: &impl Predict,
+    n_max: u16,
+    per_rate: &mut PerRate,
+) -> (BinaryMetrics, AggMetrics) {
+    let pred: Vec<bool> = idx.iter().map(|&i| model.predict_row(data.row(i))).collect();
+    let truth: Vec<bool> = idx.iter().map(|&i| data.y[i]).collect();
+    let bm = BinaryMetrics::from_labels(&truth, &pred);
+    let mut agg = AggMetrics::default();
+    let mut s = 0;
+    while s < idx.len() {
+        let g = data.group[idx[s]];
+        let e = (s..idx.len()).find(|&k| data.group[idx[k]] != g).unwrap_or(idx.len());
+        let lv = levels_from_starts(&pred[s..e], n_max);
+        let tl: Vec<u16> = idx[s..e].iter().map(|&i| data.level[i]).collect();
+        let am = AggMetrics::from_levels(&tl, &lv);
+        agg.add(&am);
+        let rate = data.rate_mbps[idx[s]];
+        let key = if rate.is_nan() { -1 } else { (rate * 1000.0) as i64 };
+        let entry = per_rate
+            .entry(key)
+            .or_insert((rate as f64, BinaryMetrics::default(), AggMetrics::default()));
+        entry.1.add(&BinaryMetrics::from_labels(&truth[s..e], &pred[s..e]));
+        entry.2.add(&am);
+        s = e;
+    }
+    (bm, agg)
+}
+
+/// Per-rate rows of a report.
+pub(crate) fn rate_reports(per_rate: &PerRate) -> Vec<RateReport> {
+    per_rate
+        .values()
+        .map(|(r, b, g)| RateReport {
+            rate_mbps: *r,
+            rows: b.tp + b.fp + b.tn + b.fn_,
+            f1: b.f1(),
+            precision: b.precision(),
+            recall: b.recall(),
+            accuracy: b.accuracy(),
+            agg_rmse: g.rmse(),
+            agg_acc: g.accuracy(),
+            agg_acc_within1: g.accuracy_within1(),
+            agg_mean_error: g.mean_error(),
+        })
+        .collect()
 }
 
 pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
@@ -231,7 +286,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut fold_reports = Vec::new();
-    let mut per_rate: BTreeMap<i64, (f64, BinaryMetrics, AggMetrics)> = BTreeMap::new();
+    let mut per_rate = PerRate::new();
     let n = data.len();
     let mut in_test = vec![false; n];
     for (fi, test) in folds.iter().enumerate() {
@@ -239,30 +294,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         let train_idx: Vec<usize> = (0..n).filter(|&i| !in_test[i]).collect();
         test.iter().for_each(|&i| in_test[i] = false);
         let model = fit(&data.select(&train_idx))?;
-        let pred: Vec<bool> = test.iter().map(|&i| model.predict_row(data.row(i))).collect();
-        let truth: Vec<bool> = test.iter().map(|&i| data.y[i]).collect();
-        let bm = BinaryMetrics::from_labels(&truth, &pred);
-        // Levels from predicted starts, per contiguous block of one capture.
-        let mut agg = AggMetrics::default();
-        let mut s = 0;
-        while s < test.len() {
-            let g = data.group[test[s]];
-            let e = (s..test.len())
-                .find(|&k| data.group[test[k]] != g)
-                .unwrap_or(test.len());
-            let lv = levels_from_starts(&pred[s..e], spec.n_max);
-            let tl: Vec<u16> = test[s..e].iter().map(|&i| data.level[i]).collect();
-            let am = AggMetrics::from_levels(&tl, &lv);
-            agg.add(&am);
-            let rate = data.rate_mbps[test[s]];
-            let key = if rate.is_nan() { -1 } else { (rate * 1000.0) as i64 };
-            let entry = per_rate
-                .entry(key)
-                .or_insert((rate as f64, BinaryMetrics::default(), AggMetrics::default()));
-            entry.1.add(&BinaryMetrics::from_labels(&truth[s..e], &pred[s..e]));
-            entry.2.add(&am);
-            s = e;
-        }
+        let (bm, agg) = score(&data, test, &model, spec.n_max, &mut per_rate);
         fold_reports.push(FoldReport {
             fold: fi,
             rows: test.len() as u64,
@@ -277,21 +309,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     bar.finish_and_clear();
     let (f1_mean, f1_std) = mean_std(&fold_reports.iter().map(|f| f.f1).collect::<Vec<_>>());
     let (acc_mean, acc_std) = mean_std(&fold_reports.iter().map(|f| f.accuracy).collect::<Vec<_>>());
-    let rates: Vec<RateReport> = per_rate
-        .values()
-        .map(|(r, b, g)| RateReport {
-            rate_mbps: *r,
-            rows: b.tp + b.fp + b.tn + b.fn_,
-            f1: b.f1(),
-            precision: b.precision(),
-            recall: b.recall(),
-            accuracy: b.accuracy(),
-            agg_rmse: g.rmse(),
-            agg_acc: g.accuracy(),
-            agg_acc_within1: g.accuracy_within1(),
-            agg_mean_error: g.mean_error(),
-        })
-        .collect();
+    let rates = rate_reports(&per_rate);
     let final_model = fit(&data)?;
     let name = match a.model {
         ModelKind::Logistic => format!("logistic_m{}{}", spec.m, if spec.sigma { "_sigma" } else { "" }),
@@ -343,7 +361,11 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let report_path = a.output.join(format!("{name}.report.json"));
     std::fs::write(&report_path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", report_path.display()))?;
-    let md = render_md(&name, a.folds, f1_mean, f1_std, &rates);
+    let md = render_md(
+        &name,
+        &format!("{}-fold contiguous CV: F1 {f1_mean:.4} ± {f1_std:.4}", a.folds),
+        &rates,
+    );
     let md_path = a.output.join(format!("{name}.report.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {
@@ -358,8 +380,8 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn render_md(name: &str, k: usize, f1: f64, f1_std: f64, rates: &[RateReport]) -> String {
-    let mut s = format!("# {name}\n\n{k}-fold contiguous CV: F1 {f1:.4} ± {f1_std:.4}\n\n");
+pub(crate) fn render_md(name: &str, headline: &str, rates: &[RateReport]) -> String {
+    let mut s = format!("# {name}\n\n{headline}\n\n");
     s.push_str("| rate Mb/s | rows | F1 | precision | recall | accuracy | agg RMSE | agg exact | agg ±1 |\n");
     s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for r in rates {

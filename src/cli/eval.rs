@@ -1,0 +1,73 @@
+//! `aggrate eval`: score a trained model on captures or datasets it did not train on (e.g. the
+//! evaluation rates of `datasets/paper.toml`), per send rate.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use aggrate::model::ModelFile;
+use aggrate::report::{AggMetrics, BinaryMetrics};
+
+use super::progress::Ui;
+use super::train::{dataset_files, load_rows, rate_reports, render_md, score, PerRate};
+use super::{Exit, FlowArgs};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EvalArgs {
+    /// Model file written by `aggrate train`.
+    #[arg(long)]
+    pub(crate) model: PathBuf,
+    /// Capture files or dataset folders (all runs of a dataset: training and evaluation).
+    #[arg(required = true)]
+    pub(crate) inputs: Vec<PathBuf>,
+    /// Output folder for the report.
+    #[arg(short, long, default_value = "eval")]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) flow: FlowArgs,
+}
+
+pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
+    let file = ModelFile::load(&a.model)?;
+    let spec = file.spec;
+    let files = dataset_files(&a.inputs, false)?;
+    let data = load_rows(ui, &files, &spec, &a.flow)?;
+    let idx: Vec<usize> = (0..data.len()).collect();
+    let mut per_rate = PerRate::new();
+    let (bm, agg): (BinaryMetrics, AggMetrics) = score(&data, &idx, &file.model, spec.n_max, &mut per_rate);
+    let rates = rate_reports(&per_rate);
+    let name = a
+        .model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let report = serde_json::json!({
+        "model": name,
+        "model_file": a.model.display().to_string(),
+        "spec": spec,
+        "rows": data.len(),
+        "f1": bm.f1(),
+        "precision": bm.precision(),
+        "recall": bm.recall(),
+        "accuracy": bm.accuracy(),
+        "agg_rmse": agg.rmse(),
+        "per_rate": rates,
+        "captures": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    let json_path = a.output.join(format!("{name}.eval.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let md = render_md(
+        &format!("{name} (evaluation)"),
+        &format!("F1 over all {} rows: {:.4}", data.len(), bm.f1()),
+        &rates,
+    );
+    let md_path = a.output.join(format!("{name}.eval.md"));
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    if !ui.quiet {
+        print!("{md}");
+    }
+    ui.info(format!("wrote {} and {}", json_path.display(), md_path.display()));
+    Ok(Exit::Ok)
+}
