@@ -1,3 +1,6 @@
+//! Labelled feature rows: from one capture's records to rows ([`RowExtractor`]), the row matrix
+//! models train on ([`Dataset`]), and leakage-free fold splits ([`contiguous_folds`]).
+//!
 //! From one capture's records to labelled feature rows (one per packet of the selected flow).
 //!
 //! Input: [`PacketRecord`]s in capture order (already filtered to one flow), and optionally a
@@ -169,5 +172,109 @@ impl RowExtractor {
         if let Some(f) = self.labeler.finish() {
             self.flush(f.level, f.phy_rate_bps, sink);
         }
+    }
+}
+
+/// More folds than a capture has rows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{k}-fold CV needs at least {k} rows per capture; capture {group} has {rows}")]
+pub struct FoldError {
+    /// Folds.
+    pub k: usize,
+    /// Capture.
+    pub group: u32,
+    /// Its rows.
+    pub rows: usize,
+}
+
+/// Labelled rows.
+#[derive(Clone, Debug, Default)]
+pub struct Dataset {
+    /// Features per row.
+    pub d: usize,
+    /// Row-major features (`n × d`).
+    pub x: Vec<f64>,
+    /// Label: first packet of an A-MPDU.
+    pub y: Vec<bool>,
+    /// Group (capture id); rows of a group are contiguous and in capture order.
+    pub group: Vec<u32>,
+    /// Send-rate tag per row (Mb/s; NaN when unknown).
+    pub rate_mbps: Vec<f32>,
+    /// True aggregation level of the row's frame.
+    pub level: Vec<u16>,
+}
+
+impl Dataset {
+    /// An empty dataset of `d`-feature rows.
+    pub fn new(d: usize) -> Dataset {
+        Dataset {
+            d,
+            ..Dataset::default()
+        }
+    }
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+    /// No rows.
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.d..(i + 1) * self.d]
+    }
+    /// Append a row.
+    pub fn push(&mut self, x: &[f64], y: bool, group: u32, rate_mbps: f32, level: u16) {
+        debug_assert_eq!(x.len(), self.d);
+        self.x.extend_from_slice(x);
+        self.y.push(y);
+        self.group.push(group);
+        self.rate_mbps.push(rate_mbps);
+        self.level.push(level);
+    }
+    /// The rows at `idx`, as a new dataset.
+    pub fn select(&self, idx: &[usize]) -> Dataset {
+        let mut out = Dataset::new(self.d);
+        for &i in idx {
+            out.push(self.row(i), self.y[i], self.group[i], self.rate_mbps[i], self.level[i]);
+        }
+        out
+    }
+}
+
+/// Contiguous k-fold split: every group (capture) is cut into k contiguous blocks of (nearly)
+/// equal size; fold i tests on block i of every group and trains on the rest. Rows are never
+/// shuffled — neighbouring rows share m−1 gaps, so a shuffled split would leak.
+pub fn contiguous_folds(groups: &[u32], k: usize) -> Result<Vec<Vec<usize>>, FoldError> {
+    let mut folds = vec![Vec::new(); k.max(1)];
+    let mut start = 0;
+    while start < groups.len() {
+        let g = groups[start];
+        let end = (start..groups.len()).find(|&i| groups[i] != g).unwrap_or(groups.len());
+        let n = end - start;
+        if n < k {
+            return Err(FoldError { k, group: g, rows: n });
+        }
+        for (f, fold) in folds.iter_mut().enumerate() {
+            let a = start + n * f / k;
+            let b = start + n * (f + 1) / k;
+            fold.extend(a..b);
+        }
+        start = end;
+    }
+    Ok(folds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_are_contiguous_per_group_and_cover_everything() {
+        let groups = [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1];
+        let f = contiguous_folds(&groups, 2).unwrap();
+        assert_eq!(f, vec![vec![0, 1, 5, 6, 7], vec![2, 3, 4, 8, 9, 10]]);
+        assert!(contiguous_folds(&groups, 6).is_err());
     }
 }

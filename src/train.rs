@@ -1,6 +1,6 @@
 //! Training: fitted models from labelled feature rows, and cross-validation without leakage.
 //!
-//! Inputs: a [`Dataset`] (row-major features, labels, group = capture, per-row send rate and true
+//! Inputs: a [`Dataset`](crate::dataset::Dataset) (row-major features, labels, group = capture, per-row send rate and true
 //! aggregation level). Outputs: owned, plain-data models ([`LogisticModel`], [`ThresholdModel`])
 //! and per-fold metrics. Hyper-parameters go through `*Params::check()` once. Deterministic: no
 //! randomness is used (folds are contiguous, solvers are exact).
@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dataset::Dataset;
 use crate::features::FeatureSpec;
 
 /// Errors of training.
@@ -43,95 +44,6 @@ pub enum Error {
         /// Expected.
         want: usize,
     },
-    /// More folds than contiguous blocks allow.
-    #[error("{k}-fold CV needs at least {k} rows per capture; capture {group} has {rows}")]
-    TooFewRows {
-        /// Folds.
-        k: usize,
-        /// Capture.
-        group: u32,
-        /// Its rows.
-        rows: usize,
-    },
-}
-
-/// Labelled rows.
-#[derive(Clone, Debug, Default)]
-pub struct Dataset {
-    /// Features per row.
-    pub d: usize,
-    /// Row-major features (`n × d`).
-    pub x: Vec<f64>,
-    /// Label: first packet of an A-MPDU.
-    pub y: Vec<bool>,
-    /// Group (capture id); rows of a group are contiguous and in capture order.
-    pub group: Vec<u32>,
-    /// Send-rate tag per row (Mb/s; NaN when unknown).
-    pub rate_mbps: Vec<f32>,
-    /// True aggregation level of the row's frame.
-    pub level: Vec<u16>,
-}
-
-impl Dataset {
-    /// An empty dataset of `d`-feature rows.
-    pub fn new(d: usize) -> Dataset {
-        Dataset {
-            d,
-            ..Dataset::default()
-        }
-    }
-    /// Rows.
-    pub fn len(&self) -> usize {
-        self.y.len()
-    }
-    /// No rows.
-    pub fn is_empty(&self) -> bool {
-        self.y.is_empty()
-    }
-    /// Row `i`.
-    pub fn row(&self, i: usize) -> &[f64] {
-        &self.x[i * self.d..(i + 1) * self.d]
-    }
-    /// Append a row.
-    pub fn push(&mut self, x: &[f64], y: bool, group: u32, rate_mbps: f32, level: u16) {
-        debug_assert_eq!(x.len(), self.d);
-        self.x.extend_from_slice(x);
-        self.y.push(y);
-        self.group.push(group);
-        self.rate_mbps.push(rate_mbps);
-        self.level.push(level);
-    }
-    /// The rows at `idx`, as a new dataset.
-    pub fn select(&self, idx: &[usize]) -> Dataset {
-        let mut out = Dataset::new(self.d);
-        for &i in idx {
-            out.push(self.row(i), self.y[i], self.group[i], self.rate_mbps[i], self.level[i]);
-        }
-        out
-    }
-}
-
-/// Contiguous k-fold split: every group (capture) is cut into k contiguous blocks of (nearly)
-/// equal size; fold i tests on block i of every group and trains on the rest. Rows are never
-/// shuffled — neighbouring rows share m−1 gaps, so a shuffled split would leak.
-pub fn contiguous_folds(groups: &[u32], k: usize) -> Result<Vec<Vec<usize>>, Error> {
-    let mut folds = vec![Vec::new(); k.max(1)];
-    let mut start = 0;
-    while start < groups.len() {
-        let g = groups[start];
-        let end = (start..groups.len()).find(|&i| groups[i] != g).unwrap_or(groups.len());
-        let n = end - start;
-        if n < k {
-            return Err(Error::TooFewRows { k, group: g, rows: n });
-        }
-        for (f, fold) in folds.iter_mut().enumerate() {
-            let a = start + n * f / k;
-            let b = start + n * (f + 1) / k;
-            fold.extend(a..b);
-        }
-        start = end;
-    }
-    Ok(folds)
 }
 
 /// Feature standardisation (z-scores), fitted on training rows only.
@@ -460,14 +372,6 @@ pub fn check_width(data: &Dataset, spec: &FeatureSpec) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn folds_are_contiguous_per_group_and_cover_everything() {
-        let groups = [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1];
-        let f = contiguous_folds(&groups, 2).unwrap();
-        assert_eq!(f, vec![vec![0, 1, 5, 6, 7], vec![2, 3, 4, 8, 9, 10]]);
-        assert!(contiguous_folds(&groups, 6).is_err());
-    }
 
     #[test]
     fn logistic_separates_and_threshold_finds_the_gap() {

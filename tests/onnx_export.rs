@@ -9,10 +9,11 @@ use std::process::Command;
 
 use aggrate::capture::filter::FlowFilter;
 use aggrate::capture::io::open_path;
+use aggrate::dataset::Dataset;
 use aggrate::dataset::RowExtractor;
 use aggrate::features::FeatureSpec;
 use aggrate::model::{onnx, EstimatorModel, ModelFile, TrainingSummary};
-use aggrate::train::{fit_linear_svm, fit_logistic, fit_threshold, Dataset, LogisticParams, Predict, SvmParams};
+use aggrate::train::{fit_linear_svm, fit_logistic, fit_threshold, LogisticParams, Predict, SvmParams};
 
 fn python() -> String {
     std::env::var("AGGRATE_PYTHON").unwrap_or_else(|_| {

@@ -8,12 +8,12 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use aggrate::dataset::RowExtractor;
+use aggrate::dataset::{contiguous_folds, Dataset};
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, TrainingSummary};
 use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
 use aggrate::train::{
-    contiguous_folds, fit_linear_svm, fit_logistic, fit_threshold, levels_from_starts, Dataset, LogisticParams,
-    Predict, SvmLoss, SvmParams,
+    fit_linear_svm, fit_logistic, fit_threshold, levels_from_starts, LogisticParams, Predict, SvmLoss, SvmParams,
 };
 
 use super::features::{pick_flow, rate_from_name};
