@@ -255,27 +255,61 @@ pub fn fit_logistic(data: &Dataset, p: &ValidLogisticParams) -> Result<LogisticM
         (1.0, 1.0)
     };
     let mut beta = vec![0.0; m];
-    let mut z = vec![0.0; m];
     let mut iterations = 0;
     for it in 0..p.max_iter {
         iterations = it + 1;
+        // One pass over the data builds gradient and (lower) Hessian. Rows are cut into a fixed
+        // number of contiguous chunks whose partial sums are added in chunk order, so the result
+        // is the same whatever the number of threads (the chunks are shared among them).
+        const CHUNKS: usize = 8;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .clamp(1, CHUNKS);
+        let chunk = n.div_ceil(CHUNKS);
+        let mut parts: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (beta, scaler) = (&beta, &scaler);
+                    sc.spawn(move || {
+                        let mut out = Vec::new();
+                        for c in (t..CHUNKS).step_by(threads) {
+                            let mut h = vec![0.0; m * m];
+                            let mut g = vec![0.0; m];
+                            let mut z = vec![0.0; m];
+                            for i in c * chunk..((c + 1) * chunk).min(n) {
+                                scaler.standardize(data.row(i), &mut z);
+                                z[d] = 1.0;
+                                let s: f64 = z.iter().zip(beta).map(|(a, b)| a * b).sum();
+                                let prob = 1.0 / (1.0 + (-s).exp());
+                                let (target, cw) = if data.y[i] { (1.0, w_pos) } else { (0.0, w_neg) };
+                                let r = cw * (prob - target);
+                                let wgt = (cw * prob * (1.0 - prob)).max(1e-12);
+                                for a in 0..m {
+                                    g[a] += r * z[a];
+                                    let wa = wgt * z[a];
+                                    let row = &mut h[a * m..a * m + a + 1];
+                                    for (hb, zb) in row.iter_mut().zip(&z[..=a]) {
+                                        *hb += wa * zb;
+                                    }
+                                }
+                            }
+                            out.push((c, h, g));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("IRLS worker"))
+                .collect()
+        });
+        parts.sort_by_key(|p| p.0);
         let mut h = vec![0.0; m * m];
         let mut g = vec![0.0; m];
-        for i in 0..n {
-            scaler.standardize(data.row(i), &mut z);
-            z[d] = 1.0;
-            let s: f64 = z.iter().zip(&beta).map(|(a, b)| a * b).sum();
-            let prob = 1.0 / (1.0 + (-s).exp());
-            let (t, cw) = if data.y[i] { (1.0, w_pos) } else { (0.0, w_neg) };
-            let r = cw * (prob - t);
-            let wgt = (cw * prob * (1.0 - prob)).max(1e-12);
-            for a in 0..m {
-                g[a] += r * z[a];
-                let wa = wgt * z[a];
-                for b in 0..=a {
-                    h[a * m + b] += wa * z[b];
-                }
-            }
+        for (_, ph, pg) in parts {
+            h.iter_mut().zip(ph).for_each(|(a, b)| *a += b);
+            g.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
         }
         for a in 0..m {
             for b in 0..a {
