@@ -1,0 +1,44 @@
+"""scikit-learn peer for `aggrate train --model logistic`: the same rows (from `aggrate features`
+Parquet files), the same contiguous 20-fold split per capture, StandardScaler + L2 logistic
+regression (lbfgs, C = 1 / l2 as aggrate defines it per row-sum). Prints fit time and F1 per
+rate as JSON. Called by benches/train_vs_sklearn.sh."""
+import json
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+from sklearn.preprocessing import StandardScaler
+
+files, k = sys.argv[1:-1], int(sys.argv[-1])
+xs, ys, groups, rates = [], [], [], []
+for g, f in enumerate(files):
+    t = pq.read_table(f)
+    cols = [c for c in t.column_names if c.startswith("gap_us_")] + ["sigma_us"]
+    xs.append(np.column_stack([t[c].to_numpy() for c in cols]))
+    ys.append(t["y"].to_numpy(zero_copy_only=False).astype(bool))
+    groups.append(np.full(t.num_rows, g))
+    rates.append(t["rate_mbps"].to_numpy())
+x, y, group, rate = np.vstack(xs), np.concatenate(ys), np.concatenate(groups), np.concatenate(rates)
+
+folds = [[] for _ in range(k)]
+for g in np.unique(group):
+    idx = np.nonzero(group == g)[0]
+    n = len(idx)
+    for f in range(k):
+        folds[f].extend(idx[n * f // k : n * (f + 1) // k])
+
+start = time.perf_counter()
+pred = np.zeros(len(y), dtype=bool)
+for test in folds:
+    mask = np.ones(len(y), dtype=bool)
+    mask[test] = False
+    sc = StandardScaler().fit(x[mask])
+    # aggrate's penalty l2·|w|²/2 on the summed loss ⇔ scikit-learn's C = 1 / l2.
+    m = LogisticRegression(C=1.0, max_iter=1000).fit(sc.transform(x[mask]), y[mask])
+    pred[test] = m.predict(sc.transform(x[test]))
+secs = time.perf_counter() - start
+per_rate = {str(r): f1_score(y[rate == r], pred[rate == r]) for r in np.unique(rate)}
+print(json.dumps({"rows": int(len(y)), "folds": k, "fit_seconds": secs, "f1_per_rate": per_rate}))
