@@ -47,6 +47,10 @@ impl Ts {
     pub fn saturating_since(self, earlier: Ts) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
+    /// `self - d`, saturating at the epoch.
+    pub fn saturating_sub(self, d: Duration) -> Ts {
+        Ts(self.0.saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+    }
     /// `self + d`, saturating.
     pub fn saturating_add(self, d: Duration) -> Ts {
         Ts(self.0.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))

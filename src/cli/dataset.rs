@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use aggrate::wlan::manifest::{DatasetManifest, Role};
 
@@ -93,15 +92,7 @@ pub(crate) fn build(
         .collect::<Result<Vec<_>>>()?;
     let out = out.unwrap_or_else(|| Path::new("data").join(&m.name));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let bar = if ui.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(runs.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{msg:30} [{bar:30}] {pos}/{len} runs, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = ui.count_bar(runs.len() as u64, "{msg:30} [{bar:30}] {pos}/{len} runs, eta {eta}");
     let mut built = Vec::new();
     let mut total = 0;
     let quiet = Ui { quiet: true };

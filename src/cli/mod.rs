@@ -15,7 +15,6 @@ mod tool;
 mod train;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -167,9 +166,4 @@ pub(crate) fn ensure_parent(p: &std::path::Path) -> Result<()> {
         std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating directory {}: {e}", d.display()))?;
     }
     Ok(())
-}
-
-#[allow(dead_code)]
-pub(crate) fn display(p: &std::path::Path) -> String {
-    PathBuf::from(p).display().to_string()
 }

@@ -20,6 +20,17 @@ impl Ui {
     pub(crate) fn warn(&self, msg: impl AsRef<str>) {
         eprintln!("warning: {}", msg.as_ref());
     }
+    /// A bar counting `len` steps with the given indicatif template (hidden with `-q`).
+    pub(crate) fn count_bar(&self, len: u64, template: &str) -> ProgressBar {
+        let bar = if self.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(len)
+        };
+        bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+        bar
+    }
+
     /// A byte-progress bar over `len` bytes, labelled `what`.
     pub(crate) fn bytes_bar(&self, len: u64, what: &str) -> Progress {
         Progress::new(self.quiet, len, what)

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use aggrate::dataset::RowExtractor;
 use aggrate::dataset::{contiguous_folds, Dataset};
@@ -283,14 +282,9 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         })
     };
     let final_model = fit(&data, None)?;
-    let bar = if ui.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(folds.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("cross-validating [{bar:30}] fold {pos}/{len}, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = ui.count_bar(
+        folds.len() as u64,
+        "cross-validating [{bar:30}] fold {pos}/{len}, eta {eta}",
     );
     let mut fold_reports = Vec::new();
     let mut per_rate = PerRate::new();

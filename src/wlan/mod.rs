@@ -368,7 +368,7 @@ impl<R: Rng> WlanSim<R> {
         if !ap_tx && cont_tx.is_empty() {
             // A contender's counter ran out with nothing to send (its frame arrives later):
             // nothing starts; the medium stays idle.
-            self.idle_since = t.saturating_sub_aifs(self.aifs);
+            self.idle_since = t.saturating_sub(self.aifs);
             return;
         }
         let (rts_threshold, contender_bytes, p) = {
@@ -563,15 +563,6 @@ impl<R: Rng> WlanSim<R> {
         } else {
             None
         };
-    }
-}
-
-trait SubAifs {
-    fn saturating_sub_aifs(self, d: Duration) -> Ts;
-}
-impl SubAifs for Ts {
-    fn saturating_sub_aifs(self, d: Duration) -> Ts {
-        Ts(self.as_nanos().saturating_sub(d.as_nanos() as u64))
     }
 }
 
