@@ -202,6 +202,8 @@ pub struct Dataset {
     pub rate_mbps: Vec<f32>,
     /// True aggregation level of the row's frame.
     pub level: Vec<u16>,
+    /// Host (kernel) receive time of the row's packet; `Ts::ZERO` when unknown.
+    pub host: Vec<Ts>,
 }
 
 impl Dataset {
@@ -224,9 +226,14 @@ impl Dataset {
     pub fn row(&self, i: usize) -> &[f64] {
         &self.x[i * self.d..(i + 1) * self.d]
     }
-    /// Append a row.
+    /// Append a row without a receive time.
     pub fn push(&mut self, x: &[f64], y: bool, group: u32, rate_mbps: f32, level: u16) {
+        self.push_at(Ts::ZERO, x, y, group, rate_mbps, level);
+    }
+    /// Append a row received at `host`.
+    pub fn push_at(&mut self, host: Ts, x: &[f64], y: bool, group: u32, rate_mbps: f32, level: u16) {
         debug_assert_eq!(x.len(), self.d);
+        self.host.push(host);
         self.x.extend_from_slice(x);
         self.y.push(y);
         self.group.push(group);
@@ -237,10 +244,97 @@ impl Dataset {
     pub fn select(&self, idx: &[usize]) -> Dataset {
         let mut out = Dataset::new(self.d);
         for &i in idx {
-            out.push(self.row(i), self.y[i], self.group[i], self.rate_mbps[i], self.level[i]);
+            out.push_at(
+                self.host[i],
+                self.row(i),
+                self.y[i],
+                self.group[i],
+                self.rate_mbps[i],
+                self.level[i],
+            );
         }
         out
     }
+}
+
+/// Slot-level rows for the SVR: one per slot of each capture in which frames truly started.
+#[derive(Clone, Debug, Default)]
+pub struct SlotRows {
+    /// Features per row (3·d).
+    pub d: usize,
+    /// Row-major `[mean, var, count] × d` of the predicted levels, most recent slot first.
+    pub x: Vec<f64>,
+    /// True mean level of the frames that started in the row's last slot.
+    pub target: Vec<f64>,
+    /// Capture of the row.
+    pub group: Vec<u32>,
+    /// Send rate of the row's capture (Mb/s; NaN when unknown).
+    pub rate_mbps: Vec<f32>,
+    /// Start of the row's last slot.
+    pub slot_start: Vec<Ts>,
+}
+
+impl SlotRows {
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.target.len()
+    }
+    /// No rows.
+    pub fn is_empty(&self) -> bool {
+        self.target.is_empty()
+    }
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.d..(i + 1) * self.d]
+    }
+    /// The estimate without correction: the predicted mean level of the row's last slot.
+    pub fn base_level(&self, i: usize) -> f64 {
+        self.x[i * self.d]
+    }
+}
+
+/// Build slot rows from per-row predicted starts `pred` (same order as `data`, whose rows must
+/// carry host times): the inputs come from `pred`, the targets from `data.y`, per capture.
+pub fn slot_rows(data: &Dataset, pred: &[bool], spec: &FeatureSpec) -> SlotRows {
+    use crate::features::FrameSlots;
+    let truth_spec = FeatureSpec { d: 1, ..*spec };
+    let mut out = SlotRows {
+        d: 3 * spec.d,
+        ..SlotRows::default()
+    };
+    let mut start = 0;
+    while start < data.len() {
+        let g = data.group[start];
+        let end = (start..data.len()).find(|&i| data.group[i] != g).unwrap_or(data.len());
+        let mut p = FrameSlots::new(spec);
+        let mut t = FrameSlots::new(&truth_spec);
+        let mut truth: HashMap<Ts, f64> = HashMap::new();
+        let mut rows: Vec<(Ts, Vec<f64>)> = Vec::new();
+        for (i, &p_start) in pred.iter().enumerate().take(end).skip(start) {
+            let host = data.host[i];
+            t.push(host, data.y[i]);
+            while let Some(r) = t.poll_row() {
+                if r.values[2] > 0.0 {
+                    truth.insert(r.slot_start, r.values[0]);
+                }
+            }
+            p.push(host, p_start);
+            while let Some(r) = p.poll_row() {
+                rows.push((r.slot_start, r.values.to_vec()));
+            }
+        }
+        for (slot, x) in rows {
+            if let Some(&y) = truth.get(&slot) {
+                out.x.extend_from_slice(&x);
+                out.target.push(y);
+                out.group.push(g);
+                out.rate_mbps.push(data.rate_mbps[start]);
+                out.slot_start.push(slot);
+            }
+        }
+        start = end;
+    }
+    out
 }
 
 /// Contiguous k-fold split: every group (capture) is cut into k contiguous blocks of (nearly)
@@ -276,5 +370,36 @@ mod tests {
         let f = contiguous_folds(&groups, 2).unwrap();
         assert_eq!(f, vec![vec![0, 1, 5, 6, 7], vec![2, 3, 4, 8, 9, 10]]);
         assert!(contiguous_folds(&groups, 6).is_err());
+    }
+
+    #[test]
+    fn slot_rows_pair_predicted_inputs_with_true_targets() {
+        // One capture: frames of 4 packets every 10 ms for 1 s; predictions merge every second
+        // pair of frames (level 8 instead of 4) in odd slots.
+        let spec = FeatureSpec {
+            d: 2,
+            slot_ns: 100_000_000,
+            ..FeatureSpec::default()
+        };
+        let mut data = Dataset::new(1);
+        let mut pred = Vec::new();
+        for f in 0..100u64 {
+            for k in 0..4u64 {
+                let host = Ts::from_micros(f * 10_000 + k * 10);
+                data.push_at(host, &[0.0], k == 0, 0, 300.0, 4);
+                let slot_odd = (f * 10 / 100) % 2 == 1;
+                pred.push(k == 0 && !(slot_odd && f % 2 == 1));
+            }
+        }
+        let rows = slot_rows(&data, &pred, &spec);
+        assert_eq!(rows.d, 6);
+        // Slots 0..9; rows need d = 2 closed slots and close at a later frame start: 1..=8.
+        assert_eq!(rows.len(), 8);
+        for i in 0..rows.len() {
+            assert_eq!(rows.target[i], 4.0);
+            let odd = (rows.slot_start[i].as_nanos() / 100_000_000) % 2 == 1;
+            assert_eq!(rows.base_level(i), if odd { 8.0 } else { 4.0 }, "row {i}");
+            assert_eq!(rows.row(i)[2], if odd { 5.0 } else { 10.0 });
+        }
     }
 }

@@ -303,6 +303,61 @@ impl SlotWindow {
     }
 }
 
+/// Frames from per-packet "first of frame" decisions, and their per-slot statistics.
+///
+/// Feed packets in receive order with [`FrameSlots::push`]; a frame closes when the next one
+/// starts, and its level (packets, capped at N_max) is recorded in the slot where it started.
+/// Slots close only at frame starts, so no frame is ever attributed to a later slot; drain the
+/// rows with [`FrameSlots::poll_row`] after each push. Used with predicted starts for the slot
+/// SVR's inputs and with true starts for its target.
+#[derive(Clone, Debug)]
+pub struct FrameSlots {
+    n_max: u16,
+    open: Option<(Ts, u32)>,
+    now: Ts,
+    window: SlotWindow,
+}
+
+impl FrameSlots {
+    /// From a checked spec (its `slot_ns`, `d` and `n_max`).
+    pub fn new(spec: &FeatureSpec) -> FrameSlots {
+        FrameSlots {
+            n_max: spec.n_max.max(1),
+            open: None,
+            now: Ts::ZERO,
+            window: SlotWindow::new(spec),
+        }
+    }
+
+    /// One packet received at `host`; `start`: it begins a frame. Returns the frame that this
+    /// start closed, as (start time, level).
+    pub fn push(&mut self, host: Ts, start: bool) -> Option<(Ts, u16)> {
+        let mut closed = None;
+        match (&mut self.open, start) {
+            (Some((at, n)), true) => {
+                let level = (*n).min(self.n_max as u32) as u16;
+                closed = Some((*at, level));
+                self.window.push(*at, level as f64);
+                self.open = Some((host, 1));
+                self.now = host;
+            }
+            (None, true) => {
+                self.open = Some((host, 1));
+                self.now = host;
+            }
+            (Some((_, n)), false) => *n += 1,
+            // Packets before the first start belong to a frame we did not see begin.
+            (None, false) => {}
+        }
+        closed
+    }
+
+    /// The next row whose last slot ended before the latest frame start (call until `None`).
+    pub fn poll_row(&mut self) -> Option<SlotRow<'_>> {
+        self.window.poll_row(self.now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,5 +422,31 @@ mod tests {
         let r = w.poll_row(ms(300)).unwrap();
         assert_eq!(r.values, &[0.0, 0.0, 0.0, 4.0, 0.0, 1.0]);
         assert!(w.poll_row(ms(300)).is_none());
+    }
+
+    #[test]
+    fn frame_slots_attribute_frames_to_their_start_slot() {
+        let s = FeatureSpec {
+            d: 1,
+            slot_ns: 100_000_000,
+            n_max: 3,
+            ..FeatureSpec::default()
+        };
+        let mut f = FrameSlots::new(&s);
+        let ms = Ts::from_millis;
+        assert_eq!(f.push(ms(5), false), None); // before any start: ignored
+        assert_eq!(f.push(ms(10), true), None);
+        f.push(ms(11), false);
+        assert_eq!(f.push(ms(90), true), Some((ms(10), 2)));
+        // This frame starts in slot 0 and runs into slot 1: it still counts for slot 0.
+        for t in 91..96 {
+            f.push(ms(t), false);
+        }
+        assert!(f.poll_row().is_none());
+        assert_eq!(f.push(ms(150), true), Some((ms(90), 3))); // 6 packets, capped at 3
+        let r = f.poll_row().unwrap();
+        assert_eq!(r.slot_start, ms(0));
+        assert_eq!(r.values, &[2.5, 0.25, 2.0]);
+        assert!(f.poll_row().is_none());
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::features::FeatureSpec;
-use crate::train::{LinearSvmModel, LogisticModel, Predict, ThresholdModel};
+use crate::train::{LinearSvmModel, LogisticModel, Predict, SvrModel, ThresholdModel};
 
 /// File format tag.
 pub const FORMAT: &str = "aggrate-model";
@@ -28,6 +28,40 @@ pub enum EstimatorModel {
     LinearSvm(LinearSvmModel),
     /// m = 1 gap threshold.
     Threshold(ThresholdModel),
+    /// Logistic per packet, corrected per slot by an RBF ε-SVR.
+    #[serde(rename = "slot_svr")]
+    SlotSvr(SlotSvrModel),
+}
+
+/// The slot-level correction: a packet model decides frame starts, and an RBF ε-SVR maps the
+/// last d slots' `[mean, var, count]` of predicted levels (the spec's `slot_ns`, `d`) to the
+/// corrected mean level of the latest slot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlotSvrModel {
+    /// Per-packet classifier (on the spec's gap rows).
+    pub base: LogisticModel,
+    /// Per-slot regressor (on rows of `3·d` slot features).
+    pub svr: SvrModel,
+}
+
+impl EstimatorModel {
+    /// Short name of the kind, as in the file's `kind` tag.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EstimatorModel::Logistic(_) => "logistic",
+            EstimatorModel::LinearSvm(_) => "linear_svm",
+            EstimatorModel::Threshold(_) => "threshold",
+            EstimatorModel::SlotSvr(_) => "slot_svr",
+        }
+    }
+
+    /// The slot SVR, if the model has one.
+    pub fn slot_svr(&self) -> Option<&SvrModel> {
+        match self {
+            EstimatorModel::SlotSvr(m) => Some(&m.svr),
+            _ => None,
+        }
+    }
 }
 
 impl Predict for EstimatorModel {
@@ -36,6 +70,7 @@ impl Predict for EstimatorModel {
             EstimatorModel::Logistic(m) => m.decision(x),
             EstimatorModel::LinearSvm(m) => m.decision(x),
             EstimatorModel::Threshold(m) => m.decision(x),
+            EstimatorModel::SlotSvr(m) => m.base.decision(x),
         }
     }
 }
@@ -110,6 +145,16 @@ pub enum Error {
         /// Found.
         found: u32,
     },
+    /// The document parses but its numbers do not fit together.
+    #[error("{path}: field `{field}`: {what}")]
+    Invalid {
+        /// Path.
+        path: String,
+        /// Field.
+        field: &'static str,
+        /// What is wrong.
+        what: String,
+    },
     /// The spec differs from what the caller runs.
     #[error("{path}: field `spec` {found:?} differs from the expected {expected:?}")]
     Spec {
@@ -162,12 +207,72 @@ impl ModelFile {
                 found: version,
             });
         }
-        serde_json::from_value(v).map_err(|e| Error::Parse {
+        let file: ModelFile = serde_json::from_value(v).map_err(|e| Error::Parse {
             path: path.into(),
             line: 0,
             column: 0,
             what: e.to_string(),
-        })
+        })?;
+        file.validate().map_err(|(field, what)| Error::Invalid {
+            path: path.into(),
+            field,
+            what,
+        })?;
+        Ok(file)
+    }
+
+    /// Widths and numbers that must agree with the spec (a hand-edited or truncated file would
+    /// otherwise predict garbage quietly).
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let spec = self.spec.check().map_err(|e| ("spec", e.to_string()))?;
+        let w = spec.width();
+        let linear = |field, scaler: &crate::train::Scaler, coef: &[f64], b: f64| {
+            if scaler.mean.len() != w || scaler.std.len() != w || coef.len() != w {
+                return Err((
+                    field,
+                    format!(
+                        "{} weights / {} scaler entries for a spec of {w} features",
+                        coef.len(),
+                        scaler.mean.len()
+                    ),
+                ));
+            }
+            if !coef.iter().chain(&scaler.mean).chain([&b]).all(|v| v.is_finite())
+                || !scaler.std.iter().all(|s| s.is_finite() && *s > 0.0)
+            {
+                return Err((field, "non-finite weight or non-positive scale".to_string()));
+            }
+            Ok(())
+        };
+        match &self.model {
+            EstimatorModel::Logistic(m) => linear("model.w", &m.scaler, &m.w, m.b),
+            EstimatorModel::LinearSvm(m) => linear("model.w", &m.scaler, &m.w, m.b),
+            EstimatorModel::Threshold(t) if !t.threshold_us.is_finite() => {
+                Err(("model.threshold_us", "not a finite number".into()))
+            }
+            EstimatorModel::Threshold(_) => Ok(()),
+            EstimatorModel::SlotSvr(m) => {
+                linear("model.base.w", &m.base.scaler, &m.base.w, m.base.b)?;
+                let sw = 3 * spec.d;
+                let s = &m.svr;
+                if s.scaler.mean.len() != sw || s.scaler.std.len() != sw || s.support.len() != s.coef.len() * sw {
+                    return Err((
+                        "model.svr.support",
+                        format!(
+                            "{} values for {} support vectors of {sw} slot features (d = {})",
+                            s.support.len(),
+                            s.coef.len(),
+                            spec.d
+                        ),
+                    ));
+                }
+                let finite = s.support.iter().chain(&s.coef).chain([&s.b]).all(|v| v.is_finite());
+                if !(finite && s.gamma.is_finite() && s.gamma > 0.0) {
+                    return Err(("model.svr", "non-finite value or γ ≤ 0".into()));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Read a model file.
@@ -241,5 +346,20 @@ mod tests {
         };
         let e = back.check_spec(&other, "m.json").unwrap_err();
         assert!(e.to_string().contains("spec"));
+    }
+
+    #[test]
+    fn inconsistent_widths_are_refused_with_the_field() {
+        let f = logistic();
+        let mut v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        v["model"]["w"].as_array_mut().unwrap().pop();
+        let e = ModelFile::from_json(&v.to_string(), "short.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("short.json") && e.contains("model.w"), "{e}");
+        let mut v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        v["spec"]["m"] = 0.into();
+        let e = ModelFile::from_json(&v.to_string(), "m0.json").unwrap_err().to_string();
+        assert!(e.contains("spec"), "{e}");
     }
 }

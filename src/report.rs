@@ -102,6 +102,19 @@ impl AggMetrics {
         }
         m
     }
+    /// Compare predicted mean levels with true ones (slot means): "exact" is within ±0.5.
+    pub fn from_values(truth: &[f64], pred: &[f64]) -> AggMetrics {
+        let mut m = AggMetrics::default();
+        for (t, p) in truth.iter().zip(pred) {
+            let e = p - t;
+            m.n += 1;
+            m.sse += e * e;
+            m.se += e;
+            m.exact += (e.abs() <= 0.5) as u64;
+            m.within1 += (e.abs() <= 1.0) as u64;
+        }
+        m
+    }
     /// Merge.
     pub fn add(&mut self, o: &AggMetrics) {
         self.n += o.n;

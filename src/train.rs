@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::Dataset;
 use crate::features::FeatureSpec;
 
+mod svr;
+pub use svr::{cv_predict_svr, fit_svr, SvrModel, SvrParams, ValidSvrParams, MAX_SVR_ROWS};
+
 /// Errors of training.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Error {
@@ -35,6 +38,14 @@ pub enum Error {
         rows: usize,
         /// Positives.
         positives: usize,
+    },
+    /// Not enough rows to fit.
+    #[error("cannot train on {rows} rows: need at least {need}")]
+    TooFewRows {
+        /// Rows.
+        rows: usize,
+        /// Needed.
+        need: usize,
     },
     /// Row widths disagree.
     #[error("dataset rows have {got} features, the model expects {want}")]
@@ -74,12 +85,17 @@ impl Scaler {
 
     /// Fit on `data`.
     pub fn fit(data: &Dataset) -> Scaler {
-        let d = data.d;
-        let n = data.len().max(1) as f64;
+        Scaler::fit_rows(&data.x, data.d)
+    }
+
+    /// Fit on row-major rows of width `d`.
+    pub fn fit_rows(x: &[f64], d: usize) -> Scaler {
+        let rows = x.len() / d.max(1);
+        let n = rows.max(1) as f64;
         let mut mean = vec![0.0; d];
         let mut sq = vec![0.0; d];
-        for i in 0..data.len() {
-            for (j, v) in data.row(i).iter().enumerate() {
+        for row in x.chunks_exact(d.max(1)) {
+            for (j, v) in row.iter().enumerate() {
                 mean[j] += v;
                 sq[j] += v * v;
             }

@@ -105,3 +105,68 @@ fn onnx_runtime_matches_our_predictions() {
         assert!(worst < 1e-5, "{name}: worst relative decision difference {worst}");
     }
 }
+
+#[test]
+fn onnx_runtime_matches_our_slot_svr() {
+    use aggrate::model::SlotSvrModel;
+    use aggrate::train::{fit_svr, SvrParams};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = FeatureSpec {
+        d: 3,
+        ..FeatureSpec::default()
+    };
+    let base = fit_logistic(&rows(&spec), &LogisticParams::default().check().unwrap()).unwrap();
+    // Slot rows: [mean, var, count] × 3 with a smooth target (deterministic pattern).
+    let n = 300;
+    let mut x = Vec::new();
+    let mut y = Vec::new();
+    for i in 0..n {
+        let t = i as f64;
+        for s in 0..3 {
+            let lvl = 5.0 + 20.0 * ((t + s as f64) / 40.0).sin().abs();
+            x.extend_from_slice(&[lvl, 1.0 + (t * 0.37).cos().abs() * 4.0, 100.0 / lvl]);
+        }
+        y.push(x[i * 9] * 0.9 + 2.0);
+    }
+    let svr = fit_svr(
+        &x,
+        9,
+        &y,
+        &SvrParams {
+            c: 10.0,
+            gamma: 0.1,
+            epsilon: 0.2,
+            ..SvrParams::default()
+        }
+        .check()
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(svr.n_support() > 10);
+    let csv: String = x
+        .chunks(9)
+        .map(|r| r.iter().map(|v| format!("{v:.17e}")).collect::<Vec<_>>().join(",") + "\n")
+        .collect();
+    std::fs::write(dir.path().join("slots.csv"), csv).unwrap();
+    let file = ModelFile::new(
+        spec,
+        EstimatorModel::SlotSvr(SlotSvrModel { base, svr: svr.clone() }),
+        TrainingSummary::default(),
+    );
+    let path = dir.path().join("svr.onnx");
+    std::fs::write(&path, onnx::export(&file).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_check.py"))
+        .arg(&path)
+        .arg(dir.path().join("slots.csv"))
+        .output()
+        .expect("running the ONNX Runtime check");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), n);
+    for (i, l) in text.lines().enumerate() {
+        let theirs: f64 = l.parse().unwrap();
+        let ours = svr.predict(&x[i * 9..(i + 1) * 9]);
+        assert!((theirs - ours).abs() < 1e-5, "row {i}: ORT {theirs}, ours {ours}");
+    }
+}

@@ -113,3 +113,113 @@ fn train_logistic_and_threshold_on_the_small_dataset() {
     let e = ModelFile::load(&dir.path().join("bad.json")).unwrap_err().to_string();
     assert!(e.contains("bad.json"), "{e}");
 }
+
+#[test]
+fn slot_svr_corrects_the_level_at_high_load_and_writes_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/small.toml");
+    let o = aggrate(
+        dir.path(),
+        &["-q", "dataset", "build", manifest.to_str().unwrap(), "--out", "small"],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    // The small captures last 0.4–2.4 s: 20 ms slots, d = 3.
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "train",
+            "--dataset",
+            "small",
+            "--model",
+            "svr",
+            "--slot-ms",
+            "20",
+            "--d",
+            "3",
+            "-o",
+            "models",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let name = "slot_svr_m20_sigma_d3";
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("models/{name}.report.json"))).unwrap())
+            .unwrap();
+    assert_eq!(r["kind"], "slot_svr");
+    let s = &r["slot_svr"];
+    assert!(
+        s["grid"].as_array().unwrap().len() == 48,
+        "default grid: 4 C × 4 γ × 3 ε"
+    );
+    // The SVR is chosen by CV RMSE: never worse than any grid point, and better than no
+    // correction overall.
+    let best = s["slot_rmse"].as_f64().unwrap();
+    assert!(s["grid"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|g| g["slot_rmse"].as_f64().unwrap() >= best));
+    assert!(best < s["base_slot_rmse"].as_f64().unwrap());
+    // Past the knee (500–600 Mb/s) the correction cuts the slot RMSE severalfold.
+    for p in r["per_rate"].as_array().unwrap() {
+        let rate = p["rate_mbps"].as_f64().unwrap();
+        let sl = &p["slot"];
+        let (base, svr) = (sl["base_rmse"].as_f64().unwrap(), sl["svr_rmse"].as_f64().unwrap());
+        if rate >= 500.0 {
+            assert!(base > 2.0 * svr, "{rate} Mb/s: logistic {base}, SVR {svr}");
+        }
+    }
+    // Per-rate CSV: header + 6 rates; plots are real PNGs.
+    let csv = std::fs::read_to_string(dir.path().join(format!("models/{name}.per_rate.csv"))).unwrap();
+    assert_eq!(csv.lines().count(), 7);
+    assert!(csv.lines().nth(1).unwrap().starts_with("100,"));
+    for png in ["f1_vs_rate", "agg_vs_rate", "pred_vs_actual"] {
+        let b = std::fs::read(dir.path().join(format!("models/{name}.{png}.png"))).unwrap();
+        assert!(
+            b.starts_with(b"\x89PNG") && b.len() > 10_000,
+            "{png}: {} bytes",
+            b.len()
+        );
+    }
+    // The model file carries both parts, loads, and `eval` reports slot metrics with it.
+    let m = ModelFile::load(&dir.path().join(format!("models/{name}.json"))).unwrap();
+    let svr = m.model.slot_svr().expect("slot SVR inside");
+    assert_eq!(svr.width(), 9);
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "eval",
+            "--model",
+            &format!("models/{name}.json"),
+            "small",
+            "-o",
+            "ev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("ev/{name}.eval.json"))).unwrap())
+            .unwrap();
+    assert!(e["slot_svr"]["rows"].as_u64().unwrap() > 100);
+    assert!(e["slot_svr"]["slot_rmse"].as_f64().unwrap() < e["slot_svr"]["base_slot_rmse"].as_f64().unwrap());
+    // Too-short captures for the slot layout: a clear error, not a panic.
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "train",
+            "--dataset",
+            "small",
+            "--model",
+            "svr",
+            "--slot-ms",
+            "1000",
+            "-o",
+            "m2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    assert!(text(&o).1.contains("slot"), "{}", text(&o).1);
+}

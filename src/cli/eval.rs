@@ -5,11 +5,15 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use aggrate::dataset::slot_rows;
 use aggrate::model::ModelFile;
 use aggrate::report::{AggMetrics, BinaryMetrics};
+use aggrate::train::Predict;
 
 use super::progress::Ui;
-use super::train::{dataset_files, load_rows, rate_reports, render_md, score, PerRate};
+use super::train::{
+    attach_slots, dataset_files, load_rows, per_rate_csv, rate_reports, render_md, score, slot_rate_reports, PerRate,
+};
 use super::{Exit, FlowArgs};
 
 #[derive(Debug, clap::Args)]
@@ -35,7 +39,21 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let idx: Vec<usize> = (0..data.len()).collect();
     let mut per_rate = PerRate::new();
     let (bm, agg): (BinaryMetrics, AggMetrics) = score(&data, &idx, &file.model, spec.n_max, &mut per_rate);
-    let rates = rate_reports(&per_rate);
+    let mut rates = rate_reports(&per_rate);
+    let mut slot_json = serde_json::Value::Null;
+    if let Some(svr) = file.model.slot_svr() {
+        let pred: Vec<bool> = (0..data.len()).map(|i| file.model.predict_row(data.row(i))).collect();
+        let rows = slot_rows(&data, &pred, &spec);
+        let corrected: Vec<f64> = (0..rows.len()).map(|i| svr.predict(rows.row(i))).collect();
+        let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
+        let slots = slot_rate_reports(&rows, &corrected);
+        attach_slots(&mut rates, &slots);
+        slot_json = serde_json::json!({
+            "rows": rows.len(),
+            "slot_rmse": AggMetrics::from_values(&rows.target, &corrected).rmse(),
+            "base_slot_rmse": AggMetrics::from_values(&rows.target, &base).rmse(),
+        });
+    }
     let name = a
         .model
         .file_stem()
@@ -53,6 +71,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         "accuracy": bm.accuracy(),
         "agg_rmse": agg.rmse(),
         "per_rate": rates,
+        "slot_svr": slot_json,
         "captures": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
     let json_path = a.output.join(format!("{name}.eval.json"));
@@ -63,6 +82,8 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         &format!("F1 over all {} rows: {:.4}", data.len(), bm.f1()),
         &rates,
     );
+    let csv_path = a.output.join(format!("{name}.eval.per_rate.csv"));
+    std::fs::write(&csv_path, per_rate_csv(&rates)).with_context(|| format!("writing {}", csv_path.display()))?;
     let md_path = a.output.join(format!("{name}.eval.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {

@@ -8,6 +8,7 @@ mod export;
 mod features;
 mod ingest;
 mod inspect;
+mod plots;
 mod progress;
 mod simulate;
 mod table;

@@ -6,7 +6,8 @@
 //! double precision, matching [`crate::train::Predict`] to rounding error.
 //!
 //! Inputs: `x` — `double[N, d]` feature rows. Outputs: `decision` — `double[N, 1]`; logistic
-//! also `probability` — `double[N, 1]`.
+//! also `probability` — `double[N, 1]`. The slot SVR: `x` — `double[N, 3·d]` slot rows, output
+//! `level` — `double[N, 1]` (squared distances by MatMul → Exp → MatMul → Add).
 
 use prost::Message;
 
@@ -147,10 +148,10 @@ fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
     }
 }
 
-/// Errors of export (every current model kind exports; kept for the slot SVR to come).
+/// Errors of export.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExportError {
-    /// The model kind has no ONNX form yet.
+    /// The model kind has no ONNX form.
     #[error("{0} models have no ONNX export")]
     Unsupported(&'static str),
 }
@@ -162,50 +163,99 @@ fn fold(scaler: &Scaler, w: &[f64], b: f64) -> (Vec<f64>, f64) {
     (wf, bf)
 }
 
-/// Serialise a model file's estimator as an ONNX model.
-pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
-    let d = file.spec.width() as i64;
-    let (w, b, logistic) = match &file.model {
-        EstimatorModel::Logistic(m) => {
-            let (w, b) = fold(&m.scaler, &m.w, m.b);
-            (w, b, true)
-        }
-        EstimatorModel::LinearSvm(m) => {
-            let (w, b) = fold(&m.scaler, &m.w, m.b);
-            (w, b, false)
-        }
-        EstimatorModel::Threshold(t) => {
-            // decision = x₀ − threshold: a one-hot weight vector.
-            let mut w = vec![0.0; d as usize];
-            w[0] = 1.0;
-            (w, -t.threshold_us, false)
-        }
-    };
+fn tensor(name: &str, dims: &[i64], data: Vec<f64>) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: DOUBLE,
+        name: name.into(),
+        double_data: data,
+    }
+}
+
+/// Linear models: `Gemm(x, W, B)` (+ `Sigmoid`).
+fn linear_graph(d: i64, w: Vec<f64>, b: f64, logistic: bool) -> GraphProto {
     let mut nodes = vec![node("Gemm", &["x", "W", "B"], "decision")];
     let mut outputs = vec![tensor_info("decision", [None, Some(1)])];
     if logistic {
         nodes.push(node("Sigmoid", &["decision"], "probability"));
         outputs.push(tensor_info("probability", [None, Some(1)]));
     }
-    let graph = GraphProto {
+    GraphProto {
         node: nodes,
         name: "aggrate".into(),
-        initializer: vec![
-            TensorProto {
-                dims: vec![d, 1],
-                data_type: DOUBLE,
-                name: "W".into(),
-                double_data: w,
-            },
-            TensorProto {
-                dims: vec![1],
-                data_type: DOUBLE,
-                name: "B".into(),
-                double_data: vec![b],
-            },
-        ],
+        initializer: vec![tensor("W", &[d, 1], w), tensor("B", &[1], vec![b])],
         input: vec![tensor_info("x", [None, Some(d)])],
         output: outputs,
+    }
+}
+
+/// RBF SVR on slot rows: z = (x − μ)/σ; ‖z − s‖² = z·z − 2 z·s + s·s (MatMul against the
+/// transposed support vectors); level = exp(−γ‖z − s‖²)·coef + b.
+fn svr_graph(m: &crate::train::SvrModel) -> GraphProto {
+    let d = m.width();
+    let nsv = m.n_support();
+    let mut st = vec![0.0; d * nsv]; // d × nsv
+    let mut ss = vec![0.0; nsv];
+    for (k, sv) in m.support.chunks_exact(d.max(1)).enumerate() {
+        for j in 0..d {
+            st[j * nsv + k] = sv[j];
+        }
+        ss[k] = sv.iter().map(|v| v * v).sum();
+    }
+    let (di, ni) = (d as i64, nsv as i64);
+    GraphProto {
+        node: vec![
+            node("Sub", &["x", "MEAN"], "xc"),
+            node("Div", &["xc", "STD"], "z"),
+            node("Mul", &["z", "z"], "z2"),
+            node("MatMul", &["z2", "ONES"], "zz"),
+            node("MatMul", &["z", "ST"], "zs"),
+            node("Mul", &["zs", "MINUS_TWO"], "zs2"),
+            node("Add", &["zz", "zs2"], "partial"),
+            node("Add", &["partial", "SS"], "dist"),
+            node("Mul", &["dist", "MINUS_GAMMA"], "arg"),
+            node("Exp", &["arg"], "k"),
+            node("MatMul", &["k", "COEF"], "kc"),
+            node("Add", &["kc", "B"], "level"),
+        ],
+        name: "aggrate_slot_svr".into(),
+        initializer: vec![
+            tensor("MEAN", &[1, di], m.scaler.mean.clone()),
+            tensor("STD", &[1, di], m.scaler.std.clone()),
+            tensor("ONES", &[di, 1], vec![1.0; d]),
+            tensor("ST", &[di, ni], st),
+            tensor("MINUS_TWO", &[1], vec![-2.0]),
+            tensor("SS", &[1, ni], ss),
+            tensor("MINUS_GAMMA", &[1], vec![-m.gamma]),
+            tensor("COEF", &[ni, 1], m.coef.clone()),
+            tensor("B", &[1], vec![m.b]),
+        ],
+        input: vec![tensor_info("x", [None, Some(di)])],
+        output: vec![tensor_info("level", [None, Some(1)])],
+    }
+}
+
+/// Serialise a model file's estimator as an ONNX model. A slot-SVR file exports its SVR (input:
+/// slot rows of `3·d` features; output `level`); its per-packet logistic part is the same graph
+/// as a logistic file's.
+pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
+    let d = file.spec.width() as i64;
+    let graph = match &file.model {
+        EstimatorModel::Logistic(m) => {
+            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            linear_graph(d, w, b, true)
+        }
+        EstimatorModel::LinearSvm(m) => {
+            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            linear_graph(d, w, b, false)
+        }
+        EstimatorModel::Threshold(t) => {
+            // decision = x₀ − threshold: a one-hot weight vector.
+            let mut w = vec![0.0; d as usize];
+            w[0] = 1.0;
+            linear_graph(d, w, -t.threshold_us, false)
+        }
+        EstimatorModel::SlotSvr(m) => svr_graph(&m.svr),
     };
     let model = ModelProto {
         ir_version: 8,
@@ -213,11 +263,7 @@ pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
         producer_version: env!("CARGO_PKG_VERSION").into(),
         doc_string: format!(
             "aggrate {} estimator; feature spec {}",
-            match file.model {
-                EstimatorModel::Logistic(_) => "logistic",
-                EstimatorModel::LinearSvm(_) => "linear SVM",
-                EstimatorModel::Threshold(_) => "threshold",
-            },
+            file.model.kind(),
             serde_json::to_string(&file.spec).unwrap_or_default()
         ),
         graph: Some(graph),

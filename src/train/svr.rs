@@ -1,0 +1,459 @@
+//! RBF ε-SVR by SMO: the slot-level correction of the aggregation level.
+//!
+//! Why our own solver: smartcore 0.7's SVR is 4.5–8× slower than scikit-learn (libsvm) and keeps
+//! its support vectors private (../shared/STACK.md), so a fitted model could not be exported.
+//! This is the dual problem libsvm solves for ε-SVR (2n box-constrained variables, one equality
+//! constraint) with second-order working-set selection (Fan, Chen & Lin, JMLR 2005). Slot data is
+//! small (one row per 100 ms slot: a few hundred to a few thousand rows), so the kernel matrix is
+//! computed once and kept whole (f32, n ≤ [`MAX_SVR_ROWS`]) instead of an LRU row cache.
+//! Deterministic: no randomness, ties broken by index.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Error, Scaler};
+
+/// Rows above which the whole-kernel solver refuses (n² f32 = 400 MB at 10,000).
+pub const MAX_SVR_ROWS: usize = 10_000;
+
+/// Hyper-parameters of the RBF ε-SVR (on standardised inputs).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SvrParams {
+    /// Box constraint C.
+    pub c: f64,
+    /// RBF γ: K(a, b) = exp(−γ‖a − b‖²).
+    pub gamma: f64,
+    /// Width of the ε-insensitive tube (in target units: MPDUs).
+    pub epsilon: f64,
+    /// Stopping tolerance on the KKT gap (libsvm's `eps`).
+    pub tol: f64,
+    /// Iteration cap.
+    pub max_iter: usize,
+}
+
+impl Default for SvrParams {
+    fn default() -> Self {
+        SvrParams {
+            c: 10.0,
+            gamma: 0.1,
+            epsilon: 0.5,
+            tol: 1e-3,
+            max_iter: 10_000_000,
+        }
+    }
+}
+
+/// Checked [`SvrParams`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValidSvrParams(SvrParams);
+
+impl ValidSvrParams {
+    /// The parameters.
+    pub fn get(&self) -> &SvrParams {
+        &self.0
+    }
+}
+
+impl SvrParams {
+    /// Check ranges.
+    pub fn check(self) -> Result<ValidSvrParams, Error> {
+        let pos = |name, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::BadParam {
+                    name,
+                    value,
+                    allowed: "a finite number > 0",
+                })
+            }
+        };
+        pos("svr.c", self.c)?;
+        pos("svr.gamma", self.gamma)?;
+        pos("svr.tol", self.tol)?;
+        if !(self.epsilon.is_finite() && self.epsilon >= 0.0) {
+            return Err(Error::BadParam {
+                name: "svr.epsilon",
+                value: self.epsilon,
+                allowed: "a finite number >= 0",
+            });
+        }
+        if self.max_iter == 0 {
+            return Err(Error::BadParam {
+                name: "svr.max_iter",
+                value: 0.0,
+                allowed: ">= 1",
+            });
+        }
+        Ok(ValidSvrParams(self))
+    }
+}
+
+/// A fitted RBF ε-SVR: f(x) = Σ coef_i · exp(−γ‖z − sv_i‖²) + b, z = standardised x.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SvrModel {
+    /// Scaler fitted on the training rows.
+    pub scaler: Scaler,
+    /// γ.
+    pub gamma: f64,
+    /// Support vectors (standardised), row-major, `coef.len()` rows of `scaler.mean.len()`.
+    pub support: Vec<f64>,
+    /// Dual coefficients α_i − α*_i of the support vectors.
+    pub coef: Vec<f64>,
+    /// Bias.
+    pub b: f64,
+    /// The hyper-parameters it was fitted with.
+    pub params: SvrParams,
+    /// SMO iterations used.
+    pub iterations: usize,
+}
+
+impl SvrModel {
+    /// Features per row.
+    pub fn width(&self) -> usize {
+        self.scaler.mean.len()
+    }
+
+    /// Support vectors.
+    pub fn n_support(&self) -> usize {
+        self.coef.len()
+    }
+
+    /// Predicted target of one raw row.
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let d = self.width();
+        let mut z = [0.0f64; 64];
+        let z = if d <= 64 {
+            &mut z[..d]
+        } else {
+            // Wider than any slot row we build; allocate rather than refuse.
+            return self.predict_wide(x);
+        };
+        self.scaler.standardize(x, z);
+        self.sum_kernel(z)
+    }
+
+    fn predict_wide(&self, x: &[f64]) -> f64 {
+        let mut z = vec![0.0; self.width()];
+        self.scaler.standardize(x, &mut z);
+        self.sum_kernel(&z)
+    }
+
+    fn sum_kernel(&self, z: &[f64]) -> f64 {
+        let d = z.len();
+        let mut s = self.b;
+        for (sv, c) in self.support.chunks_exact(d.max(1)).zip(&self.coef) {
+            let dist: f64 = sv.iter().zip(z).map(|(a, b)| (a - b) * (a - b)).sum();
+            s += c * (-self.gamma * dist).exp();
+        }
+        s
+    }
+}
+
+/// Fit an RBF ε-SVR on row-major `x` (`n × d`) and targets `y`.
+pub fn fit_svr(x: &[f64], d: usize, y: &[f64], p: &ValidSvrParams) -> Result<SvrModel, Error> {
+    let p = p.0;
+    let n = y.len();
+    if d == 0 || x.len() != n * d {
+        return Err(Error::Width {
+            got: x.len(),
+            want: n * d,
+        });
+    }
+    if n < 2 {
+        return Err(Error::TooFewRows { rows: n, need: 2 });
+    }
+    if n > MAX_SVR_ROWS {
+        return Err(Error::BadParam {
+            name: "svr rows",
+            value: n as f64,
+            allowed: "at most 10000 (slot data; the kernel matrix is kept whole)",
+        });
+    }
+    if let Some(v) = y.iter().chain(x).find(|v| !v.is_finite()) {
+        return Err(Error::BadParam {
+            name: "svr input",
+            value: *v,
+            allowed: "finite numbers",
+        });
+    }
+    let scaler = Scaler::fit_rows(x, d);
+    let mut z = vec![0.0; n * d];
+    for i in 0..n {
+        scaler.standardize(&x[i * d..(i + 1) * d], &mut z[i * d..(i + 1) * d]);
+    }
+    // Kernel matrix, f32 (libsvm also caches Q in single precision).
+    let mut k = vec![0.0f32; n * n];
+    for i in 0..n {
+        let zi = &z[i * d..(i + 1) * d];
+        k[i * n + i] = 1.0;
+        for j in 0..i {
+            let zj = &z[j * d..(j + 1) * d];
+            let dist: f64 = zi.iter().zip(zj).map(|(a, b)| (a - b) * (a - b)).sum();
+            let v = (-p.gamma * dist).exp() as f32;
+            k[i * n + j] = v;
+            k[j * n + i] = v;
+        }
+    }
+    let sol = smo(&k, n, y, &p);
+    let mut support = Vec::new();
+    let mut coef = Vec::new();
+    for i in 0..n {
+        let c = sol.alpha[i] - sol.alpha[i + n];
+        if c != 0.0 {
+            support.extend_from_slice(&z[i * d..(i + 1) * d]);
+            coef.push(c);
+        }
+    }
+    Ok(SvrModel {
+        scaler,
+        gamma: p.gamma,
+        support,
+        coef,
+        b: -sol.rho,
+        params: p,
+        iterations: sol.iterations,
+    })
+}
+
+/// Out-of-fold predictions: for each fold (row indices), fit on the rows of the other folds and
+/// predict the fold's rows. Rows in no fold get NaN.
+pub fn cv_predict_svr(
+    x: &[f64],
+    d: usize,
+    y: &[f64],
+    folds: &[Vec<usize>],
+    p: &ValidSvrParams,
+) -> Result<Vec<f64>, Error> {
+    let n = y.len();
+    let mut out = vec![f64::NAN; n];
+    let mut in_test = vec![false; n];
+    let mut tx = Vec::new();
+    let mut ty = Vec::new();
+    for test in folds {
+        test.iter().for_each(|&i| in_test[i] = true);
+        tx.clear();
+        ty.clear();
+        for i in (0..n).filter(|&i| !in_test[i]) {
+            tx.extend_from_slice(&x[i * d..(i + 1) * d]);
+            ty.push(y[i]);
+        }
+        test.iter().for_each(|&i| in_test[i] = false);
+        let m = fit_svr(&tx, d, &ty, p)?;
+        for &i in test {
+            out[i] = m.predict(&x[i * d..(i + 1) * d]);
+        }
+    }
+    Ok(out)
+}
+
+struct Solution {
+    alpha: Vec<f64>,
+    rho: f64,
+    iterations: usize,
+}
+
+const TAU: f64 = 1e-12;
+
+/// libsvm's ε-SVR dual: variables t < n are α (sign +1), t ≥ n are α* (sign −1);
+/// Q(s, t) = sign_s·sign_t·K(s mod n, t mod n); linear term ε − y (α), ε + y (α*).
+fn smo(k: &[f32], n: usize, y: &[f64], p: &SvrParams) -> Solution {
+    let l = 2 * n;
+    let c = p.c;
+    let sign = |t: usize| if t < n { 1.0 } else { -1.0 };
+    let kk = |s: usize, t: usize| k[(s % n) * n + (t % n)] as f64;
+    let mut alpha = vec![0.0f64; l];
+    // Gradient of ½βᵀQβ + pᵀβ at β = 0 is p.
+    let mut g: Vec<f64> = (0..l)
+        .map(|t| if t < n { p.epsilon - y[t] } else { p.epsilon + y[t - n] })
+        .collect();
+    let mut iterations = 0;
+    while iterations < p.max_iter {
+        // i: the most violating index in I_up (largest −y_t·G_t).
+        let mut gmax = f64::NEG_INFINITY;
+        let mut i = usize::MAX;
+        for t in 0..l {
+            let up = if t < n { alpha[t] < c } else { alpha[t] > 0.0 };
+            if up {
+                let v = -sign(t) * g[t];
+                if v > gmax {
+                    gmax = v;
+                    i = t;
+                }
+            }
+        }
+        // j: in I_low, the largest second-order decrease of the objective.
+        let mut gmax2 = f64::NEG_INFINITY;
+        let mut j = usize::MAX;
+        let mut best = f64::INFINITY;
+        if i != usize::MAX {
+            let ii = i % n;
+            for t in 0..l {
+                let low = if t < n { alpha[t] > 0.0 } else { alpha[t] < c };
+                if !low {
+                    continue;
+                }
+                let v = sign(t) * g[t]; // = −(−y_t G_t)
+                gmax2 = gmax2.max(v);
+                let diff = gmax + v;
+                if diff > 0.0 {
+                    let tt = t % n;
+                    let a = (2.0 - 2.0 * k[ii * n + tt] as f64).max(TAU);
+                    let obj = -diff * diff / a;
+                    if obj < best {
+                        best = obj;
+                        j = t;
+                    }
+                }
+            }
+        }
+        if i == usize::MAX || j == usize::MAX || gmax + gmax2 < p.tol {
+            break;
+        }
+        iterations += 1;
+        let (ai_old, aj_old) = (alpha[i], alpha[j]);
+        let qij = sign(i) * sign(j) * kk(i, j);
+        // Q_ii = Q_jj = 1 for the RBF kernel.
+        if sign(i) != sign(j) {
+            let quad = (2.0 + 2.0 * qij).max(TAU);
+            let delta = (-g[i] - g[j]) / quad;
+            let diff = alpha[i] - alpha[j];
+            alpha[i] += delta;
+            alpha[j] += delta;
+            if diff > 0.0 {
+                if alpha[j] < 0.0 {
+                    alpha[j] = 0.0;
+                    alpha[i] = diff;
+                }
+            } else if alpha[i] < 0.0 {
+                alpha[i] = 0.0;
+                alpha[j] = -diff;
+            }
+            if diff > 0.0 {
+                if alpha[i] > c {
+                    alpha[i] = c;
+                    alpha[j] = c - diff;
+                }
+            } else if alpha[j] > c {
+                alpha[j] = c;
+                alpha[i] = c + diff;
+            }
+        } else {
+            let quad = (2.0 - 2.0 * qij).max(TAU);
+            let delta = (g[i] - g[j]) / quad;
+            let sum = alpha[i] + alpha[j];
+            alpha[i] -= delta;
+            alpha[j] += delta;
+            if sum > c {
+                if alpha[i] > c {
+                    alpha[i] = c;
+                    alpha[j] = sum - c;
+                }
+            } else if alpha[j] < 0.0 {
+                alpha[j] = 0.0;
+                alpha[i] = sum;
+            }
+            if sum > c {
+                if alpha[j] > c {
+                    alpha[j] = c;
+                    alpha[i] = sum - c;
+                }
+            } else if alpha[i] < 0.0 {
+                alpha[i] = 0.0;
+                alpha[j] = sum;
+            }
+        }
+        let (di, dj) = (alpha[i] - ai_old, alpha[j] - aj_old);
+        let (si, sj) = (sign(i), sign(j));
+        let (ri, rj) = (&k[(i % n) * n..(i % n + 1) * n], &k[(j % n) * n..(j % n + 1) * n]);
+        for t in 0..n {
+            // Q(i, t) = s_i·s_t·K; the α* half has s_t = −1.
+            let upd = si * di * ri[t] as f64 + sj * dj * rj[t] as f64;
+            g[t] += upd;
+            g[t + n] -= upd;
+        }
+    }
+    // ρ: mean of y_t·G_t over free variables, else the middle of the feasible interval.
+    let (mut ub, mut lb, mut sum, mut free) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0usize);
+    for t in 0..l {
+        let yg = sign(t) * g[t];
+        let at_upper = alpha[t] >= c;
+        let at_lower = alpha[t] <= 0.0;
+        if at_upper {
+            if sign(t) < 0.0 {
+                ub = ub.min(yg);
+            } else {
+                lb = lb.max(yg);
+            }
+        } else if at_lower {
+            if sign(t) > 0.0 {
+                ub = ub.min(yg);
+            } else {
+                lb = lb.max(yg);
+            }
+        } else {
+            free += 1;
+            sum += yg;
+        }
+    }
+    let rho = if free > 0 { sum / free as f64 } else { (ub + lb) / 2.0 };
+    Solution { alpha, rho, iterations }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(c: f64, gamma: f64, epsilon: f64) -> ValidSvrParams {
+        SvrParams {
+            c,
+            gamma,
+            epsilon,
+            ..SvrParams::default()
+        }
+        .check()
+        .unwrap()
+    }
+
+    #[test]
+    fn fits_a_smooth_function_within_the_tube() {
+        // y = sin(x) on 200 points: a wide C and a tube of 0.05 must fit within ~0.1.
+        let x: Vec<f64> = (0..200).map(|i| i as f64 / 20.0).collect();
+        let y: Vec<f64> = x.iter().map(|v| v.sin()).collect();
+        let m = fit_svr(&x, 1, &y, &params(100.0, 1.0, 0.05)).unwrap();
+        let worst = x
+            .iter()
+            .zip(&y)
+            .map(|(xv, yv)| (m.predict(&[*xv]) - yv).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 0.1, "worst error {worst}");
+        assert!(m.n_support() < 200, "every point a support vector: tube ignored");
+        // Dual feasibility: Σ coef = 0 and |coef| ≤ C.
+        let s: f64 = m.coef.iter().sum();
+        assert!(s.abs() < 1e-6, "Σ(α − α*) = {s}");
+        assert!(m.coef.iter().all(|c| c.abs() <= 100.0 + 1e-9));
+    }
+
+    #[test]
+    fn wide_tube_gives_a_constant() {
+        // All targets inside the tube around their mean: no support vectors needed.
+        let x: Vec<f64> = (0..50).map(|i| i as f64).collect();
+        let y: Vec<f64> = (0..50).map(|i| 10.0 + (i % 3) as f64 * 0.1).collect();
+        let m = fit_svr(&x, 1, &y, &params(1.0, 0.5, 1.0)).unwrap();
+        for v in &x {
+            assert!((m.predict(&[*v]) - 10.1).abs() < 1.0);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        assert!(SvrParams {
+            c: 0.0,
+            ..SvrParams::default()
+        }
+        .check()
+        .is_err());
+        assert!(fit_svr(&[1.0, 2.0], 1, &[1.0], &params(1.0, 1.0, 0.1)).is_err());
+        assert!(fit_svr(&[1.0, f64::NAN], 1, &[1.0, 2.0], &params(1.0, 1.0, 0.1)).is_err());
+        assert!(fit_svr(&[1.0], 1, &[1.0], &params(1.0, 1.0, 0.1)).is_err());
+    }
+}
