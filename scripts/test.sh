@@ -16,12 +16,13 @@ if ! command -v tshark >/dev/null 2>&1; then
   as_root apt-get install -y -qq tshark >/dev/null
 fi
 
-# Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports.
+# Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports; polars,
+# matplotlib and nbclient to execute notebooks/training.ipynb headless.
 venv="${AGGRATE_VENV:-$HOME/.cache/aggrate/venv}"
-if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy" >/dev/null 2>&1; then
-  echo "== setting up $venv (onnxruntime, onnx, numpy)"
+if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel" >/dev/null 2>&1; then
+  echo "== setting up $venv (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel)"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy
+  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel
 fi
 export AGGRATE_PYTHON="$venv/bin/python"
 

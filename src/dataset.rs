@@ -240,6 +240,41 @@ impl Dataset {
         self.rate_mbps.push(rate_mbps);
         self.level.push(level);
     }
+    /// Rows of `m` gaps (+ σ when `sigma`) cut from rows built with a wider gap spec of `wide_m`
+    /// gaps (σ, if any, last): the first `m` columns are the `m` most recent gaps, and σ is
+    /// recomputed from them with the same exact integer-nanosecond moments as
+    /// [`GapWindow`], so a sweep over m reads the captures once. Rows keep their order and
+    /// metadata.
+    pub fn narrowed(&self, wide_m: usize, m: usize, sigma: bool) -> Dataset {
+        let m = m.clamp(1, wide_m.max(1));
+        let d = m + sigma as usize;
+        let mut out = Dataset {
+            d,
+            x: Vec::with_capacity(self.len() * d),
+            y: self.y.clone(),
+            group: self.group.clone(),
+            rate_mbps: self.rate_mbps.clone(),
+            level: self.level.clone(),
+            host: self.host.clone(),
+        };
+        for i in 0..self.len() {
+            let gaps = &self.row(i)[..m];
+            out.x.extend_from_slice(gaps);
+            if sigma {
+                let (mut sum, mut sumsq) = (0u128, 0u128);
+                for g in gaps {
+                    let ns = (g * 1e3).round() as u128;
+                    sum += ns;
+                    sumsq += ns * ns;
+                }
+                let n = m as u128;
+                let num = (n * sumsq).saturating_sub(sum * sum);
+                out.x.push((num as f64).sqrt() / n as f64 * 1e-3);
+            }
+        }
+        out
+    }
+
     /// The rows at `idx`, as a new dataset.
     pub fn select(&self, idx: &[usize]) -> Dataset {
         let mut out = Dataset::new(self.d);
@@ -400,6 +435,37 @@ mod tests {
             let odd = (rows.slot_start[i].as_nanos() / 100_000_000) % 2 == 1;
             assert_eq!(rows.base_level(i), if odd { 8.0 } else { 4.0 }, "row {i}");
             assert_eq!(rows.row(i)[2], if odd { 5.0 } else { 10.0 });
+        }
+    }
+
+    #[test]
+    fn narrowed_rows_equal_rows_built_narrow() {
+        let ts: Vec<Ts> = (0..300u64).map(|i| Ts(i * 7_919 % 4_000 + i * 20_000)).collect();
+        let build = |m: usize, sigma: bool| {
+            let spec = FeatureSpec {
+                m,
+                sigma,
+                ..FeatureSpec::default()
+            };
+            let mut w = GapWindow::new(&spec);
+            let mut d = Dataset::new(spec.width());
+            for (i, t) in ts.iter().enumerate() {
+                if let Some(r) = w.push(*t) {
+                    d.push_at(*t, r, i % 3 == 0, 0, 1.0, 2);
+                }
+            }
+            d
+        };
+        let wide = build(10, true);
+        for (m, sigma) in [(1, false), (3, true), (10, true), (10, false)] {
+            let n = wide.narrowed(10, m, sigma);
+            let direct = build(m, sigma);
+            // `direct` has (10 − m) more rows at the start.
+            let skip = direct.len() - n.len();
+            assert_eq!(skip, 10 - m);
+            for i in 0..n.len() {
+                assert_eq!(n.row(i), direct.row(i + skip), "m {m} σ {sigma} row {i}");
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ mod inspect;
 mod plots;
 mod progress;
 mod simulate;
+mod sweep;
 mod table;
 mod tool;
 mod train;
@@ -43,6 +44,8 @@ pub(crate) enum Command {
     Features(features::FeaturesArgs),
     /// Train an estimator with contiguous k-fold cross-validation; write model + reports.
     Train(train::TrainArgs),
+    /// The study's sweeps (m, σ, SVM loss, SVR d) with contiguous CV, and its Figure 13 panels.
+    Sweep(sweep::SweepArgs),
     /// Score a trained model on other captures or datasets, per send rate.
     Eval(eval::EvalArgs),
     /// Export a trained model (ONNX).
@@ -155,6 +158,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Simulate(a) => simulate::run_cmd(&ui, a),
         Command::Dataset(c) => dataset::run(&ui, c),
         Command::Train(a) => train::run(&ui, a),
+        Command::Sweep(a) => sweep::run(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),

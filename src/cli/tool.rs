@@ -31,11 +31,36 @@ pub(crate) enum ToolCommand {
         /// Capture file.
         input: PathBuf,
     },
+    /// Time the slot SVR's contiguous k-fold CV at one (C, γ, ε) on the slot rows of a
+    /// `<model>.slots.csv` (written by `train --model svr`), single-threaded; print one JSON line.
+    SvrCv {
+        /// slots.csv.
+        slots: PathBuf,
+        /// Folds.
+        #[arg(long, default_value_t = 20)]
+        folds: usize,
+        /// C.
+        #[arg(long)]
+        c: f64,
+        /// γ.
+        #[arg(long)]
+        gamma: f64,
+        /// ε.
+        #[arg(long)]
+        epsilon: f64,
+    },
 }
 
 pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
+        ToolCommand::SvrCv {
+            slots,
+            folds,
+            c,
+            gamma,
+            epsilon,
+        } => svr_cv(&slots, folds, c, gamma, epsilon),
         ToolCommand::Repeat { input, n, output } => {
             let open = || -> Result<PcapReader<BufReader<File>>> {
                 let f = File::open(&input).with_context(|| format!("opening {}", input.display()))?;
@@ -96,6 +121,58 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
             "seconds": secs,
             "checksum": acc,
         })
+    );
+    Ok(Exit::Ok)
+}
+
+#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
+fn svr_cv(path: &std::path::Path, k: usize, c: f64, gamma: f64, epsilon: f64) -> Result<Exit> {
+    use aggrate::dataset::contiguous_folds;
+    use aggrate::train::{cv_predict_svr, SvrParams};
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let first_x = header.iter().position(|h| *h == "mean_1").with_context(|| {
+        format!(
+            "{}: no mean_1 column (not a slots.csv from train --model svr)",
+            path.display()
+        )
+    })?;
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (gcol, tcol) = (
+        col("group").context("no group column")?,
+        col("true_level").context("no true_level column")?,
+    );
+    let (mut x, mut y, mut groups) = (Vec::new(), Vec::new(), Vec::new());
+    for (n, line) in lines.enumerate() {
+        let v: Vec<&str> = line.split(',').collect();
+        let num = |i: usize| -> Result<f64> {
+            v.get(i)
+                .and_then(|s| s.parse().ok())
+                .with_context(|| format!("{}: line {}: column {} is not a number", path.display(), n + 2, i + 1))
+        };
+        groups.push(num(gcol)? as u32);
+        y.push(num(tcol)?);
+        for i in first_x..header.len() {
+            x.push(num(i)?);
+        }
+    }
+    let d = header.len() - first_x;
+    let folds = contiguous_folds(&groups, k)?;
+    let p = SvrParams {
+        c,
+        gamma,
+        epsilon,
+        ..SvrParams::default()
+    }
+    .check()?;
+    let start = std::time::Instant::now();
+    let pred = cv_predict_svr(&x, d, &y, &folds, &p)?;
+    let secs = start.elapsed().as_secs_f64();
+    let rmse = (pred.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f64>() / y.len().max(1) as f64).sqrt();
+    println!(
+        "{}",
+        serde_json::json!({ "rows": y.len(), "features": d, "folds": k, "fit_seconds": secs, "rmse": rmse })
     );
     Ok(Exit::Ok)
 }

@@ -180,7 +180,7 @@ pub(crate) fn load_rows(ui: &Ui, files: &[PathBuf], spec: &FeatureSpec, flow: &F
 pub(crate) struct FoldReport {
     fold: usize,
     rows: u64,
-    f1: f64,
+    pub(crate) f1: f64,
     precision: f64,
     recall: f64,
     accuracy: f64,
@@ -189,9 +189,9 @@ pub(crate) struct FoldReport {
 
 #[derive(serde::Serialize)]
 pub(crate) struct RateReport {
-    rate_mbps: f64,
+    pub(crate) rate_mbps: f64,
     rows: u64,
-    f1: f64,
+    pub(crate) f1: f64,
     precision: f64,
     recall: f64,
     accuracy: f64,
@@ -591,7 +591,7 @@ pub(crate) fn attach_slots(rates: &mut [RateReport], slots: &[SlotRateReport]) {
 
 /// Slot rows from out-of-fold packet predictions → grid search of (C, γ, ε) by contiguous CV on
 /// slot rows → the SVR refitted on all slot rows with the best point.
-fn svr_stage(
+pub(crate) fn svr_stage(
     ui: &Ui,
     data: &Dataset,
     oof: &[bool],
@@ -829,16 +829,26 @@ pub(crate) fn write_reports(
     )?;
     out.push(png);
     if let Some(st) = slots {
-        let mut csv = String::from("rate_mbps,slot_start_ns,true_level,logistic_level,svr_level\n");
+        // The slot rows themselves too (most recent slot first), for peers and notebooks.
+        let mut csv = String::from("group,rate_mbps,slot_start_ns,true_level,logistic_level,svr_level");
+        for k in 1..=st.rows.d / 3 {
+            csv.push_str(&format!(",mean_{k},var_{k},count_{k}"));
+        }
+        csv.push('\n');
         for i in 0..st.rows.len() {
             csv.push_str(&format!(
-                "{},{},{},{},{}\n",
+                "{},{},{},{},{},{}",
+                st.rows.group[i],
                 st.rows.rate_mbps[i],
                 st.rows.slot_start[i].as_nanos(),
                 st.rows.target[i],
                 st.rows.base_level(i),
                 st.pred[i]
             ));
+            for v in st.rows.row(i) {
+                csv.push_str(&format!(",{v}"));
+            }
+            csv.push('\n');
         }
         write(&mut out, format!("{name}.slots.csv"), csv.into_bytes())?;
         let pr: Vec<&SlotRateReport> = st.per_rate.iter().filter(|r| !r.rate_mbps.is_nan()).collect();

@@ -1,0 +1,385 @@
+//! `aggrate sweep`: the study's sweeps in one run, and its Figure 13.
+//!
+//! Reads the captures once at the widest m, then for every m (with and without σ) and every
+//! estimator (logistic, linear SVM with hinge and squared hinge, and the m = 1 threshold) runs
+//! the contiguous k-fold CV; then, on the out-of-fold predictions of logistic m = 20 + σ, the
+//! slot SVR for every d. Writes sweep.json, sweep.csv and the four panels:
+//! (a) F1 vs m, (b) F1 vs send rate for m = 20 and m = 1, (c) slot aggregation RMSE and ±1
+//! accuracy vs send rate with and without the SVR, (d) predicted vs actual slot level.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::dataset::Dataset;
+use aggrate::features::FeatureSpec;
+use aggrate::model::EstimatorModel;
+use aggrate::report::mean_std;
+use aggrate::train::{
+    fit_linear_svm, fit_logistic_from, fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams,
+};
+
+use super::plots::{self, Series};
+use super::progress::Ui;
+use super::train::{dataset_files, load_rows, packet_cv, rate_reports, svr_stage, SvrStage};
+use super::{Exit, FlowArgs};
+
+/// Estimators a sweep can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SweepModel {
+    /// Logistic regression.
+    Logistic,
+    /// Linear SVM, hinge loss.
+    SvmHinge,
+    /// Linear SVM, squared hinge loss.
+    SvmSqhinge,
+}
+
+impl SweepModel {
+    fn name(self) -> &'static str {
+        match self {
+            SweepModel::Logistic => "logistic",
+            SweepModel::SvmHinge => "svm_hinge",
+            SweepModel::SvmSqhinge => "svm_sqhinge",
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SweepArgs {
+    /// A dataset folder (its manifest's training runs) or capture files.
+    #[arg(long, required = true, num_args = 1..)]
+    pub(crate) dataset: Vec<PathBuf>,
+    /// Output folder.
+    #[arg(short, long, default_value = "sweep")]
+    pub(crate) output: PathBuf,
+    /// Folds (contiguous blocks per capture).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) folds: usize,
+    /// Values of m.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 5, 10, 20, 30, 40, 50])]
+    pub(crate) m: Vec<usize>,
+    /// Estimators.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SweepModel::Logistic, SweepModel::SvmHinge, SweepModel::SvmSqhinge])]
+    pub(crate) models: Vec<SweepModel>,
+    /// Slots per SVR row (d) to try, on logistic m = 20 + σ.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3, 5, 8])]
+    pub(crate) d: Vec<usize>,
+    /// Slot length (ms).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) slot_ms: u64,
+    /// SVM epochs cap (dual coordinate descent).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) svm_epochs: usize,
+    #[command(flatten)]
+    pub(crate) flow: FlowArgs,
+}
+
+#[derive(serde::Serialize)]
+struct Point {
+    model: String,
+    m: usize,
+    sigma: bool,
+    f1_mean: f64,
+    f1_std: f64,
+    /// (rate, F1) per send rate.
+    per_rate_f1: Vec<(f64, f64)>,
+}
+
+#[derive(serde::Serialize)]
+struct DPoint {
+    d: usize,
+    slot_rmse: f64,
+    base_slot_rmse: f64,
+    c: f64,
+    gamma: f64,
+    epsilon: f64,
+}
+
+fn svr_grid() -> Result<Vec<ValidSvrParams>> {
+    let mut g = Vec::new();
+    for c in [1.0, 10.0, 100.0, 1000.0] {
+        for gamma in [0.003, 0.01, 0.03, 0.1] {
+            for epsilon in [0.05, 0.1, 0.5] {
+                g.push(
+                    SvrParams {
+                        c,
+                        gamma,
+                        epsilon,
+                        ..SvrParams::default()
+                    }
+                    .check()?,
+                );
+            }
+        }
+    }
+    Ok(g)
+}
+
+pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
+    if a.m.is_empty() || a.models.is_empty() {
+        bail!("--m and --models need at least one value each");
+    }
+    if !(2..=100).contains(&a.folds) {
+        bail!("--folds = {}: 2..=100", a.folds);
+    }
+    let wide_m = *a.m.iter().max().unwrap_or(&20).max(&20);
+    let wide = FeatureSpec {
+        m: wide_m,
+        sigma: false,
+        n_max: a.flow.n_max,
+        slot_ns: a.slot_ms.max(1) * 1_000_000,
+        ..FeatureSpec::default()
+    }
+    .check()?;
+    for &d in &a.d {
+        FeatureSpec { d, ..wide }.check()?;
+    }
+    let files = dataset_files(&a.dataset, true)?;
+    ui.info(format!("reading {} captures at m = {wide_m}", files.len()));
+    let data = load_rows(ui, &files, &wide, &a.flow)?;
+    ui.info(format!("{} rows", data.len()));
+    let logistic = LogisticParams::default().check()?;
+    let mut points = Vec::new();
+    let mut oof_m20 = None;
+    let configs: Vec<(SweepModel, usize, bool)> = a
+        .models
+        .iter()
+        .flat_map(|&mo| a.m.iter().flat_map(move |&m| [(mo, m, true), (mo, m, false)]))
+        .collect();
+    let total = configs.len() + 1;
+    for (k, (mo, m, sigma)) in configs.into_iter().enumerate() {
+        ui.info(format!(
+            "[{}/{total}] {} m = {m}{}",
+            k + 1,
+            mo.name(),
+            if sigma { " + σ" } else { "" }
+        ));
+        let sub = data.narrowed(wide_m, m, sigma);
+        let svm = |loss| {
+            SvmParams {
+                loss,
+                max_epochs: a.svm_epochs,
+                ..SvmParams::default()
+            }
+            .check()
+        };
+        let (hinge, sq) = (svm(SvmLoss::Hinge)?, svm(SvmLoss::SquaredHinge)?);
+        let fit = |d: &Dataset, warm: Option<&EstimatorModel>| -> Result<EstimatorModel> {
+            let init = match warm {
+                Some(EstimatorModel::Logistic(m)) => Some(m),
+                _ => None,
+            };
+            Ok(match mo {
+                SweepModel::Logistic => EstimatorModel::Logistic(fit_logistic_from(d, &logistic, init)?),
+                SweepModel::SvmHinge => EstimatorModel::LinearSvm(fit_linear_svm(d, &hinge)?),
+                SweepModel::SvmSqhinge => EstimatorModel::LinearSvm(fit_linear_svm(d, &sq)?),
+            })
+        };
+        let cv = packet_cv(ui, &sub, a.folds, wide.n_max, &fit)?;
+        points.push(point(mo.name(), m, sigma, &cv));
+        if mo == SweepModel::Logistic && m == 20 && sigma {
+            oof_m20 = Some(cv.oof);
+        }
+    }
+    ui.info(format!("[{total}/{total}] threshold m = 1"));
+    let sub = data.narrowed(wide_m, 1, false);
+    let cv = packet_cv(ui, &sub, a.folds, wide.n_max, &|d, _| {
+        Ok(EstimatorModel::Threshold(fit_threshold(d)?))
+    })?;
+    points.push(point("threshold", 1, false, &cv));
+
+    // The slot SVR over d, on logistic m = 20 + σ.
+    let mut dpoints = Vec::new();
+    let mut d5: Option<SvrStage> = None;
+    if let Some(oof) = &oof_m20 {
+        let grid = svr_grid()?;
+        for &d in &a.d {
+            ui.info(format!("slot SVR d = {d}"));
+            let spec = FeatureSpec { d, ..wide };
+            match svr_stage(ui, &data, oof, &spec, a.folds, &grid) {
+                Ok(st) => {
+                    dpoints.push(DPoint {
+                        d,
+                        slot_rmse: st.svr_rmse,
+                        base_slot_rmse: st.base_rmse,
+                        c: st.params.c,
+                        gamma: st.params.gamma,
+                        epsilon: st.params.epsilon,
+                    });
+                    if d == 5 || d5.is_none() {
+                        d5 = Some(st);
+                    }
+                }
+                Err(e) => ui.warn(format!("slot SVR d = {d}: {e:#}")),
+            }
+        }
+    } else {
+        ui.warn("no logistic m = 20 + σ in the sweep: skipping the slot SVR (panels c, d)");
+    }
+
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let json = serde_json::json!({
+        "folds": a.folds,
+        "rows": data.len(),
+        "points": points,
+        "svr_d": dpoints,
+        "captures": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    let out = |f: &str| a.output.join(f);
+    std::fs::write(out("sweep.json"), serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", out("sweep.json").display()))?;
+    let mut csv = String::from("model,m,sigma,f1_mean,f1_std\n");
+    for p in &points {
+        csv.push_str(&format!("{},{},{},{},{}\n", p.model, p.m, p.sigma, p.f1_mean, p.f1_std));
+    }
+    std::fs::write(out("sweep.csv"), csv).with_context(|| format!("writing {}", out("sweep.csv").display()))?;
+
+    // (a) F1 vs m.
+    let mut series = Vec::new();
+    for mo in &a.models {
+        for sigma in [true, false] {
+            series.push(Series::new(
+                format!("{}{}", mo.name(), if sigma { " + σ" } else { "" }),
+                points
+                    .iter()
+                    .filter(|p| p.model == mo.name() && p.sigma == sigma)
+                    .map(|p| (p.m as f64, p.f1_mean))
+                    .collect(),
+            ));
+        }
+    }
+    plots::lines(
+        &out("fig13a_f1_vs_m.png"),
+        "(a) F1 vs window length m (mean over folds)",
+        "m (gaps)",
+        "F1",
+        &series,
+        None,
+    )?;
+    // (b) F1 vs send rate: m = 20 + σ and m = 1.
+    let mut series = Vec::new();
+    for p in &points {
+        if (p.model == "logistic" && p.m == 20 && p.sigma) || p.model == "threshold" {
+            let label = if p.model == "threshold" {
+                "threshold, m = 1".to_string()
+            } else {
+                "logistic, m = 20 + σ".to_string()
+            };
+            series.push(Series::new(label, p.per_rate_f1.clone()));
+        }
+    }
+    plots::lines(
+        &out("fig13b_f1_vs_rate.png"),
+        "(b) F1 vs send rate",
+        "send rate (Mb/s)",
+        "F1",
+        &series,
+        Some((0.0, 1.0)),
+    )?;
+    if let Some(st) = &d5 {
+        let pr: Vec<_> = st.per_rate.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
+        plots::lines(
+            &out("fig13c_agg_vs_rate.png"),
+            "(c) slot aggregation RMSE and ±1 accuracy vs send rate",
+            "send rate (Mb/s)",
+            "RMSE (MPDUs) | accuracy ×10",
+            &[
+                Series::new(
+                    "RMSE, logistic",
+                    pr.iter().map(|r| (r.rate_mbps, r.base_rmse)).collect(),
+                ),
+                Series::new(
+                    "RMSE, logistic + SVR",
+                    pr.iter().map(|r| (r.rate_mbps, r.svr_rmse)).collect(),
+                ),
+                Series::new(
+                    "±1 accuracy ×10, logistic",
+                    pr.iter().map(|r| (r.rate_mbps, 10.0 * r.base_acc_within1)).collect(),
+                ),
+                Series::new(
+                    "±1 accuracy ×10, logistic + SVR",
+                    pr.iter().map(|r| (r.rate_mbps, 10.0 * r.svr_acc_within1)).collect(),
+                ),
+            ],
+            None,
+        )?;
+        let n = st.rows.len();
+        plots::scatter(
+            &out("fig13d_pred_vs_actual.png"),
+            "(d) predicted vs actual mean aggregation level per slot",
+            "actual level",
+            "predicted level",
+            &[
+                Series::new(
+                    "logistic",
+                    (0..n).map(|i| (st.rows.target[i], st.rows.base_level(i))).collect(),
+                ),
+                Series::new(
+                    "logistic + SVR",
+                    (0..n).map(|i| (st.rows.target[i], st.pred[i])).collect(),
+                ),
+            ],
+        )?;
+    }
+    if !dpoints.is_empty() {
+        plots::lines(
+            &out("svr_rmse_vs_d.png"),
+            "slot SVR: CV slot RMSE vs d",
+            "d (slots per row)",
+            "slot RMSE (MPDUs)",
+            &[
+                Series::new(
+                    "logistic + SVR",
+                    dpoints.iter().map(|p| (p.d as f64, p.slot_rmse)).collect(),
+                ),
+                Series::new(
+                    "logistic",
+                    dpoints.iter().map(|p| (p.d as f64, p.base_slot_rmse)).collect(),
+                ),
+            ],
+            None,
+        )?;
+    }
+    if !ui.quiet {
+        println!("| model | m | σ | F1 (mean ± std over folds) |");
+        println!("| --- | --- | --- | --- |");
+        for p in &points {
+            println!(
+                "| {} | {} | {} | {:.4} ± {:.4} |",
+                p.model,
+                p.m,
+                if p.sigma { "yes" } else { "no" },
+                p.f1_mean,
+                p.f1_std
+            );
+        }
+        for p in &dpoints {
+            println!(
+                "slot SVR d = {}: slot RMSE {:.3} (logistic alone {:.3}; C = {}, γ = {}, ε = {})",
+                p.d, p.slot_rmse, p.base_slot_rmse, p.c, p.gamma, p.epsilon
+            );
+        }
+    }
+    ui.info(format!(
+        "wrote sweep.json, sweep.csv and figures to {}",
+        a.output.display()
+    ));
+    Ok(Exit::Ok)
+}
+
+fn point(model: &str, m: usize, sigma: bool, cv: &super::train::PacketCv) -> Point {
+    let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
+    Point {
+        model: model.into(),
+        m,
+        sigma,
+        f1_mean,
+        f1_std,
+        per_rate_f1: rate_reports(&cv.per_rate)
+            .iter()
+            .filter(|r| !r.rate_mbps.is_nan())
+            .map(|r| (r.rate_mbps, r.f1))
+            .collect(),
+    }
+}
