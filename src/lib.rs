@@ -2,8 +2,8 @@
 //! without queueing.
 //!
 //! Layers (a module may use those above it and `time`):
-//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → (train, model, runtime,
-//! control, transport: later issues). The library never prints and never reads the real clock;
+//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `train` → `model` →
+//! `runtime` (→ control, transport, sim: in progress). The library never prints and never reads the real clock;
 //! the `aggrate` binary is the thin shell around it.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -16,6 +16,7 @@ pub mod label;
 pub mod model;
 pub mod phy;
 pub mod report;
+pub mod runtime;
 pub mod time;
 pub mod train;
 pub mod wlan;

@@ -1,0 +1,375 @@
+//! The online estimator: per received packet, the same [`GapWindow`] features the models were
+//! trained on, a frame-start decision, frame closing; every Δ a report of the mean aggregation
+//! level μ_N (optionally corrected by the model's slot SVR), receive rate, loss, one-way delay and
+//! PHY rate μ_R.
+//!
+//! Sans-IO: callers feed [`RxPacket`]s with their kernel receive time and poll reports with
+//! the current time; nothing here reads a clock or a socket. O(1) per packet; after the first
+//! report no allocation happens (delay samples reuse one buffer).
+//!
+//! Two modes: [`Mode::Model`] estimates frame starts from kernel timestamps with a trained model
+//! (what a phone can do); [`Mode::Mac`] reads them from the radio's MAC timestamps (TSFT), the
+//! ground truth a rooted client or a capture has.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::features::{FeatureSpec, FrameSlots, GapWindow};
+use crate::model::{EstimatorModel, ModelFile};
+use crate::time::{Ts, Tsft};
+use crate::train::Predict;
+
+/// Errors building an estimator.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// Report interval out of range.
+    #[error("report interval {0:?}: must be between 10 ms and 60 s")]
+    Interval(Duration),
+    /// The model file's spec is unusable.
+    #[error("model spec: {0}")]
+    Spec(String),
+}
+
+/// One received packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxPacket {
+    /// Kernel receive time (SO_TIMESTAMPNS) or any host clock.
+    pub host: Ts,
+    /// Transport sequence number (for loss), if any.
+    pub seq: Option<u64>,
+    /// Send time on the sender's clock, if carried (for one-way delay; same clock assumed).
+    pub sent: Option<Ts>,
+    /// Bytes (for the receive rate).
+    pub len: u32,
+    /// Radio MAC timestamp, if known (required in [`Mode::Mac`]).
+    pub tsft: Option<Tsft>,
+    /// PHY rate of the frame, if the OS or radiotap tells it (b/s).
+    pub phy_rate_bps: Option<u64>,
+}
+
+/// Where frame starts come from.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// A trained model on kernel-timestamp gaps (and its slot SVR, if it has one).
+    Model(Box<EstimatorModel>),
+    /// MAC timestamps: a packet starts a frame when its TSFT differs from the previous one.
+    Mac,
+}
+
+/// A closed frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameEstimate {
+    /// Receive time of its first packet.
+    pub start: Ts,
+    /// Packets (capped at N_max).
+    pub level: u16,
+}
+
+/// What the receiver knows about the last interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct AggReport {
+    /// Interval start.
+    pub start: Ts,
+    /// Interval end.
+    pub end: Ts,
+    /// Frames closed in the interval.
+    pub frames: u64,
+    /// Packets received.
+    pub packets: u64,
+    /// μ_N: mean aggregation level of the frames closed in the interval (0 without frames).
+    pub mean_agg: f64,
+    /// μ_N corrected by the slot SVR, when the model has one and enough slots have passed.
+    pub corrected_agg: Option<f64>,
+    /// Receive rate (b/s of payload bytes as given in `len`).
+    pub rx_rate_bps: f64,
+    /// Packets missing by sequence number in the interval.
+    pub lost: u64,
+    /// lost / (lost + packets).
+    pub loss_rate: f64,
+    /// Mean one-way delay (ms), when send times are present.
+    pub owd_mean_ms: Option<f64>,
+    /// 95th percentile one-way delay (ms).
+    pub owd_p95_ms: Option<f64>,
+    /// μ_R: mean PHY rate of the interval's packets (b/s), when known.
+    pub phy_rate_bps: Option<f64>,
+}
+
+impl AggReport {
+    /// The level a controller should use: the corrected one when present.
+    pub fn level(&self) -> f64 {
+        self.corrected_agg.unwrap_or(self.mean_agg)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Acc {
+    frames: u64,
+    level_sum: u64,
+    packets: u64,
+    bytes: u64,
+    lost: u64,
+    owd_sum_ns: u128,
+    owd_n: u64,
+    phy_sum: f64,
+    phy_n: u64,
+}
+
+/// The per-packet estimator. See the module docs.
+#[derive(Clone, Debug)]
+pub struct OnlineEstimator {
+    mode: Mode,
+    n_max: u16,
+    gaps: GapWindow,
+    slots: Option<FrameSlots>,
+    svr_latest: Option<f64>,
+    open: Option<(Ts, u32)>,
+    last_tsft: Option<Tsft>,
+    interval: Duration,
+    period_start: Option<Ts>,
+    acc: Acc,
+    owd: Vec<f32>,
+    next_seq: Option<u64>,
+    ready: std::collections::VecDeque<AggReport>,
+}
+
+/// Finished reports kept when the caller does not poll (oldest dropped first).
+const READY_MAX: usize = 64;
+
+impl OnlineEstimator {
+    /// An estimator for a loaded model file (its spec decides m, σ, N_max and the slots).
+    pub fn from_model(file: &ModelFile, interval: Duration) -> Result<OnlineEstimator, Error> {
+        let spec = file.spec.check().map_err(|e| Error::Spec(e.to_string()))?;
+        OnlineEstimator::new(Mode::Model(Box::new(file.model.clone())), spec, interval)
+    }
+
+    /// An estimator with an explicit mode and spec.
+    pub fn new(mode: Mode, spec: FeatureSpec, interval: Duration) -> Result<OnlineEstimator, Error> {
+        if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
+            return Err(Error::Interval(interval));
+        }
+        let spec = spec.check().map_err(|e| Error::Spec(e.to_string()))?;
+        let slots = match &mode {
+            Mode::Model(m) if m.slot_svr().is_some() => Some(FrameSlots::new(&spec)),
+            _ => None,
+        };
+        Ok(OnlineEstimator {
+            mode,
+            n_max: spec.n_max.max(1),
+            gaps: GapWindow::new(&spec),
+            slots,
+            svr_latest: None,
+            open: None,
+            last_tsft: None,
+            interval,
+            period_start: None,
+            acc: Acc::default(),
+            owd: Vec::with_capacity(4096),
+            next_seq: None,
+            ready: std::collections::VecDeque::with_capacity(READY_MAX),
+        })
+    }
+
+    /// Report interval Δ.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// One received packet (in receive order). Returns the frame its arrival closed, if any.
+    pub fn push(&mut self, p: &RxPacket) -> Option<FrameEstimate> {
+        self.roll(p.host);
+        self.period_start.get_or_insert(p.host);
+        let a = &mut self.acc;
+        a.packets += 1;
+        a.bytes += p.len as u64;
+        if let Some(rate) = p.phy_rate_bps {
+            a.phy_sum += rate as f64;
+            a.phy_n += 1;
+        }
+        if let Some(sent) = p.sent {
+            let d = p.host.saturating_since(sent);
+            a.owd_sum_ns += d.as_nanos();
+            a.owd_n += 1;
+            if self.owd.len() < 1 << 20 {
+                self.owd.push(d.as_secs_f32() * 1e3);
+            }
+        }
+        if let Some(seq) = p.seq {
+            match self.next_seq {
+                Some(n) if seq > n => a.lost += seq - n,
+                _ => {}
+            }
+            // Reordered or duplicate packets do not move the expectation back.
+            if self.next_seq.is_none_or(|n| seq + 1 > n) {
+                self.next_seq = Some(seq + 1);
+            }
+        }
+        let start = match &self.mode {
+            Mode::Mac => {
+                let t = p.tsft;
+                let s = t.is_some() && t != self.last_tsft;
+                if t.is_some() {
+                    self.last_tsft = t;
+                }
+                s
+            }
+            Mode::Model(m) => match self.gaps.push(p.host) {
+                Some(row) => m.predict_row(row),
+                // Until the window is full: the first packet starts a frame, the rest join it.
+                None => self.open.is_none(),
+            },
+        };
+        if let Some(slots) = &mut self.slots {
+            slots.push(p.host, start);
+            while let Some(row) = slots.poll_row() {
+                let v = match &self.mode {
+                    Mode::Model(m) => m.slot_svr().map(|s| s.predict(row.values)),
+                    Mode::Mac => None,
+                };
+                self.svr_latest = v;
+            }
+        }
+        let mut closed = None;
+        match (&mut self.open, start) {
+            (Some((at, n)), true) => {
+                let level = (*n).min(self.n_max as u32) as u16;
+                closed = Some(FrameEstimate { start: *at, level });
+                self.open = Some((p.host, 1));
+            }
+            (None, _) => self.open = Some((p.host, 1)),
+            (Some((_, n)), false) => *n += 1,
+        }
+        if let Some(f) = closed {
+            self.acc.frames += 1;
+            self.acc.level_sum += f.level as u64;
+        }
+        closed
+    }
+
+    /// The next finished report, if an interval has ended at or before `now` (intervals that
+    /// ended while packets were pushed come out in order). The first interval starts with the
+    /// first packet; each next one where the previous ended.
+    pub fn poll_report(&mut self, now: Ts) -> Option<AggReport> {
+        self.roll(now);
+        self.ready.pop_front()
+    }
+
+    /// Close every interval that ended at or before `now`.
+    fn roll(&mut self, now: Ts) {
+        let Some(mut start) = self.period_start else {
+            return;
+        };
+        // After a long silence, skip to the interval before `now` (empty ones beyond the kept
+        // history would be dropped anyway).
+        let step = self.interval.as_nanos().max(1) as u64;
+        let behind = now.as_nanos().saturating_sub(start.as_nanos()) / step;
+        if behind > READY_MAX as u64 + 1 {
+            start = Ts(start.as_nanos() + (behind - READY_MAX as u64) * step);
+            self.period_start = Some(start);
+        }
+        while start + self.interval <= now {
+            let r = self.finish(start);
+            if self.ready.len() == READY_MAX {
+                self.ready.pop_front();
+            }
+            self.ready.push_back(r);
+            start = start + self.interval;
+            self.period_start = Some(start);
+        }
+    }
+
+    fn finish(&mut self, start: Ts) -> AggReport {
+        let end = start + self.interval;
+        let a = std::mem::take(&mut self.acc);
+        let secs = self.interval.as_secs_f64();
+        let (owd_mean_ms, owd_p95_ms) = if a.owd_n > 0 {
+            let mean = a.owd_sum_ns as f64 / a.owd_n as f64 / 1e6;
+            let k = ((self.owd.len() as f64 * 0.95) as usize).min(self.owd.len().saturating_sub(1));
+            let p95 = if self.owd.is_empty() {
+                mean
+            } else {
+                *self.owd.select_nth_unstable_by(k, |x, y| x.total_cmp(y)).1 as f64
+            };
+            (Some(mean), Some(p95))
+        } else {
+            (None, None)
+        };
+        self.owd.clear();
+        AggReport {
+            start,
+            end,
+            frames: a.frames,
+            packets: a.packets,
+            mean_agg: if a.frames > 0 {
+                a.level_sum as f64 / a.frames as f64
+            } else {
+                0.0
+            },
+            corrected_agg: self.svr_latest.map(|v| v.clamp(1.0, self.n_max as f64)),
+            rx_rate_bps: a.bytes as f64 * 8.0 / secs,
+            lost: a.lost,
+            loss_rate: if a.lost + a.packets > 0 {
+                a.lost as f64 / (a.lost + a.packets) as f64
+            } else {
+                0.0
+            },
+            owd_mean_ms,
+            owd_p95_ms,
+            phy_rate_bps: (a.phy_n > 0).then(|| a.phy_sum / a.phy_n as f64),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac_estimator() -> OnlineEstimator {
+        OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(500)).unwrap()
+    }
+
+    #[test]
+    fn mac_mode_counts_frames_levels_loss_and_delay() {
+        let mut e = mac_estimator();
+        let mut seq = 0u64;
+        // 1 s of frames of 8 packets every 1 ms; sequence 100 is lost.
+        for f in 0..1000u64 {
+            for k in 0..8u64 {
+                seq += 1;
+                if seq == 100 {
+                    continue;
+                }
+                let host = Ts::from_micros(10_000 + f * 1000 + k * 10);
+                e.push(&RxPacket {
+                    host,
+                    seq: Some(seq),
+                    sent: Some(host.saturating_sub(Duration::from_millis(2))),
+                    len: 1500,
+                    tsft: Some(Tsft(f * 1000)),
+                    phy_rate_bps: Some(866_700_000),
+                });
+            }
+        }
+        // Packets were pushed past the first interval: its report waits, complete.
+        let r = e.poll_report(Ts::from_millis(510)).unwrap();
+        assert!(e.poll_report(Ts::from_millis(510)).is_none(), "one report per interval");
+        assert_eq!(r.frames, 499, "frames closed in [0, 500 ms): frame k closes at k + 1 ms");
+        assert_eq!(r.mean_agg, (499.0 * 8.0 - 1.0) / 499.0, "one frame lost a packet");
+        assert_eq!(r.lost, 1);
+        assert!((r.owd_mean_ms.unwrap() - 2.0).abs() < 1e-9);
+        assert!((r.owd_p95_ms.unwrap() - 2.0).abs() < 1e-3);
+        assert_eq!(r.phy_rate_bps, Some(866_700_000.0));
+        assert!((r.rx_rate_bps - 8.0 * 1000.0 * 1500.0 * 8.0).abs() / r.rx_rate_bps < 0.01);
+        assert_eq!(r.corrected_agg, None);
+        // No packets for a while: empty intervals report zero frames.
+        let r2 = e.poll_report(Ts::from_millis(1010)).unwrap();
+        assert_eq!((r2.frames, r2.mean_agg, r2.lost), (500, 8.0, 0), "the last frame stays open");
+        let r3 = e.poll_report(Ts::from_millis(1510)).unwrap();
+        assert_eq!((r3.frames, r3.packets, r3.mean_agg), (0, 0, 0.0));
+    }
+
+    #[test]
+    fn interval_is_checked() {
+        assert!(OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(1)).is_err());
+    }
+}
