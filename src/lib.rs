@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+pub mod control;
 pub mod dataset;
 pub mod features;
 pub mod label;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod phy;
 pub mod report;
 pub mod runtime;
+pub mod sim;
 pub mod time;
 pub mod train;
 pub mod wlan;

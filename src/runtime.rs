@@ -178,7 +178,12 @@ impl OnlineEstimator {
     /// One received packet (in receive order). Returns the frame its arrival closed, if any.
     pub fn push(&mut self, p: &RxPacket) -> Option<FrameEstimate> {
         self.roll(p.host);
-        self.period_start.get_or_insert(p.host);
+        if self.period_start.is_none() {
+            // Intervals sit on a grid of Δ on the receive clock, so that a report polled at a
+            // multiple of Δ covers exactly the Δ before it.
+            let step = self.interval.as_nanos().max(1) as u64;
+            self.period_start = Some(Ts(p.host.as_nanos() - p.host.as_nanos() % step));
+        }
         let a = &mut self.acc;
         a.packets += 1;
         a.bytes += p.len as u64;
@@ -247,11 +252,15 @@ impl OnlineEstimator {
     }
 
     /// The next finished report, if an interval has ended at or before `now` (intervals that
-    /// ended while packets were pushed come out in order). The first interval starts with the
-    /// first packet; each next one where the previous ended.
+    /// ended while packets were pushed come out in order). Intervals are aligned to multiples
+    /// of Δ; the first is the one holding the first packet.
     pub fn poll_report(&mut self, now: Ts) -> Option<AggReport> {
         self.roll(now);
-        self.ready.pop_front()
+        if self.ready.front().is_some_and(|r| r.end <= now) {
+            self.ready.pop_front()
+        } else {
+            None
+        }
     }
 
     /// Close every interval that ended at or before `now`.
@@ -351,21 +360,29 @@ mod tests {
             }
         }
         // Packets were pushed past the first interval: its report waits, complete.
-        let r = e.poll_report(Ts::from_millis(510)).unwrap();
-        assert!(e.poll_report(Ts::from_millis(510)).is_none(), "one report per interval");
-        assert_eq!(r.frames, 499, "frames closed in [0, 500 ms): frame k closes at k + 1 ms");
-        assert_eq!(r.mean_agg, (499.0 * 8.0 - 1.0) / 499.0, "one frame lost a packet");
+        let r = e.poll_report(Ts::from_millis(500)).unwrap();
+        assert!(e.poll_report(Ts::from_millis(500)).is_none(), "one report per interval");
+        assert_eq!((r.start, r.end), (Ts::ZERO, Ts::from_millis(500)), "aligned to Δ");
+        assert_eq!(
+            r.frames, 489,
+            "frames closed in [0, 500 ms): frame k closes at 10 + k + 1 ms"
+        );
+        assert_eq!(r.mean_agg, (489.0 * 8.0 - 1.0) / 489.0, "one frame lost a packet");
         assert_eq!(r.lost, 1);
         assert!((r.owd_mean_ms.unwrap() - 2.0).abs() < 1e-9);
         assert!((r.owd_p95_ms.unwrap() - 2.0).abs() < 1e-3);
         assert_eq!(r.phy_rate_bps, Some(866_700_000.0));
-        assert!((r.rx_rate_bps - 8.0 * 1000.0 * 1500.0 * 8.0).abs() / r.rx_rate_bps < 0.01);
+        // 490 frames of 8 in [10 ms, 500 ms), one packet lost, over Δ = 0.5 s.
+        assert_eq!(r.packets, 490 * 8 - 1);
+        assert!((r.rx_rate_bps - (490.0 * 8.0 - 1.0) * 1500.0 * 8.0 / 0.5).abs() < 1e-6);
         assert_eq!(r.corrected_agg, None);
         // No packets for a while: empty intervals report zero frames.
-        let r2 = e.poll_report(Ts::from_millis(1010)).unwrap();
-        assert_eq!((r2.frames, r2.mean_agg, r2.lost), (500, 8.0, 0), "the last frame stays open");
-        let r3 = e.poll_report(Ts::from_millis(1510)).unwrap();
-        assert_eq!((r3.frames, r3.packets, r3.mean_agg), (0, 0, 0.0));
+        let r2 = e.poll_report(Ts::from_millis(1000)).unwrap();
+        assert_eq!((r2.frames, r2.mean_agg, r2.lost), (500, 8.0, 0));
+        let r3 = e.poll_report(Ts::from_millis(1500)).unwrap();
+        assert_eq!(r3.frames, 10, "the last frame stays open");
+        let r4 = e.poll_report(Ts::from_millis(2000)).unwrap();
+        assert_eq!((r4.frames, r4.packets, r4.mean_agg), (0, 0, 0.0));
     }
 
     #[test]

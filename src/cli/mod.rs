@@ -10,6 +10,7 @@ mod ingest;
 mod inspect;
 mod plots;
 mod progress;
+mod sim;
 mod simulate;
 mod sweep;
 mod table;
@@ -55,6 +56,8 @@ pub(crate) enum Command {
     Dataset(dataset::DatasetCommand),
     /// Emulate an 802.11ac downlink and write each station's radiotap capture.
     Simulate(simulate::SimulateArgs),
+    /// Closed loop on a virtual clock: sender → emulated WLAN → estimator → controller.
+    Sim(sim::SimArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
     Demo(demo::DemoArgs),
     /// Helper tools (capture repetition for benchmarks).
@@ -159,6 +162,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Dataset(c) => dataset::run(&ui, c),
         Command::Train(a) => train::run(&ui, a),
         Command::Sweep(a) => sweep::run(&ui, a),
+        Command::Sim(a) => sim::run_cmd(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),

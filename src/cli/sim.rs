@@ -1,0 +1,233 @@
+//! `aggrate sim`: the closed loop (sender → emulated WLAN → receiver estimator → controller) on
+//! a virtual clock. Prints a per-station table (or one JSON object with `--json`) over the
+//! second half of the run, and writes the time series as CSV and PNG plots.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::model::ModelFile;
+use aggrate::sim::{run, EstimatorKind, SenderKind, SimConfig, SimResult};
+use aggrate::wlan::noise::NoisePreset;
+use aggrate::wlan::traffic::BackhaulConfig;
+use aggrate::wlan::{StationConfig, WlanConfig};
+
+use super::plots::{self, Series};
+use super::progress::Ui;
+use super::Exit;
+
+/// Sender choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SenderArg {
+    /// Hold the aggregation level at the target.
+    Aggrate,
+    /// Loss-based Cubic-like window (baseline).
+    Cubic,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SimArgs {
+    /// Stations (receivers).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) stations: usize,
+    /// VHT MCS per station (2 SS, 80 MHz, short GI); one value applies to all.
+    #[arg(long, value_delimiter = ',', default_values_t = [9u8])]
+    pub(crate) mcs: Vec<u8>,
+    /// Virtual seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) duration: f64,
+    /// Seed of every random stream.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Sender.
+    #[arg(long, value_enum, default_value_t = SenderArg::Aggrate)]
+    pub(crate) sender: SenderArg,
+    /// Run both senders on the same path and print them side by side.
+    #[arg(long)]
+    pub(crate) compare: bool,
+    /// Kernel timestamp noise at the receivers: none, laptop or phone.
+    #[arg(long, default_value = "none")]
+    pub(crate) noise: NoisePreset,
+    /// Estimate frame starts with this model (from kernel timestamps) instead of reading MAC
+    /// timestamps.
+    #[arg(long)]
+    pub(crate) model: Option<PathBuf>,
+    /// Target aggregation level N_ε.
+    #[arg(long, default_value_t = 32.0)]
+    pub(crate) target: f64,
+    /// Report interval Δ (ms).
+    #[arg(long, default_value_t = 500)]
+    pub(crate) interval_ms: u64,
+    /// A backhaul link before the AP at this rate (Mb/s).
+    #[arg(long)]
+    pub(crate) backhaul_mbps: Option<f64>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Output folder for the time series (CSV) and plots (PNG).
+    #[arg(short, long, default_value = "sim")]
+    pub(crate) output: PathBuf,
+}
+
+pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
+    if a.stations == 0 || a.stations > 64 {
+        bail!("--stations = {}: 1..=64", a.stations);
+    }
+    let mcs: Vec<u8> = match a.mcs.len() {
+        1 => vec![a.mcs[0]; a.stations],
+        n if n == a.stations => a.mcs.clone(),
+        n => bail!(
+            "--mcs has {n} values for {} stations: give one or one per station",
+            a.stations
+        ),
+    };
+    let estimator = match &a.model {
+        Some(p) => EstimatorKind::Model(Box::new(ModelFile::load(p)?)),
+        None => EstimatorKind::Mac,
+    };
+    let mut cfg = SimConfig {
+        wlan: WlanConfig {
+            stations: mcs
+                .iter()
+                .map(|&m| StationConfig {
+                    mcs: m,
+                    ..StationConfig::default()
+                })
+                .collect(),
+            ..WlanConfig::default()
+        },
+        noise: (a.noise != NoisePreset::None).then(|| a.noise.params()),
+        estimator,
+        sender,
+        backhaul: a.backhaul_mbps.map(|r| BackhaulConfig {
+            rate_mbps: r,
+            queue: 200,
+            delay_us: 1000,
+        }),
+        interval: Duration::from_millis(a.interval_ms),
+        duration_s: a.duration,
+        seed: a.seed,
+        ..SimConfig::default()
+    };
+    cfg.control.target = a.target;
+    Ok(cfg)
+}
+
+fn run_one(ui: &Ui, cfg: &SimConfig, label: &str) -> Result<SimResult> {
+    let bar = ui.count_bar(
+        cfg.duration_s.ceil() as u64,
+        &format!("{label} [{{bar:30}}] {{pos}}/{{len}} virtual s, eta {{eta}}"),
+    );
+    let r = run(cfg, |t| bar.set_position(t as u64))?;
+    bar.finish_and_clear();
+    Ok(r)
+}
+
+pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
+    let senders: Vec<SenderKind> = if a.compare {
+        vec![SenderKind::Aggrate, SenderKind::Cubic]
+    } else {
+        vec![match a.sender {
+            SenderArg::Aggrate => SenderKind::Aggrate,
+            SenderArg::Cubic => SenderKind::Cubic,
+        }]
+    };
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let mut results = Vec::new();
+    for s in senders {
+        let cfg = config(&a, s)?;
+        let label = format!("{s:?}").to_lowercase();
+        let r = run_one(ui, &cfg, &label)?;
+        write_series(&a.output, &label, &r)?;
+        results.push(r);
+    }
+    if a.json {
+        let v: Vec<serde_json::Value> = results.iter().map(serde_json::to_value).collect::<Result<_, _>>()?;
+        if v.len() == 1 {
+            println!("{}", v[0]);
+        } else {
+            println!("{}", serde_json::json!({ "runs": v }));
+        }
+    } else {
+        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | mean agg | delay ms (mean) | delay ms (p95) | airtime | lost |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        for r in &results {
+            for (i, s) in r.stations.iter().enumerate() {
+                println!(
+                    "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {:.3} | {} |",
+                    r.sender,
+                    s.mcs,
+                    s.phy_mbps,
+                    s.rate_mbps,
+                    s.mean_agg,
+                    s.delay_ms_mean,
+                    s.delay_ms_p95,
+                    s.airtime_share,
+                    s.lost
+                );
+            }
+            println!("| {:?} | total | | | {:.1} | | | | | |", r.sender, r.total_mbps);
+        }
+        if results.len() == 2 {
+            let (o, c) = (&results[0], &results[1]);
+            let delay = |r: &SimResult| {
+                r.stations.iter().map(|s| s.delay_ms_mean).sum::<f64>() / r.stations.len().max(1) as f64
+            };
+            println!(
+                "\naggrate / cubic: rate {:.0} %, mean one-way delay {:.3}×",
+                o.total_mbps / c.total_mbps.max(1e-9) * 100.0,
+                delay(o) / delay(c).max(1e-9)
+            );
+        }
+    }
+    ui.info(format!("wrote time series and plots to {}", a.output.display()));
+    Ok(Exit::Ok)
+}
+
+fn write_series(dir: &std::path::Path, label: &str, r: &SimResult) -> Result<()> {
+    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,delay_ms,queue,lost\n");
+    for s in &r.series {
+        csv.push_str(&format!(
+            "{:.3},{},{:.3},{:.3},{:.3},{},{}\n",
+            s.t, s.sta, s.rate_mbps, s.mean_agg, s.delay_ms, s.queue, s.lost
+        ));
+    }
+    let p = dir.join(format!("{label}.series.csv"));
+    std::fs::write(&p, csv).with_context(|| format!("writing {}", p.display()))?;
+    let n = r.stations.len();
+    let per_sta = |f: &dyn Fn(&aggrate::sim::Sample) -> f64| -> Vec<Series> {
+        (0..n)
+            .map(|i| {
+                Series::new(
+                    format!("station {i} (MCS {})", r.stations[i].mcs),
+                    r.series
+                        .iter()
+                        .filter(|s| s.sta as usize == i)
+                        .map(|s| (s.t, f(s)))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    for (what, unit, f) in [
+        (
+            "rate",
+            "send rate (Mb/s)",
+            &(|s: &aggrate::sim::Sample| s.rate_mbps) as &dyn Fn(&aggrate::sim::Sample) -> f64,
+        ),
+        ("agg", "μ_N (MPDUs per A-MPDU)", &|s| s.mean_agg),
+        ("delay", "one-way delay (ms)", &|s| s.delay_ms),
+        ("queue", "AP queue (packets)", &|s| s.queue as f64),
+    ] {
+        plots::lines(
+            &dir.join(format!("{label}.{what}.png")),
+            &format!("{label}: {unit}"),
+            "time (s)",
+            unit,
+            &per_sta(f),
+            None,
+        )?;
+    }
+    Ok(())
+}

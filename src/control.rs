@@ -1,0 +1,485 @@
+//! Rate control from aggregation reports.
+//!
+//! The reference study's loop ([`PiController`]): every report interval Δ,
+//!
+//! ```text
+//! x ← x + K·(N_ε − μ_N),   K = K0 / n
+//! ```
+//!
+//! with x the send rate in **Mb/s**, μ_N and N_ε in **MPDUs per A-MPDU**, so K is in Mb/s per
+//! MPDU per update (K0 = 1, n = stations sharing the loop). The sum of past errors is the
+//! integral term: x itself integrates, and the proportional part is the step. The rate is
+//! clamped to `[min_mbps, max_mbps]` and the integration stops at the clamps (anti-windup).
+//! The initial rate is `initial_mbps` (default 20 Mb/s: little aggregation even on a slow MCS).
+//! From there a start-up phase multiplies the rate by `startup_factor` (1.5) per update while
+//! μ_N < N_ε/2 (like TCP slow start, without the overshoot of doubling); the integral loop takes
+//! over from the first report at or above N_ε/2 and never hands back. With K0 = 1 alone, the
+//! ramp from 20 to ~580 Mb/s (VHT MCS 9, 2 SS, 80 MHz) would take ~30 updates.
+//!
+//! A [`Bottleneck`] classifier looks at loss over the last p = 100 packets and the recent
+//! aggregation: loss while μ_N stays well below N_ε means the queue is not the AP's (a backhaul
+//! bottleneck). Then the loop freezes integration and holds the rate at the measured receive
+//! rate, probing upward slowly, so it neither winds up nor builds a queue upstream.
+//!
+//! When reports stop (lost feedback), [`RateController::on_silence`] decays the rate
+//! geometrically towards `min_mbps`.
+//!
+//! Several stations: [`AirtimeSplit`] drives the station with the highest PHY rate μ_R with
+//! the loop and gives each other station x_j = x_i*·μ_R,j/μ_R,i* — equal airtime shares.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::AggReport;
+use crate::time::Ts;
+
+/// A send rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd, Serialize, Deserialize)]
+pub struct Rate {
+    /// Mb/s.
+    pub mbps: f64,
+}
+
+impl Rate {
+    /// Bits per second.
+    pub fn bps(self) -> f64 {
+        self.mbps * 1e6
+    }
+    /// Time to send `bytes` at this rate (at least 1 ns; a zero rate sends nothing: 1 s).
+    pub fn interval(self, bytes: u32) -> Duration {
+        if self.mbps <= 0.0 {
+            return Duration::from_secs(1);
+        }
+        Duration::from_nanos(((bytes as f64 * 8.0 / self.bps()) * 1e9).max(1.0) as u64)
+    }
+}
+
+/// Something that sets a send rate from receiver reports.
+pub trait RateController {
+    /// A report arrived at `now`.
+    fn on_report(&mut self, now: Ts, report: &AggReport);
+    /// No report for `silent` (at `now`): the feedback path may be gone.
+    fn on_silence(&mut self, now: Ts, silent: Duration);
+    /// The current rate.
+    fn rate(&self) -> Rate;
+}
+
+/// Parameters of [`PiController`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PiParams {
+    /// N_ε: target aggregation level (MPDUs).
+    pub target: f64,
+    /// K0 (Mb/s per MPDU per update).
+    pub k0: f64,
+    /// n: stations sharing the loop (K = K0 / n).
+    pub stations: u32,
+    /// Start rate (Mb/s).
+    pub initial_mbps: f64,
+    /// Lower clamp (Mb/s).
+    pub min_mbps: f64,
+    /// Upper clamp (Mb/s).
+    pub max_mbps: f64,
+    /// Rate kept per silent report interval when feedback stops (0..1).
+    pub silence_decay: f64,
+    /// Loss over the last p packets above which a low μ_N means a bottleneck elsewhere.
+    pub backhaul_loss: f64,
+    /// Upward probe per update while held at a backhaul bottleneck (fraction of the rate).
+    pub backhaul_probe: f64,
+    /// Start-up: rate multiplier per update while μ_N < N_ε/2 (1 = no start-up phase).
+    pub startup_factor: f64,
+}
+
+impl Default for PiParams {
+    fn default() -> Self {
+        PiParams {
+            target: 32.0,
+            k0: 1.0,
+            stations: 1,
+            initial_mbps: 20.0,
+            min_mbps: 1.0,
+            max_mbps: 2000.0,
+            silence_decay: 0.5,
+            backhaul_loss: 0.01,
+            backhaul_probe: 0.02,
+            startup_factor: 1.5,
+        }
+    }
+}
+
+/// Errors of controller parameters.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("control.{field} = {value}: {allowed}")]
+pub struct ParamError {
+    /// Field.
+    pub field: &'static str,
+    /// Value.
+    pub value: f64,
+    /// Allowed range.
+    pub allowed: &'static str,
+}
+
+impl PiParams {
+    /// Check ranges.
+    pub fn check(self) -> Result<PiParams, ParamError> {
+        let err = |field, value, allowed| Err(ParamError { field, value, allowed });
+        if !(self.target > 0.0 && self.target <= 1024.0) {
+            return err("target", self.target, "in (0, 1024]");
+        }
+        if !(self.k0 > 0.0 && self.k0.is_finite()) {
+            return err("k0", self.k0, "> 0");
+        }
+        if self.stations == 0 {
+            return err("stations", 0.0, ">= 1");
+        }
+        if !(self.min_mbps > 0.0 && self.min_mbps <= self.max_mbps && self.max_mbps.is_finite()) {
+            return err("min_mbps", self.min_mbps, "0 < min_mbps <= max_mbps < ∞");
+        }
+        if !(self.initial_mbps >= self.min_mbps && self.initial_mbps <= self.max_mbps) {
+            return err("initial_mbps", self.initial_mbps, "within [min_mbps, max_mbps]");
+        }
+        if !(0.0..1.0).contains(&self.silence_decay) {
+            return err("silence_decay", self.silence_decay, "in [0, 1)");
+        }
+        if !(1.0..=4.0).contains(&self.startup_factor) {
+            return err("startup_factor", self.startup_factor, "in [1, 4]");
+        }
+        if !(0.0..=1.0).contains(&self.backhaul_loss) || !(0.0..=1.0).contains(&self.backhaul_probe) {
+            return err(
+                "backhaul_loss",
+                self.backhaul_loss,
+                "backhaul_loss and backhaul_probe in [0, 1]",
+            );
+        }
+        Ok(self)
+    }
+}
+
+/// Where the bottleneck is, as far as the receiver's reports tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Bottleneck {
+    /// The WLAN (or none yet): the aggregation signal is meaningful.
+    Wlan,
+    /// Upstream of the AP: losses with low aggregation.
+    Backhaul,
+}
+
+/// Classifies the bottleneck from recent loss and aggregation: loss over the last p packets
+/// (an exponentially weighted estimate, p = 100) above a threshold while μ_N is below half of
+/// N_ε. It stays "backhaul" for `hold` reports after the last such report (recent state).
+#[derive(Clone, Debug)]
+pub struct BottleneckClassifier {
+    threshold: f64,
+    target: f64,
+    loss_ewma: f64,
+    hold: u32,
+    left: u32,
+}
+
+impl BottleneckClassifier {
+    /// With a loss threshold and the aggregation target N_ε.
+    pub fn new(threshold: f64, target: f64) -> Self {
+        BottleneckClassifier {
+            threshold,
+            target,
+            loss_ewma: 0.0,
+            hold: 6,
+            left: 0,
+        }
+    }
+
+    /// Update with a report; returns the class.
+    pub fn on_report(&mut self, r: &AggReport) -> Bottleneck {
+        // Loss over the last p = 100 packets: weight the interval's loss rate by how many of
+        // the last 100 packets it holds.
+        let n = (r.packets + r.lost) as f64;
+        let w = (n / 100.0).min(1.0);
+        self.loss_ewma = (1.0 - w) * self.loss_ewma + w * r.loss_rate;
+        if self.loss_ewma > self.threshold && r.level() < self.target / 2.0 {
+            self.left = self.hold;
+        } else {
+            self.left = self.left.saturating_sub(1);
+        }
+        self.class()
+    }
+
+    /// The current class.
+    pub fn class(&self) -> Bottleneck {
+        if self.left > 0 {
+            Bottleneck::Backhaul
+        } else {
+            Bottleneck::Wlan
+        }
+    }
+
+    /// Loss estimate over the last p packets.
+    pub fn loss(&self) -> f64 {
+        self.loss_ewma
+    }
+}
+
+/// The study's integral controller with clamps, anti-windup, silence decay and the backhaul
+/// freeze (see the module docs).
+#[derive(Clone, Debug)]
+pub struct PiController {
+    p: PiParams,
+    x: f64,
+    bottleneck: BottleneckClassifier,
+    updates: u64,
+    startup: bool,
+}
+
+impl PiController {
+    /// From checked parameters.
+    pub fn new(p: PiParams) -> Result<Self, ParamError> {
+        let p = p.check()?;
+        Ok(PiController {
+            x: p.initial_mbps,
+            bottleneck: BottleneckClassifier::new(p.backhaul_loss, p.target),
+            startup: p.startup_factor > 1.0,
+            p,
+            updates: 0,
+        })
+    }
+
+    /// K = K0 / n.
+    pub fn gain(&self) -> f64 {
+        self.p.k0 / self.p.stations as f64
+    }
+
+    /// The bottleneck class after the last report.
+    pub fn bottleneck(&self) -> Bottleneck {
+        self.bottleneck.class()
+    }
+
+    /// Reports handled.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// In the start-up phase.
+    pub fn starting(&self) -> bool {
+        self.startup
+    }
+
+    /// Apply one update from a level μ_N (MPDUs).
+    pub fn step(&mut self, level: f64) {
+        if self.startup && level < self.p.target / 2.0 {
+            self.set(self.x * self.p.startup_factor);
+            return;
+        }
+        self.startup = false;
+        let x = self.x + self.gain() * (self.p.target - level);
+        // Anti-windup: x is the integrator; clamping it stops integration at the limits.
+        self.x = x.clamp(self.p.min_mbps, self.p.max_mbps);
+    }
+
+    /// Set the rate directly (clamped).
+    pub fn set(&mut self, mbps: f64) {
+        self.x = mbps.clamp(self.p.min_mbps, self.p.max_mbps);
+    }
+}
+
+impl RateController for PiController {
+    fn on_report(&mut self, _now: Ts, r: &AggReport) {
+        self.updates += 1;
+        match self.bottleneck.on_report(r) {
+            Bottleneck::Wlan => self.step(r.level()),
+            Bottleneck::Backhaul => {
+                self.startup = false;
+                // Hold at what arrives, probing upward slowly: no integration.
+                let rx = r.rx_rate_bps / 1e6;
+                let held = if rx > 0.0 { rx.min(self.x) } else { self.x };
+                self.set(held * (1.0 + self.p.backhaul_probe));
+            }
+        }
+    }
+
+    fn on_silence(&mut self, _now: Ts, _silent: Duration) {
+        self.startup = false;
+        self.set(self.x * self.p.silence_decay);
+    }
+
+    fn rate(&self) -> Rate {
+        Rate { mbps: self.x }
+    }
+}
+
+/// Equal-airtime rates for several stations from one loop (see the module docs).
+#[derive(Clone, Debug)]
+pub struct AirtimeSplit {
+    loop_: PiController,
+    phy: Vec<f64>,
+    rates: Vec<f64>,
+    driven: usize,
+}
+
+impl AirtimeSplit {
+    /// For `stations` stations; `p.stations` is set to their number (K = K0 / n).
+    pub fn new(mut p: PiParams, stations: usize) -> Result<Self, ParamError> {
+        p.stations = stations.max(1) as u32;
+        let loop_ = PiController::new(p)?;
+        let x = loop_.rate().mbps;
+        Ok(AirtimeSplit {
+            loop_,
+            phy: vec![0.0; stations.max(1)],
+            rates: vec![x; stations.max(1)],
+            driven: 0,
+        })
+    }
+
+    /// One report per station (same interval). Reports without μ_R keep the last known μ_R.
+    pub fn on_reports(&mut self, now: Ts, reports: &[AggReport]) {
+        for (i, r) in reports.iter().enumerate().take(self.phy.len()) {
+            if let Some(phy) = r.phy_rate_bps {
+                self.phy[i] = phy;
+            }
+        }
+        let best = (0..self.phy.len())
+            .max_by(|&a, &b| self.phy[a].total_cmp(&self.phy[b]).then(b.cmp(&a)))
+            .unwrap_or(0);
+        self.driven = best;
+        if let Some(r) = reports.get(best) {
+            self.loop_.on_report(now, r);
+        }
+        self.spread();
+    }
+
+    /// Feedback lost for every station.
+    pub fn on_silence(&mut self, now: Ts, silent: Duration) {
+        self.loop_.on_silence(now, silent);
+        self.spread();
+    }
+
+    fn spread(&mut self) {
+        let x = self.loop_.rate().mbps;
+        let r_star = self.phy[self.driven];
+        for (j, rate) in self.rates.iter_mut().enumerate() {
+            *rate = if r_star > 0.0 && self.phy[j] > 0.0 {
+                x * self.phy[j] / r_star
+            } else {
+                x
+            };
+        }
+    }
+
+    /// Rate of station `j`.
+    pub fn rate(&self, j: usize) -> Rate {
+        Rate {
+            mbps: self.rates.get(j).copied().unwrap_or(0.0),
+        }
+    }
+
+    /// The station the loop drives (highest μ_R).
+    pub fn driven(&self) -> usize {
+        self.driven
+    }
+
+    /// The loop.
+    pub fn controller(&self) -> &PiController {
+        &self.loop_
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(level: f64, packets: u64, lost: u64, rx_mbps: f64) -> AggReport {
+        AggReport {
+            frames: 10,
+            packets,
+            mean_agg: level,
+            lost,
+            loss_rate: lost as f64 / (lost + packets).max(1) as f64,
+            rx_rate_bps: rx_mbps * 1e6,
+            ..AggReport::default()
+        }
+    }
+
+    #[test]
+    fn integrates_the_error_with_clamps() {
+        let mut s = PiController::new(PiParams::default()).unwrap();
+        s.on_report(Ts::ZERO, &report(2.0, 1000, 0, 20.0));
+        assert_eq!(s.rate().mbps, 30.0, "start-up: ×1.5 while μ_N < N_ε/2");
+        s.on_report(Ts::ZERO, &report(17.0, 1000, 0, 30.0));
+        assert!(!s.starting());
+        assert_eq!(s.rate().mbps, 45.0, "then the integral loop: 30 + (32 − 17)");
+        let mut c = PiController::new(PiParams {
+            startup_factor: 1.0,
+            ..PiParams::default()
+        })
+        .unwrap();
+        assert_eq!(c.rate().mbps, 20.0);
+        c.on_report(Ts::ZERO, &report(2.0, 1000, 0, 20.0));
+        assert_eq!(c.rate().mbps, 50.0, "20 + 1·(32 − 2)");
+        c.on_report(Ts::ZERO, &report(40.0, 1000, 0, 50.0));
+        assert_eq!(c.rate().mbps, 42.0);
+        for _ in 0..1000 {
+            c.on_report(Ts::ZERO, &report(64.0, 1000, 0, 50.0));
+        }
+        assert_eq!(c.rate().mbps, 1.0, "clamped at min, no windup below it");
+        c.on_report(Ts::ZERO, &report(31.0, 1000, 0, 1.0));
+        assert_eq!(c.rate().mbps, 2.0, "leaves the clamp at once");
+        let two = PiController::new(PiParams {
+            stations: 2,
+            ..PiParams::default()
+        })
+        .unwrap();
+        assert_eq!(two.gain(), 0.5);
+    }
+
+    #[test]
+    fn backhaul_losses_with_low_aggregation_freeze_the_loop() {
+        let mut c = PiController::new(PiParams {
+            initial_mbps: 300.0,
+            ..PiParams::default()
+        })
+        .unwrap();
+        // 200 Mb/s arrive, 1/3 lost upstream, aggregation low.
+        c.on_report(Ts::ZERO, &report(3.0, 8000, 4000, 200.0));
+        assert_eq!(c.bottleneck(), Bottleneck::Backhaul);
+        assert!((c.rate().mbps - 204.0).abs() < 1e-9, "held at the receive rate + 2 %");
+        // Losses at high aggregation are the WLAN's: the loop integrates.
+        let mut w = PiController::new(PiParams::default()).unwrap();
+        w.on_report(Ts::ZERO, &report(60.0, 8000, 400, 500.0));
+        assert_eq!(w.bottleneck(), Bottleneck::Wlan);
+    }
+
+    #[test]
+    fn silence_decays_and_split_follows_phy_rates() {
+        let mut c = PiController::new(PiParams {
+            initial_mbps: 400.0,
+            ..PiParams::default()
+        })
+        .unwrap();
+        c.on_silence(Ts::ZERO, Duration::from_secs(1));
+        assert_eq!(c.rate().mbps, 200.0);
+        let mut s = AirtimeSplit::new(
+            PiParams {
+                startup_factor: 1.0,
+                ..PiParams::default()
+            },
+            3,
+        )
+        .unwrap();
+        let mut r = [AggReport::default(); 3];
+        for (i, phy) in [400e6, 800e6, 200e6].into_iter().enumerate() {
+            r[i].phy_rate_bps = Some(phy);
+            r[i].mean_agg = 10.0;
+        }
+        s.on_reports(Ts::ZERO, &r);
+        assert_eq!(s.driven(), 1);
+        let x = s.rate(1).mbps;
+        assert!((x - (20.0 + 22.0 / 3.0)).abs() < 1e-9, "K = 1/3");
+        assert!((s.rate(0).mbps - x / 2.0).abs() < 1e-9);
+        assert!((s.rate(2).mbps - x / 4.0).abs() < 1e-9);
+        assert!(PiParams {
+            min_mbps: 0.0,
+            ..PiParams::default()
+        }
+        .check()
+        .is_err());
+    }
+}

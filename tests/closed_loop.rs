@@ -1,0 +1,201 @@
+//! The closed loop on a virtual clock (`aggrate::sim`): the controller holds the aggregation
+//! level, shares airtime, does not wind up behind a backhaul bottleneck, and beats a loss-based
+//! sender on delay at a similar rate.
+
+use std::time::Duration;
+
+use aggrate::sim::{run, SenderKind, SimConfig, SimResult};
+use aggrate::wlan::traffic::BackhaulConfig;
+use aggrate::wlan::{StationConfig, WlanConfig};
+
+fn stations(mcs: &[u8]) -> WlanConfig {
+    WlanConfig {
+        stations: mcs
+            .iter()
+            .map(|&m| StationConfig {
+                mcs: m,
+                ..StationConfig::default()
+            })
+            .collect(),
+        ..WlanConfig::default()
+    }
+}
+
+fn go(cfg: &SimConfig) -> SimResult {
+    run(cfg, |_| {}).unwrap()
+}
+
+#[test]
+fn one_station_settles_at_the_target_and_stays() {
+    let cfg = SimConfig {
+        wlan: stations(&[9]),
+        duration_s: 30.0,
+        ..SimConfig::default()
+    };
+    let r = go(&cfg);
+    let levels: Vec<f64> = r.series.iter().map(|s| s.mean_agg).collect();
+    // Within 20 updates the level is within 32 ± 3 and stays there.
+    let first = levels
+        .iter()
+        .position(|l| (l - 32.0).abs() <= 3.0)
+        .expect("never reached 32 ± 3");
+    assert!(first <= 20, "reached 32 ± 3 only after {first} updates");
+    assert!(
+        levels[20..].iter().all(|l| (l - 32.0).abs() <= 3.0),
+        "left the band: {:?}",
+        &levels[20..]
+    );
+}
+
+#[test]
+fn stations_with_different_mcs_share_airtime_equally() {
+    for mcs in [&[9u8, 4][..], &[9, 7, 4], &[9, 8, 7, 6, 5, 4, 3, 2]] {
+        let cfg = SimConfig {
+            wlan: stations(mcs),
+            duration_s: 40.0,
+            ..SimConfig::default()
+        };
+        let r = go(&cfg);
+        let n = mcs.len() as f64;
+        for s in &r.stations {
+            eprintln!("{mcs:?}: {s:?}");
+        }
+        for s in &r.stations {
+            assert!(
+                (s.airtime_share - 1.0 / n).abs() <= 0.1 / n,
+                "{mcs:?}: MCS {} has {:.3} of the airtime (equal: {:.3})",
+                s.mcs,
+                s.airtime_share,
+                1.0 / n
+            );
+        }
+    }
+}
+
+#[test]
+fn a_backhaul_bottleneck_does_not_wind_the_loop_up() {
+    let cfg = SimConfig {
+        wlan: stations(&[9]),
+        backhaul: Some(BackhaulConfig {
+            rate_mbps: 200.0,
+            queue: 200,
+            delay_us: 1000,
+        }),
+        duration_s: 40.0,
+        ..SimConfig::default()
+    };
+    let r = go(&cfg);
+    let second_half: Vec<_> = r.series.iter().filter(|s| s.t >= 20.0).collect();
+    for s in &second_half {
+        assert!(
+            (s.rate_mbps - 200.0).abs() <= 20.0,
+            "t = {:.1}: send rate {:.1} Mb/s against a 200 Mb/s backhaul",
+            s.t,
+            s.rate_mbps
+        );
+        assert!(s.queue < 100, "AP queue {}", s.queue);
+    }
+    assert!(r.stations[0].rate_mbps > 170.0, "{:?}", r.stations[0]);
+}
+
+#[test]
+fn low_delay_at_most_of_a_loss_based_senders_rate() {
+    let base = SimConfig {
+        wlan: stations(&[9]),
+        duration_s: 40.0,
+        ..SimConfig::default()
+    };
+    let ours = go(&base);
+    let cubic = go(&SimConfig {
+        sender: SenderKind::Cubic,
+        ..base.clone()
+    });
+    let (o, c) = (ours.stations[0], cubic.stations[0]);
+    eprintln!("aggrate: {o:?}\ncubic: {c:?}");
+    assert!(
+        o.rate_mbps >= 0.8 * c.rate_mbps,
+        "rate {} vs cubic {}",
+        o.rate_mbps,
+        c.rate_mbps
+    );
+    assert!(
+        o.delay_ms_mean <= c.delay_ms_mean / 10.0,
+        "delay {} ms vs cubic {} ms",
+        o.delay_ms_mean,
+        c.delay_ms_mean
+    );
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let cfg = SimConfig {
+        wlan: stations(&[9, 5]),
+        duration_s: 5.0,
+        noise: Some(aggrate::wlan::noise::NoisePreset::Phone.params()),
+        ..SimConfig::default()
+    };
+    let a = serde_json::to_string(&go(&cfg)).unwrap();
+    assert_eq!(a, serde_json::to_string(&go(&cfg)).unwrap());
+    let b = serde_json::to_string(&go(&SimConfig { seed: 2, ..cfg })).unwrap();
+    assert_ne!(a, b);
+    let _ = Duration::ZERO;
+}
+
+#[test]
+fn sim_command_prints_json_and_writes_series() {
+    #[path = "common/mod.rs"]
+    mod common;
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "sim",
+            "--stations",
+            "3",
+            "--mcs",
+            "9,7,4",
+            "--duration",
+            "20",
+            "--seed",
+            "1",
+            "--json",
+            "-o",
+            "out",
+        ],
+    );
+    assert!(o.status.success(), "{}", common::text(&o).1);
+    let v: serde_json::Value = serde_json::from_str(&common::text(&o).0).unwrap();
+    let st = v["stations"].as_array().unwrap();
+    assert_eq!(st.len(), 3);
+    let mut total = 0.0;
+    for (s, mcs) in st.iter().zip([9, 7, 4]) {
+        assert_eq!(s["mcs"], mcs);
+        for k in [
+            "rate_mbps",
+            "mean_agg",
+            "delay_ms_mean",
+            "delay_ms_p95",
+            "airtime_share",
+            "lost",
+        ] {
+            assert!(s[k].is_number(), "{k} missing in {s}");
+        }
+        total += s["rate_mbps"].as_f64().unwrap();
+    }
+    assert!((v["total_mbps"].as_f64().unwrap() - total).abs() < 1e-6);
+    let csv = std::fs::read_to_string(dir.path().join("out/aggrate.series.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 3 * 39,
+        "header + 3 stations × 39 ticks of 0.5 s"
+    );
+    for p in ["rate", "agg", "delay", "queue"] {
+        let b = std::fs::read(dir.path().join(format!("out/aggrate.{p}.png"))).unwrap();
+        assert!(b.starts_with(b"\x89PNG"));
+    }
+    // Bad arguments: a clear error, exit code 2 (usage) or 1.
+    let o = common::aggrate(dir.path(), &["sim", "--stations", "2", "--mcs", "9,7,4"]);
+    assert!(!o.status.success());
+    assert!(common::text(&o).1.contains("--mcs"), "{}", common::text(&o).1);
+}
