@@ -21,6 +21,7 @@ pub mod runtime;
 pub mod sim;
 pub mod time;
 pub mod train;
+pub mod transport;
 pub mod wlan;
 
 pub use time::{Ts, Tsft};

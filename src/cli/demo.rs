@@ -1,6 +1,8 @@
 //! `aggrate demo`: the main job on embedded defaults — inspect the embedded ns-3 802.11ac sample,
 //! write its feature table, build the small emulator dataset, train and cross-validate the
-//! logistic estimator and the m = 1 baseline on it. (The live closed loop joins with its issue.)
+//! logistic estimator, the m = 1 baseline and the slot SVR on it, export the logistic model to
+//! ONNX (with `--features onnx`), run the closed loop on a virtual clock against a Cubic-like
+//! baseline, then a live closed loop over loopback UDP through `aggrate ap`.
 
 use std::path::PathBuf;
 
@@ -22,6 +24,9 @@ pub(crate) struct DemoArgs {
     /// Where to write the demo's files.
     #[arg(long, default_value = "aggrate-demo")]
     pub(crate) out: PathBuf,
+    /// Seconds of the live loop over loopback (0: skip it).
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) live_seconds: f64,
 }
 
 pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
@@ -88,6 +93,38 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         argv.push(models.display().to_string());
         argv.extend(extra.iter().map(|s| s.to_string()));
         super::train::run(ui, TrainArgs::from_argv(&argv)?)?;
+    }
+    let logistic = models.join("logistic_m20_sigma.json");
+    #[cfg(feature = "onnx")]
+    {
+        ui.info("== 5. export the logistic model to ONNX");
+        let f = aggrate::model::ModelFile::load(&logistic)?;
+        let bytes = aggrate::model::onnx::export(&f)?;
+        let p = models.join("logistic_m20_sigma.onnx");
+        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+    }
+    ui.info("== 6. closed loop on a virtual clock: aggrate vs a Cubic-like sender, 1 station, 30 s");
+    let mut argv: Vec<String> = ["sim", "--compare", "--duration", "30", "-o"]
+        .map(String::from)
+        .to_vec();
+    argv.push(a.out.join("sim").display().to_string());
+    super::sim::run_cmd(ui, super::sim::SimArgs::from_argv(&argv)?)?;
+    if a.live_seconds > 0.0 {
+        ui.info(format!(
+            "== 7. live loop over loopback for {} s: sender → aggrate ap (VHT MCS 9) → receiver",
+            a.live_seconds
+        ));
+        let model = aggrate::model::ModelFile::load(&logistic)?;
+        let rows = super::live::live_loop(
+            ui,
+            Some(&model),
+            9,
+            std::time::Duration::from_secs_f64(a.live_seconds),
+            &a.out.join("live"),
+        )?;
+        if rows.is_empty() {
+            ui.warn("the live loop produced no reports");
+        }
     }
     ui.info(format!("demo done: everything is in {}", a.out.display()));
     Ok(Exit::Ok)

@@ -8,6 +8,7 @@ mod export;
 mod features;
 mod ingest;
 mod inspect;
+mod live;
 mod plots;
 mod progress;
 mod sim;
@@ -56,6 +57,12 @@ pub(crate) enum Command {
     Dataset(dataset::DatasetCommand),
     /// Emulate an 802.11ac downlink and write each station's radiotap capture.
     Simulate(simulate::SimulateArgs),
+    /// Live emulated AP on UDP: releases each station's datagrams in A-MPDU bursts.
+    Ap(live::ApArgs),
+    /// Reference sender (paced UDP, rate from the receivers' aggregation reports).
+    Send(live::SendArgs),
+    /// Reference receiver (kernel timestamps → estimator → feedback).
+    Recv(live::RecvArgs),
     /// Closed loop on a virtual clock: sender → emulated WLAN → estimator → controller.
     Sim(sim::SimArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
@@ -163,6 +170,9 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Train(a) => train::run(&ui, a),
         Command::Sweep(a) => sweep::run(&ui, a),
         Command::Sim(a) => sim::run_cmd(&ui, a),
+        Command::Ap(a) => live::ap(&ui, a),
+        Command::Send(a) => live::send(&ui, a),
+        Command::Recv(a) => live::recv(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),

@@ -70,6 +70,17 @@ pub(crate) struct SimArgs {
     pub(crate) output: PathBuf,
 }
 
+impl SimArgs {
+    /// Arguments as `aggrate sim` would parse `argv` (starting with "sim").
+    pub(crate) fn from_argv(argv: &[String]) -> Result<SimArgs> {
+        use clap::Parser;
+        match super::Args::try_parse_from(std::iter::once("aggrate".to_string()).chain(argv.iter().cloned()))?.command {
+            super::Command::Sim(a) => Ok(a),
+            _ => bail!("internal: {argv:?} is not a sim command"),
+        }
+    }
+}
+
 pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
     if a.stations == 0 || a.stations > 64 {
         bail!("--stations = {}: 1..=64", a.stations);

@@ -154,3 +154,116 @@ pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
         max_send_late: max_late,
     })
 }
+
+/// Counters of a live AP run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ApStats {
+    /// Datagrams from the sender.
+    pub data_in: u64,
+    /// Datagrams released to stations.
+    pub data_out: u64,
+    /// Dropped at a full AP queue.
+    pub dropped: u64,
+    /// Feedback datagrams relayed back to the sender.
+    pub feedback: u64,
+    /// A-MPDUs released.
+    pub ampdus: u64,
+}
+
+/// The emulator as a real-time bottleneck on UDP: station i's data arrives on `listen[i]`
+/// (from the sender), is queued in the [`WlanSim`](super::WlanSim) at its arrival time, and
+/// is released to `stations[i]` in bursts at the emulated A-MPDU end times. Datagrams from
+/// `stations[i]` (feedback) are relayed to the sender from the same socket, so the sender sees
+/// each station's feedback come from the address it sends that station's data to.
+pub fn run_ap(
+    listen: &[std::net::SocketAddr],
+    stations: &[std::net::SocketAddr],
+    wlan: super::ValidWlanConfig,
+    seed: u64,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<ApStats, ReplayError> {
+    use rand::SeedableRng;
+    use std::collections::HashMap;
+    if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
+        return Err(ReplayError::Io {
+            what: "live AP: one listen address and one station address per configured station",
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        });
+    }
+    let socks: Vec<UdpSocket> = listen
+        .iter()
+        .map(|a| {
+            let s = UdpSocket::bind(a).map_err(io("binding an AP port"))?;
+            s.set_nonblocking(true).map_err(io("AP non-blocking"))?;
+            let _ = setsockopt(&s, sockopt::RcvBuf, &(8 << 20));
+            Ok(s)
+        })
+        .collect::<Result<_, ReplayError>>()?;
+    let mut sim = super::WlanSim::new(wlan, rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let start = Instant::now();
+    let vnow = || Ts(start.elapsed().as_nanos() as u64);
+    let mut store: HashMap<u32, Vec<u8>> = HashMap::new();
+    let mut next_id = 0u32;
+    let mut sender: Option<std::net::SocketAddr> = None;
+    let mut stats = ApStats::default();
+    let mut buf = vec![0u8; 65_536];
+    let mut last_ref = u32::MAX;
+    while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        let mut busy = false;
+        for (i, s) in socks.iter().enumerate() {
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                busy = true;
+                if from == stations[i] {
+                    if let Some(to) = sender {
+                        let _ = s.send_to(&buf[..n], to);
+                        stats.feedback += 1;
+                    }
+                    continue;
+                }
+                sender = Some(from);
+                stats.data_in += 1;
+                let now = vnow();
+                sim.handle_timeout(now);
+                next_id = next_id.wrapping_add(1);
+                let pkt = super::Packet {
+                    seq: next_id,
+                    len: (n + 28).min(u16::MAX as usize) as u16,
+                    sent: now,
+                };
+                if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
+                    store.insert(next_id, buf[..n].to_vec());
+                } else {
+                    stats.dropped += 1;
+                }
+            }
+        }
+        let now = vnow();
+        if sim.poll_timeout().is_some_and(|t| t <= now) {
+            sim.handle_timeout(now);
+        }
+        while let Some(d) = sim.poll_delivery() {
+            busy = true;
+            if d.ampdu_ref != last_ref {
+                stats.ampdus += 1;
+                last_ref = d.ampdu_ref;
+            }
+            if let Some(bytes) = store.remove(&d.packet.seq) {
+                let i = d.sta.0 as usize;
+                let _ = socks[i].send_to(&bytes, stations[i]);
+                stats.data_out += 1;
+            }
+        }
+        if !busy {
+            let wait = sim
+                .poll_timeout()
+                .map_or(Duration::from_micros(200), |t| t.saturating_since(vnow()));
+            if wait > Duration::from_micros(120) {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    Ok(stats)
+}

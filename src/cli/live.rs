@@ -1,0 +1,368 @@
+//! `aggrate ap`, `aggrate send`, `aggrate recv`: the live loop over UDP. `ap` runs the emulator
+//! in real time between the sender and the receivers; `send` and `recv` run the reference
+//! transport. [`live_loop`] runs all three on threads (used by `aggrate demo`).
+//!
+//! This is an IO edge: it reads the real clock for its live table.
+#![allow(clippy::disallowed_methods)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::control::PiParams;
+use aggrate::features::FeatureSpec;
+use aggrate::model::ModelFile;
+use aggrate::runtime::{AggReport, Mode, OnlineEstimator};
+use aggrate::transport::{io, Receiver, Sender};
+use aggrate::wlan::{StationConfig, WlanConfig};
+
+use super::progress::Ui;
+use super::Exit;
+
+/// Settings shared by `send` and `recv`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SessionArgs {
+    /// Session id (both ends must agree).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) session: u32,
+    /// Feedback key (both ends must agree; anyone who knows it can steer the sender).
+    #[arg(long, default_value = "aggrate-demo-key")]
+    pub(crate) key: String,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) duration: f64,
+    /// Report interval Δ (ms).
+    #[arg(long, default_value_t = 500)]
+    pub(crate) interval_ms: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ApArgs {
+    /// Address of station 0's port; station i listens on port + i.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    pub(crate) listen: SocketAddr,
+    /// Receiver address per station.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) stations: Vec<SocketAddr>,
+    /// VHT MCS per station (one value applies to all).
+    #[arg(long, value_delimiter = ',', default_values_t = [9u8])]
+    pub(crate) mcs: Vec<u8>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) duration: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SendArgs {
+    /// Where station i's data goes (the AP's ports, or receivers directly).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) to: Vec<SocketAddr>,
+    /// UDP payload bytes per datagram (header included).
+    #[arg(long, default_value_t = 1472)]
+    pub(crate) size: usize,
+    /// Target aggregation level N_ε.
+    #[arg(long, default_value_t = 32.0)]
+    pub(crate) target: f64,
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RecvArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub(crate) listen: SocketAddr,
+    /// Model file (default: every packet gap decided by a 100 µs threshold).
+    #[arg(long)]
+    pub(crate) model: Option<std::path::PathBuf>,
+    /// PHY rate to report as μ_R (Mb/s), e.g. what the OS says.
+    #[arg(long)]
+    pub(crate) phy_mbps: Option<f64>,
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
+    let mcs: Vec<u8> = match mcs.len() {
+        1 => vec![mcs[0]; n],
+        k if k == n => mcs.to_vec(),
+        k => bail!("--mcs has {k} values for {n} stations"),
+    };
+    Ok(WlanConfig {
+        stations: mcs
+            .iter()
+            .map(|&m| StationConfig {
+                mcs: m,
+                ..StationConfig::default()
+            })
+            .collect(),
+        ..WlanConfig::default()
+    }
+    .check()?)
+}
+
+fn secs(d: f64) -> Result<Duration> {
+    if !(d > 0.0 && d <= 86_400.0) {
+        bail!("--duration = {d}: (0, 86400] s");
+    }
+    Ok(Duration::from_secs_f64(d))
+}
+
+fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEstimator> {
+    Ok(match model {
+        Some(f) => OnlineEstimator::from_model(f, interval)?,
+        None => {
+            // No model: a fixed 100 µs gap threshold (the m = 1 baseline with a round number).
+            let t = aggrate::train::ThresholdModel { threshold_us: 100.0 };
+            let spec = FeatureSpec {
+                m: 1,
+                sigma: false,
+                ..FeatureSpec::default()
+            };
+            OnlineEstimator::new(
+                Mode::Model(Box::new(aggrate::model::EstimatorModel::Threshold(t))),
+                spec,
+                interval,
+            )?
+        }
+    })
+}
+
+pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
+    let n = a.stations.len();
+    let listen: Vec<SocketAddr> = (0..n)
+        .map(|i| SocketAddr::new(a.listen.ip(), a.listen.port() + i as u16))
+        .collect();
+    let stop = AtomicBool::new(false);
+    ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
+    let s = aggrate::wlan::live::run_ap(&listen, &a.stations, wlan(&a.mcs, n)?, a.seed, secs(a.duration)?, &stop)?;
+    println!("{}", serde_json::to_string(&s)?);
+    Ok(Exit::Ok)
+}
+
+pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
+    if !(28..=65_000).contains(&a.size) {
+        bail!("--size = {}: 28..=65000", a.size);
+    }
+    let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
+    let interval = Duration::from_millis(a.session.interval_ms);
+    let control = PiParams {
+        target: a.target,
+        ..PiParams::default()
+    };
+    let mut tx = Sender::new(
+        a.session.session,
+        a.session.key.as_bytes(),
+        a.to.len(),
+        a.size - 28,
+        control,
+        interval,
+        io::realtime(),
+    )?;
+    let stop = AtomicBool::new(false);
+    let mut last_print = aggrate::Ts::ZERO;
+    let stats = io::run_sender(&sock, &a.to, &mut tx, secs(a.session.duration)?, &stop, |now, s| {
+        if now.saturating_since(last_print) >= Duration::from_secs(1) {
+            last_print = now;
+            let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
+            ui.info(format!("rates Mb/s: {}", rates.join(", ")));
+        }
+    })?;
+    println!("{}", serde_json::to_string(&stats)?);
+    Ok(Exit::Ok)
+}
+
+pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
+    let model = a.model.as_deref().map(ModelFile::load).transpose()?;
+    let interval = Duration::from_millis(a.session.interval_ms);
+    let mut rx = Receiver::new(
+        a.session.session,
+        a.session.key.as_bytes(),
+        estimator(model.as_ref(), interval)?,
+    );
+    rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
+    let sock = io::timestamped_socket(a.listen)?;
+    let stop = AtomicBool::new(false);
+    let stats = io::run_receiver(&sock, &mut rx, secs(a.session.duration)?, &stop, |r| {
+        ui.info(format!(
+            "μ_N {:5.1}  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
+            r.level(),
+            r.rx_rate_bps / 1e6,
+            r.owd_mean_ms.unwrap_or(f64::NAN),
+            r.lost
+        ));
+    })?;
+    println!("{}", serde_json::to_string(&stats)?);
+    Ok(Exit::Ok)
+}
+
+fn free_port() -> Result<SocketAddr> {
+    let s = UdpSocket::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(s.local_addr()?)
+}
+
+/// One row of the live table.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub(crate) struct LiveRow {
+    pub(crate) t_s: f64,
+    pub(crate) rate_mbps: f64,
+    pub(crate) mean_agg: f64,
+    pub(crate) rx_mbps: f64,
+    pub(crate) owd_ms: f64,
+    pub(crate) lost: u64,
+}
+
+/// `ap` + `recv` + `send` on threads over loopback for `duration`, one station at `mcs`;
+/// prints a live table each report and writes `live.csv` and PNGs into `out`.
+pub(crate) fn live_loop(
+    ui: &Ui,
+    model: Option<&ModelFile>,
+    mcs: u8,
+    duration: Duration,
+    out: &Path,
+) -> Result<Vec<LiveRow>> {
+    let interval = Duration::from_millis(500);
+    let (ap_port, rx_addr) = (free_port()?, free_port()?);
+    let rx_sock = io::timestamped_socket(rx_addr)?;
+    let key = b"aggrate-demo-key";
+    let mut rx = Receiver::new(1, key, estimator(model, interval)?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reports: Arc<Mutex<Vec<AggReport>>> = Arc::new(Mutex::new(Vec::new()));
+    let rates: Arc<Mutex<Vec<(f64, f64)>>> = Arc::new(Mutex::new(Vec::new()));
+    let cfg = wlan(&[mcs], 1)?;
+    let t0 = io::realtime();
+    std::thread::scope(|sc| -> Result<()> {
+        let (stop_ap, stop_rx, stop_tx) = (stop.clone(), stop.clone(), stop.clone());
+        let ap = sc.spawn(move || {
+            aggrate::wlan::live::run_ap(
+                &[ap_port],
+                &[rx_addr],
+                cfg,
+                1,
+                duration + Duration::from_millis(300),
+                &stop_ap,
+            )
+        });
+        let reps = reports.clone();
+        let rxh = sc.spawn(move || {
+            io::run_receiver(
+                &rx_sock,
+                &mut rx,
+                duration + Duration::from_millis(200),
+                &stop_rx,
+                |r| {
+                    if let Ok(mut v) = reps.lock() {
+                        v.push(*r);
+                    }
+                },
+            )
+        });
+        let rt = rates.clone();
+        let txh = sc.spawn(move || -> Result<aggrate::transport::SenderStats> {
+            std::thread::sleep(Duration::from_millis(50));
+            let sock = UdpSocket::bind("127.0.0.1:0").context("binding the sender")?;
+            let mut tx = Sender::new(1, key, 1, 1472 - 28, PiParams::default(), interval, io::realtime())?;
+            Ok(io::run_sender(
+                &sock,
+                &[ap_port],
+                &mut tx,
+                duration,
+                &stop_tx,
+                |now, s| {
+                    if let Ok(mut v) = rt.lock() {
+                        v.push((now.saturating_since(t0).as_secs_f64(), s.rate(0).mbps));
+                    }
+                },
+            )?)
+        });
+        // The live table, from the main thread.
+        ui.info("     t s   send Mb/s   μ_N    rx Mb/s   one-way ms   lost");
+        let mut shown = 0;
+        let start = std::time::Instant::now();
+        while start.elapsed() < duration + Duration::from_millis(400) {
+            std::thread::sleep(Duration::from_millis(100));
+            let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
+            let rate = rates.lock().ok().and_then(|v| v.last().map(|x| x.1)).unwrap_or(0.0);
+            for r in reps.iter().skip(shown) {
+                ui.info(format!(
+                    "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:10.2}   {:4}",
+                    r.end.saturating_since(t0).as_secs_f64(),
+                    rate,
+                    r.level(),
+                    r.rx_rate_bps / 1e6,
+                    r.owd_mean_ms.unwrap_or(f64::NAN),
+                    r.lost
+                ));
+            }
+            shown = reps.len();
+        }
+        let ap_stats = ap.join().map_err(|_| anyhow::anyhow!("AP thread panicked"))??;
+        rxh.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+        let tx_stats = txh.join().map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
+        ui.info(format!(
+            "AP: {} in, {} out, {} A-MPDUs, {} dropped; sender: {} sent, {} feedback ({} refused)",
+            ap_stats.data_in,
+            ap_stats.data_out,
+            ap_stats.ampdus,
+            ap_stats.dropped,
+            tx_stats.sent,
+            tx_stats.feedback,
+            tx_stats.feedback_dropped
+        ));
+        Ok(())
+    })?;
+    let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
+    let rate_series = rates.lock().map(|v| v.clone()).unwrap_or_default();
+    let rows: Vec<LiveRow> = reps
+        .iter()
+        .map(|r| {
+            let t = r.end.saturating_since(t0).as_secs_f64();
+            let rate = rate_series.iter().rev().find(|(tt, _)| *tt <= t).map_or(0.0, |x| x.1);
+            LiveRow {
+                t_s: t,
+                rate_mbps: rate,
+                mean_agg: r.level(),
+                rx_mbps: r.rx_rate_bps / 1e6,
+                owd_ms: r.owd_mean_ms.unwrap_or(f64::NAN),
+                lost: r.lost,
+            }
+        })
+        .collect();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut csv = String::from("t_s,send_mbps,mean_agg,rx_mbps,owd_ms,lost\n");
+    for r in &rows {
+        csv.push_str(&format!(
+            "{:.3},{:.3},{:.3},{:.3},{:.4},{}\n",
+            r.t_s, r.rate_mbps, r.mean_agg, r.rx_mbps, r.owd_ms, r.lost
+        ));
+    }
+    std::fs::write(out.join("live.csv"), csv).with_context(|| format!("writing {}", out.join("live.csv").display()))?;
+    use super::plots::{lines, Series};
+    lines(
+        &out.join("live_rate.png"),
+        "live loop: send and receive rate",
+        "time (s)",
+        "Mb/s",
+        &[
+            Series::new("send rate", rate_series.clone()),
+            Series::new("receive rate", rows.iter().map(|r| (r.t_s, r.rx_mbps)).collect()),
+        ],
+        None,
+    )?;
+    lines(
+        &out.join("live_agg.png"),
+        "live loop: estimated aggregation level μ_N",
+        "time (s)",
+        "MPDUs per A-MPDU",
+        &[Series::new("μ_N", rows.iter().map(|r| (r.t_s, r.mean_agg)).collect())],
+        None,
+    )?;
+    Ok(rows)
+}

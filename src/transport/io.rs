@@ -1,0 +1,172 @@
+//! Socket drivers for [`Sender`] and [`Receiver`]: UDP, the receiver reading kernel receive
+//! timestamps (`SO_TIMESTAMPNS` through `recvmsg`). Both sides use `CLOCK_REALTIME` (the clock
+//! the kernel stamps with), so one-way delays on one host are exact.
+//!
+//! This module reads the real clock (allowed here, in `wlan::live` and the CLI only). Loops run
+//! until `stop` is set or their deadline passes and return their counters; socket errors are
+//! returned with the step that failed.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::io::IoSliceMut;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
+
+use super::{Receiver, ReceiverStats, Sender, SenderStats};
+use crate::runtime::AggReport;
+use crate::time::Ts;
+
+/// An IO step failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct IoError {
+    /// Which step.
+    pub what: String,
+    /// The error.
+    pub source: std::io::Error,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> IoError {
+    let what = what.into();
+    move |source| IoError { what, source }
+}
+
+/// `CLOCK_REALTIME` now.
+pub fn realtime() -> Ts {
+    Ts(SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64)
+}
+
+/// A UDP socket with kernel receive timestamps turned on and a large receive buffer.
+pub fn timestamped_socket(bind: SocketAddr) -> Result<UdpSocket, IoError> {
+    let s = UdpSocket::bind(bind).map_err(io(format!("binding {bind}")))?;
+    setsockopt(&s, sockopt::ReceiveTimestampns, &true).map_err(|e| io("SO_TIMESTAMPNS")(e.into()))?;
+    let _ = setsockopt(&s, sockopt::RcvBuf, &(8 << 20));
+    Ok(s)
+}
+
+/// Receive one datagram with its kernel timestamp (falls back to the clock when the kernel
+/// gave none). `Ok(None)` on timeout / would-block.
+pub fn recv_timestamped(s: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, SocketAddr, Ts)>, IoError> {
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let mut iov = [IoSliceMut::new(buf)];
+    match recvmsg::<SockaddrStorage>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
+        Ok(msg) => {
+            let mut ts = None;
+            if let Ok(cm) = msg.cmsgs() {
+                for c in cm {
+                    if let ControlMessageOwned::ScmTimestampns(t) = c {
+                        ts = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64));
+                    }
+                }
+            }
+            let from = msg
+                .address
+                .and_then(|a| {
+                    a.as_sockaddr_in()
+                        .map(|v| SocketAddr::from((v.ip(), v.port())))
+                        .or_else(|| a.as_sockaddr_in6().map(|v| SocketAddr::from((v.ip(), v.port()))))
+                })
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            Ok(Some((msg.bytes, from, ts.unwrap_or_else(realtime))))
+        }
+        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(None),
+        Err(e) => Err(io("recvmsg")(e.into())),
+    }
+}
+
+/// Run a receiver on `sock` until `stop` or `duration`: data in, feedback back to the data's
+/// source. `on_report` sees every report sent.
+pub fn run_receiver(
+    sock: &UdpSocket,
+    rx: &mut Receiver,
+    duration: Duration,
+    stop: &AtomicBool,
+    mut on_report: impl FnMut(&AggReport),
+) -> Result<ReceiverStats, IoError> {
+    sock.set_read_timeout(Some(Duration::from_millis(5)))
+        .map_err(io("receiver timeout"))?;
+    let deadline = Instant::now() + duration;
+    let mut buf = vec![0u8; 65_536];
+    let mut peer: Option<SocketAddr> = None;
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        if let Some((n, from, host)) = recv_timestamped(sock, &mut buf)? {
+            if rx.handle_data(host, &buf[..n]).is_ok() {
+                peer = Some(from);
+            }
+        }
+        while let Some(n) = rx.poll_transmit(realtime()) {
+            if let Some(p) = peer {
+                let _ = sock.send_to(&rx.buffer()[..n], p);
+            }
+            if let Some(r) = rx.last_report() {
+                on_report(r);
+            }
+        }
+    }
+    Ok(rx.stats())
+}
+
+/// Run a sender on `sock` to `to[i]` (station i) until `stop` or `duration`; feedback is read
+/// from the same socket and matched to stations by source address. `on_tick` is called about
+/// every 100 ms with the sender (rates, counters).
+pub fn run_sender(
+    sock: &UdpSocket,
+    to: &[SocketAddr],
+    tx: &mut Sender,
+    duration: Duration,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(Ts, &Sender),
+) -> Result<SenderStats, IoError> {
+    sock.set_nonblocking(true).map_err(io("sender non-blocking"))?;
+    let deadline = Instant::now() + duration;
+    let mut buf = vec![0u8; 2048];
+    let mut next_tick = Instant::now();
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        let now = realtime();
+        tx.handle_timeout(now);
+        while let Some(t) = tx.poll_transmit(now) {
+            if let Some(addr) = to.get(t.station) {
+                match sock.send_to(&tx.buffer()[..t.len], addr) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    Err(e) => return Err(io(format!("sending to {addr}"))(e)),
+                }
+            }
+        }
+        loop {
+            match sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    if let Some(i) = to.iter().position(|a| *a == from) {
+                        let _ = tx.handle_feedback(realtime(), i, &buf[..n]);
+                    } else {
+                        // Not from a station we send to: counted as dropped feedback.
+                        let _ = tx.handle_feedback(realtime(), usize::MAX, &buf[..n]);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+                Err(e) => return Err(io("receiving feedback")(e)),
+            }
+        }
+        if Instant::now() >= next_tick {
+            on_tick(realtime(), tx);
+            next_tick += Duration::from_millis(100);
+        }
+        // Sleep until the next send when it is far, spin when it is near.
+        let wait = tx.poll_timeout().saturating_since(realtime());
+        if wait > Duration::from_micros(300) {
+            std::thread::sleep((wait - Duration::from_micros(200)).min(Duration::from_millis(2)));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(tx.stats())
+}

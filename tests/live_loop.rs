@@ -1,0 +1,106 @@
+//! The live loop over real loopback sockets: `aggrate ap` between `aggrate send` and
+//! `aggrate recv` as separate processes (kernel receive timestamps, real feedback), and the
+//! README's main command `aggrate demo` end to end with a short live phase.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+
+use common::{aggrate, text};
+
+fn port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn sender_ap_receiver_processes_close_the_loop() {
+    let bin = env!("CARGO_BIN_EXE_aggrate");
+    let (ap, rx) = (port(), port());
+    let spawn = |args: Vec<String>| {
+        Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let ap_p = spawn(s(&[
+        "-q",
+        "ap",
+        "--listen",
+        &format!("127.0.0.1:{ap}"),
+        "--stations",
+        &format!("127.0.0.1:{rx}"),
+        "--duration",
+        "5",
+    ]));
+    let rx_p = spawn(s(&[
+        "-q",
+        "recv",
+        "--listen",
+        &format!("127.0.0.1:{rx}"),
+        "--duration",
+        "5",
+        "--phy-mbps",
+        "866.7",
+    ]));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let tx_p = spawn(s(&[
+        "-q",
+        "send",
+        "--to",
+        &format!("127.0.0.1:{ap}"),
+        "--duration",
+        "4",
+    ]));
+    let (tx, rx, ap) = (
+        tx_p.wait_with_output().unwrap(),
+        rx_p.wait_with_output().unwrap(),
+        ap_p.wait_with_output().unwrap(),
+    );
+    for (name, o) in [("send", &tx), ("recv", &rx), ("ap", &ap)] {
+        assert!(o.status.success(), "{name}: {}", text(o).1);
+    }
+    let j = |o: &std::process::Output| -> serde_json::Value { serde_json::from_str(text(o).0.trim()).unwrap() };
+    let (tx, rx, ap) = (j(&tx), j(&rx), j(&ap));
+    let sent = tx["sent"].as_u64().unwrap();
+    assert!(sent > 1000, "{tx}");
+    assert!(
+        tx["feedback"].as_u64().unwrap() >= 4,
+        "reports every 0.5 s came back: {tx}"
+    );
+    assert_eq!(tx["feedback_dropped"], 0, "{tx}");
+    assert!(
+        ap["ampdus"].as_u64().unwrap() > 0 && ap["data_out"].as_u64().unwrap() > 0,
+        "{ap}"
+    );
+    let got = rx["received"].as_u64().unwrap();
+    assert!(got as f64 >= 0.95 * sent as f64, "received {got} of {sent}");
+    // Start-up raised the rate above the 20 Mb/s start: more than 4 s × 20 Mb/s of packets.
+    assert!(sent as f64 * 1500.0 * 8.0 / 4.0 > 40e6, "{sent} packets in 4 s");
+}
+
+#[test]
+fn demo_runs_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = aggrate(dir.path(), &["-q", "demo", "--out", "d", "--live-seconds", "3"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let d = dir.path().join("d");
+    for f in [
+        "models/logistic_m20_sigma.json",
+        "models/threshold_m1.json",
+        "models/slot_svr_m20_sigma_d3.json",
+        "sim/aggrate.series.csv",
+        "sim/cubic.series.csv",
+        "live/live.csv",
+        "live/live_rate.png",
+    ] {
+        assert!(d.join(f).exists(), "{f} missing");
+    }
+    let live = std::fs::read_to_string(d.join("live/live.csv")).unwrap();
+    assert!(live.lines().count() >= 4, "{live}");
+    // The comparison table is printed.
+    assert!(text(&o).0.contains("aggrate / cubic"), "{}", text(&o).0);
+}
