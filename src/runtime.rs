@@ -31,6 +31,26 @@ pub enum Error {
     Spec(String),
 }
 
+/// `w·((x − μ)/σ) + b` as `(w/σ)·x + (b − Σ wμ/σ)` for the linear models.
+fn fold(m: &EstimatorModel, width: usize) -> Option<(Vec<f64>, f64)> {
+    let (scaler, w, b) = match m {
+        EstimatorModel::Logistic(l) => (&l.scaler, &l.w, l.b),
+        EstimatorModel::LinearSvm(l) => (&l.scaler, &l.w, l.b),
+        EstimatorModel::SlotSvr(s) => (&s.base.scaler, &s.base.w, s.base.b),
+        EstimatorModel::Threshold(t) => {
+            let mut w = vec![0.0; width];
+            *w.first_mut()? = 1.0;
+            return Some((w, -t.threshold_us));
+        }
+    };
+    if w.len() != width || scaler.mean.len() != width || scaler.std.len() != width {
+        return None;
+    }
+    let wf: Vec<f64> = w.iter().zip(&scaler.std).map(|(w, s)| w / s).collect();
+    let bf = b - wf.iter().zip(&scaler.mean).map(|(w, m)| w * m).sum::<f64>();
+    Some((wf, bf))
+}
+
 /// One received packet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxPacket {
@@ -119,6 +139,9 @@ struct Acc {
 #[derive(Clone, Debug)]
 pub struct OnlineEstimator {
     mode: Mode,
+    /// The model's decision folded to raw features, `w·x + b` (linear models): no scaler
+    /// division per packet.
+    folded: Option<(Vec<f64>, f64)>,
     n_max: u16,
     gaps: GapWindow,
     slots: Option<FrameSlots>,
@@ -153,7 +176,12 @@ impl OnlineEstimator {
             Mode::Model(m) if m.slot_svr().is_some() => Some(FrameSlots::new(&spec)),
             _ => None,
         };
+        let folded = match &mode {
+            Mode::Model(m) => fold(m, spec.width()),
+            Mode::Mac => None,
+        };
         Ok(OnlineEstimator {
+            folded,
             mode,
             n_max: spec.n_max.max(1),
             gaps: GapWindow::new(&spec),
@@ -219,7 +247,10 @@ impl OnlineEstimator {
                 s
             }
             Mode::Model(m) => match self.gaps.push(p.host) {
-                Some(row) => m.predict_row(row),
+                Some(row) => match &self.folded {
+                    Some((w, b)) => row.iter().zip(w).fold(*b, |acc, (x, w)| acc + x * w) > 0.0,
+                    None => m.predict_row(row),
+                },
                 // Until the window is full: the first packet starts a frame, the rest join it.
                 None => self.open.is_none(),
             },
@@ -268,6 +299,9 @@ impl OnlineEstimator {
         let Some(mut start) = self.period_start else {
             return;
         };
+        if now < start + self.interval {
+            return; // the per-packet fast path
+        }
         // After a long silence, skip to the interval before `now` (empty ones beyond the kept
         // history would be dropped anyway).
         let step = self.interval.as_nanos().max(1) as u64;
@@ -388,5 +422,53 @@ mod tests {
     #[test]
     fn interval_is_checked() {
         assert!(OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn model_mode_decides_like_the_model() {
+        use crate::train::{LogisticModel, Scaler};
+        // A hand-made logistic model: a start when the newest gap is far above the others.
+        let spec = FeatureSpec {
+            m: 4,
+            sigma: true,
+            ..FeatureSpec::default()
+        };
+        let model = LogisticModel {
+            scaler: Scaler {
+                mean: vec![50.0, 50.0, 50.0, 50.0, 40.0],
+                std: vec![80.0, 80.0, 80.0, 80.0, 30.0],
+            },
+            w: vec![3.0, -0.5, -0.5, -0.5, 0.2],
+            b: -1.0,
+            iterations: 0,
+        };
+        let em = EstimatorModel::Logistic(model.clone());
+        let mut e = OnlineEstimator::new(Mode::Model(Box::new(em)), spec, Duration::from_millis(500)).unwrap();
+        let mut w = GapWindow::new(&spec);
+        let mut t = 0u64;
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for i in 0..5000u64 {
+            t += if i % 7 == 0 {
+                300_000 + i * 37 % 50_000
+            } else {
+                9_000 + i * 13 % 4_000
+            };
+            let host = Ts(t);
+            if let Some(row) = w.push(host) {
+                theirs.push(model.predict_row(row));
+            }
+            let before = e.acc.frames;
+            e.push(&RxPacket {
+                host,
+                ..RxPacket::default()
+            });
+            ours.push(e.acc.frames > before);
+        }
+        // Frames close on predicted starts: the estimator's closes = the model's starts (after
+        // the window filled and the first start opened a frame).
+        let closes: usize = ours.iter().filter(|c| **c).count();
+        let starts: usize = theirs.iter().filter(|s| **s).count();
+        assert!(starts > 600, "{starts}");
+        assert!(closes == starts || closes + 1 == starts, "{closes} vs {starts}");
     }
 }

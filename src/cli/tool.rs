@@ -31,6 +31,16 @@ pub(crate) enum ToolCommand {
         /// Capture file.
         input: PathBuf,
     },
+    /// Sender pacing on loopback: a `Sender` held at a fixed rate sends 1500-byte datagrams to a
+    /// local sink for a few seconds; prints the achieved rate and its ratio to the target.
+    PaceBench {
+        /// Target rate (Mb/s).
+        #[arg(long, default_value_t = 1000.0)]
+        mbps: f64,
+        /// Seconds.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
     /// Time the slot SVR's contiguous k-fold CV at one (C, γ, ε) on the slot rows of a
     /// `<model>.slots.csv` (written by `train --model svr`), single-threaded; print one JSON line.
     SvrCv {
@@ -54,6 +64,7 @@ pub(crate) enum ToolCommand {
 pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
+        ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
         ToolCommand::SvrCv {
             slots,
             folds,
@@ -173,6 +184,68 @@ fn svr_cv(path: &std::path::Path, k: usize, c: f64, gamma: f64, epsilon: f64) ->
     println!(
         "{}",
         serde_json::json!({ "rows": y.len(), "features": d, "folds": k, "fit_seconds": secs, "rmse": rmse })
+    );
+    Ok(Exit::Ok)
+}
+
+#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
+fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
+    use aggrate::control::PiParams;
+    use aggrate::transport::{io, Sender};
+    use std::net::UdpSocket;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    if !(mbps > 0.0 && mbps <= 100_000.0 && seconds > 0.0 && seconds <= 60.0) {
+        anyhow::bail!("--mbps in (0, 100000], --seconds in (0, 60]");
+    }
+    let sink = UdpSocket::bind("127.0.0.1:0")?;
+    let _ = nix::sys::socket::setsockopt(&sink, nix::sys::socket::sockopt::RcvBuf, &(16 << 20));
+    sink.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let addr = sink.local_addr()?;
+    let stop = AtomicBool::new(false);
+    let got = AtomicU64::new(0);
+    // The rate is pinned (min = max) and reports are not expected for a minute.
+    let p = PiParams {
+        initial_mbps: mbps,
+        min_mbps: mbps,
+        max_mbps: mbps,
+        ..PiParams::default()
+    };
+    let mut tx = Sender::new(1, b"k", 1, 1472 - 28, p, Duration::from_secs(60), io::realtime())?;
+    let sock = UdpSocket::bind("127.0.0.1:0")?;
+    let start = std::time::Instant::now();
+    let stats = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = sink.recv(&mut buf) {
+                    got.fetch_add(n as u64 + 28, Ordering::Relaxed);
+                }
+            }
+        });
+        let r = io::run_sender(
+            &sock,
+            &[addr],
+            &mut tx,
+            Duration::from_secs_f64(seconds),
+            &stop,
+            |_, _| {},
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        stop.store(true, Ordering::Relaxed);
+        r
+    })?;
+    let secs = start.elapsed().as_secs_f64().min(seconds).max(1e-9);
+    let sent_mbps = stats.sent as f64 * 1500.0 * 8.0 / seconds / 1e6;
+    let recv_mbps = got.load(Ordering::Relaxed) as f64 * 8.0 / secs / 1e6;
+    println!(
+        "{}",
+        serde_json::json!({
+            "target_mbps": mbps,
+            "sent_mbps": sent_mbps,
+            "received_mbps": recv_mbps,
+            "sent_over_target": sent_mbps / mbps,
+            "datagrams": stats.sent,
+        })
     );
     Ok(Exit::Ok)
 }

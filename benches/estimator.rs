@@ -1,0 +1,69 @@
+//! Criterion: the online estimator's per-packet cost (target ≤ 50 ns per packet), with the
+//! shipped logistic model (m = 20 + σ) and in MAC-timestamp mode, on a realistic arrival
+//! pattern (A-MPDUs of 32 packets, 10 µs apart inside, ~600 µs between frames).
+//! Run: cargo bench --bench estimator
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+use aggrate::features::FeatureSpec;
+use aggrate::model::ModelFile;
+use aggrate::runtime::{Mode, OnlineEstimator, RxPacket};
+use aggrate::{Ts, Tsft};
+
+fn packets(n: usize) -> Vec<RxPacket> {
+    (0..n)
+        .map(|i| {
+            let (f, k) = (i / 32, i % 32);
+            let host = Ts::from_micros(1_000 + f as u64 * 600 + k as u64 * 10 + (i as u64 * 7919 % 3));
+            RxPacket {
+                host,
+                seq: Some(i as u64),
+                sent: Some(host.saturating_sub(Duration::from_millis(1))),
+                len: 1500,
+                tsft: Some(Tsft(f as u64 * 600)),
+                phy_rate_bps: Some(866_700_000),
+            }
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let model = ModelFile::from_json(
+        include_str!("../models/logistic_m20_sigma.json"),
+        "models/logistic_m20_sigma.json",
+    )
+    .expect("shipped model");
+    let pk = packets(100_000);
+    let mut g = c.benchmark_group("estimator_push");
+    g.throughput(Throughput::Elements(pk.len() as u64));
+    g.bench_function("logistic_m20_sigma", |b| {
+        b.iter_batched_ref(
+            || OnlineEstimator::from_model(&model, Duration::from_millis(500)).unwrap(),
+            |e| {
+                for p in &pk {
+                    std::hint::black_box(e.push(p));
+                }
+                e.poll_report(Ts::from_millis(100_000))
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("mac_timestamps", |b| {
+        b.iter_batched_ref(
+            || OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(500)).unwrap(),
+            |e| {
+                for p in &pk {
+                    std::hint::black_box(e.push(p));
+                }
+                e.poll_report(Ts::from_millis(100_000))
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
