@@ -18,8 +18,9 @@
 //!
 //! A [`Bottleneck`] classifier looks at loss over the last p = 100 packets and the recent
 //! aggregation: loss while μ_N stays well below N_ε means the queue is not the AP's (a backhaul
-//! bottleneck). Then the loop freezes integration and holds the rate at the measured receive
-//! rate, probing upward slowly, so it neither winds up nor builds a queue upstream.
+//! bottleneck). Then the loop freezes integration and sets the rate just below the measured
+//! receive rate (draining the upstream queue); for the next 40 reports it rises by at most that
+//! step per update, so it neither winds up nor keeps a queue upstream.
 //!
 //! When reports stop (lost feedback), [`RateController::on_silence`] decays the rate
 //! geometrically towards `min_mbps`.
@@ -85,7 +86,8 @@ pub struct PiParams {
     pub silence_decay: f64,
     /// Loss over the last p packets above which a low μ_N means a bottleneck elsewhere.
     pub backhaul_loss: f64,
-    /// Upward probe per update while held at a backhaul bottleneck (fraction of the rate).
+    /// Step (fraction of the rate) below the receive rate when backhaul-limited, and the largest
+    /// rise per update for a while after.
     pub backhaul_probe: f64,
     /// Start-up: rate multiplier per update while μ_N < N_ε/2 (1 = no start-up phase).
     pub startup_factor: f64,
@@ -219,6 +221,9 @@ impl BottleneckClassifier {
     }
 }
 
+/// Reports after a backhaul-limited one during which the rate rises by the probe step at most.
+const RECENT_BACKHAUL: u32 = 40;
+
 /// The study's integral controller with clamps, anti-windup, silence decay and the backhaul
 /// freeze (see the module docs).
 #[derive(Clone, Debug)]
@@ -228,6 +233,8 @@ pub struct PiController {
     bottleneck: BottleneckClassifier,
     updates: u64,
     startup: bool,
+    /// Reports since the last backhaul-limited one (u32::MAX: never).
+    since_backhaul: u32,
 }
 
 impl PiController {
@@ -240,6 +247,7 @@ impl PiController {
             startup: p.startup_factor > 1.0,
             p,
             updates: 0,
+            since_backhaul: u32::MAX,
         })
     }
 
@@ -285,13 +293,26 @@ impl RateController for PiController {
     fn on_report(&mut self, _now: Ts, r: &AggReport) {
         self.updates += 1;
         match self.bottleneck.on_report(r) {
-            Bottleneck::Wlan => self.step(r.level()),
+            Bottleneck::Wlan => {
+                let before = self.x;
+                self.step(r.level());
+                // Shortly after a backhaul limit, rise only by the probe step: the aggregation
+                // signal stays low behind such a bottleneck and would wind the rate up.
+                if self.since_backhaul < RECENT_BACKHAUL {
+                    self.since_backhaul += 1;
+                    self.set(self.x.min(before * (1.0 + self.p.backhaul_probe)));
+                }
+            }
             Bottleneck::Backhaul => {
                 self.startup = false;
-                // Hold at what arrives, probing upward slowly: no integration.
-                let rx = r.rx_rate_bps / 1e6;
-                let held = if rx > 0.0 { rx.min(self.x) } else { self.x };
-                self.set(held * (1.0 + self.p.backhaul_probe));
+                // First report of an episode: drop just below what arrives, so the upstream
+                // queue drains. Later ones (the class is held for a few reports): hold.
+                if self.since_backhaul != 0 {
+                    let rx = r.rx_rate_bps / 1e6;
+                    let held = if rx > 0.0 { rx.min(self.x) } else { self.x };
+                    self.set(held * (1.0 - self.p.backhaul_probe));
+                }
+                self.since_backhaul = 0;
             }
         }
     }
@@ -440,7 +461,12 @@ mod tests {
         // 200 Mb/s arrive, 1/3 lost upstream, aggregation low.
         c.on_report(Ts::ZERO, &report(3.0, 8000, 4000, 200.0));
         assert_eq!(c.bottleneck(), Bottleneck::Backhaul);
-        assert!((c.rate().mbps - 204.0).abs() < 1e-9, "held at the receive rate + 2 %");
+        assert!((c.rate().mbps - 196.0).abs() < 1e-9, "just below the receive rate");
+        // Loss stops, aggregation stays low: the rate creeps up by 2 % at most per update.
+        for _ in 0..10 {
+            c.on_report(Ts::ZERO, &report(3.0, 8000, 0, 196.0));
+        }
+        assert!(c.rate().mbps <= 196.0 * 1.02f64.powi(10) + 1e-6, "{}", c.rate().mbps);
         // Losses at high aggregation are the WLAN's: the loop integrates.
         let mut w = PiController::new(PiParams::default()).unwrap();
         w.on_report(Ts::ZERO, &report(60.0, 8000, 400, 500.0));
