@@ -268,6 +268,17 @@ fn newton_pass(
     beta: &[f64],
     f: impl Fn(f64, bool) -> (f64, f64) + Sync,
 ) -> (Vec<f64>, Vec<f64>) {
+    pass(data, scaler, beta, f, true)
+}
+
+/// [`newton_pass`] with the Hessian optional (`hessian = false`: gradient only, ~10× cheaper).
+fn pass(
+    data: &Dataset,
+    scaler: &Scaler,
+    beta: &[f64],
+    f: impl Fn(f64, bool) -> (f64, f64) + Sync,
+    hessian: bool,
+) -> (Vec<f64>, Vec<f64>) {
     const CHUNKS: usize = 8;
     let n = data.len();
     let d = data.d;
@@ -292,6 +303,12 @@ fn newton_pass(
                             let s: f64 = z.iter().zip(beta).map(|(a, b)| a * b).sum();
                             let (r, wgt) = f(s, data.y[i]);
                             if r == 0.0 && wgt == 0.0 {
+                                continue;
+                            }
+                            if !hessian {
+                                for (ga, za) in g.iter_mut().zip(&z) {
+                                    *ga += r * za;
+                                }
                                 continue;
                             }
                             for a in 0..m {
@@ -376,19 +393,36 @@ pub fn fit_logistic_from(
         }
         beta[d] += init.b;
     }
+    let loss = |s: f64, y: bool| {
+        let prob = 1.0 / (1.0 + (-s).exp());
+        let (target, cw) = if y { (1.0, w_pos) } else { (0.0, w_neg) };
+        (cw * (prob - target), (cw * prob * (1.0 - prob)).max(1e-12))
+    };
+    // Warm starts (CV folds) reuse the Hessian of their first pass: later passes compute the
+    // gradient only (chord Newton). The fixed point is the same (gradient zero); convergence is
+    // linear with a tiny rate because the start is already close. A step that grows instead of
+    // shrinking switches back to full Newton.
+    let mut frozen: Option<Vec<f64>> = None;
+    let mut last_step = f64::INFINITY;
     let mut iterations = 0;
     for it in 0..p.max_iter {
         iterations = it + 1;
-        let (mut h, mut g) = newton_pass(data, &scaler, &beta, |s, y| {
-            let prob = 1.0 / (1.0 + (-s).exp());
-            let (target, cw) = if y { (1.0, w_pos) } else { (0.0, w_neg) };
-            (cw * (prob - target), (cw * prob * (1.0 - prob)).max(1e-12))
-        });
+        let (mut h, mut g) = match &frozen {
+            Some(h) => (h.clone(), pass(data, &scaler, &beta, loss, false).1),
+            None => newton_pass(data, &scaler, &beta, loss),
+        };
         for j in 0..d {
             g[j] += p.l2 * beta[j];
-            h[j * m + j] += p.l2;
         }
-        h[d * m + d] += 1e-9;
+        if frozen.is_none() {
+            for j in 0..d {
+                h[j * m + j] += p.l2;
+            }
+            h[d * m + d] += 1e-9;
+            if init.is_some() {
+                frozen = Some(h.clone());
+            }
+        }
         if !cholesky_solve(&mut h, &mut g, m) {
             break;
         }
@@ -400,6 +434,10 @@ pub fn fit_logistic_from(
         if step < p.tol {
             break;
         }
+        if frozen.is_some() && step > 0.5 * last_step {
+            frozen = None; // not contracting fast: full Newton from here
+        }
+        last_step = step;
     }
     Ok(LogisticModel {
         scaler,
