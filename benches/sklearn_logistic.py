@@ -7,28 +7,14 @@ import sys
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
+from peer_common import contiguous_folds, load_rows
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.preprocessing import StandardScaler
 
 files, k = sys.argv[1:-1], int(sys.argv[-1])
-xs, ys, groups, rates = [], [], [], []
-for g, f in enumerate(files):
-    t = pq.read_table(f)
-    cols = [c for c in t.column_names if c.startswith("gap_us_")] + ["sigma_us"]
-    xs.append(np.column_stack([t[c].to_numpy() for c in cols]))
-    ys.append(t["y"].to_numpy(zero_copy_only=False).astype(bool))
-    groups.append(np.full(t.num_rows, g))
-    rates.append(t["rate_mbps"].to_numpy())
-x, y, group, rate = np.vstack(xs), np.concatenate(ys), np.concatenate(groups), np.concatenate(rates)
-
-folds = [[] for _ in range(k)]
-for g in np.unique(group):
-    idx = np.nonzero(group == g)[0]
-    n = len(idx)
-    for f in range(k):
-        folds[f].extend(idx[n * f // k : n * (f + 1) // k])
+x, y, group, rate = load_rows(files)
+folds = contiguous_folds(group, k)
 
 start = time.perf_counter()
 pred = np.zeros(len(y), dtype=bool)

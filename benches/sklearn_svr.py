@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+from peer_common import contiguous_folds
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVR
 
@@ -17,12 +18,7 @@ xcols = names[names.index("mean_1"):]
 x = np.column_stack([data[c_] for c_ in xcols])
 y = data["true_level"]
 group = data["group"].astype(int)
-folds = [[] for _ in range(k)]
-for g in np.unique(group):
-    idx = np.nonzero(group == g)[0]
-    n = len(idx)
-    for f in range(k):
-        folds[f].extend(idx[n * f // k : n * (f + 1) // k])
+folds = contiguous_folds(group, k)
 start = time.perf_counter()
 pred = np.zeros(len(y))
 for test in folds:

@@ -46,9 +46,7 @@ fn fold(m: &EstimatorModel, width: usize) -> Option<(Vec<f64>, f64)> {
     if w.len() != width || scaler.mean.len() != width || scaler.std.len() != width {
         return None;
     }
-    let wf: Vec<f64> = w.iter().zip(&scaler.std).map(|(w, s)| w / s).collect();
-    let bf = b - wf.iter().zip(&scaler.mean).map(|(w, m)| w * m).sum::<f64>();
-    Some((wf, bf))
+    Some(scaler.fold(w, b))
 }
 
 /// One received packet.

@@ -484,20 +484,16 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         while let Some(d) = sim.poll_delivery() {
             batch.push(d);
         }
-        let mut i = 0;
-        while i < batch.len() {
-            let d0 = batch[i];
-            let j = (i..batch.len())
-                .find(|&j| batch[j].ampdu_ref != d0.ampdu_ref)
-                .unwrap_or(batch.len());
+        crate::wlan::for_each_ampdu(&batch, |ampdu| {
+            let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
             let s = &mut stations[sta];
-            s.noise.on_ppdu(d0.mac_time, j - i, &mut hosts);
+            s.noise.on_ppdu(d0.mac_time, ampdu.len(), &mut hosts);
             if d0.mac_time >= half {
                 s.ampdus += 1;
-                s.mpdus += (j - i) as u64;
+                s.mpdus += ampdu.len() as u64;
             }
-            for (d, h) in batch[i..j].iter().zip(&hosts) {
+            for (d, h) in ampdu.iter().zip(&hosts) {
                 s.rx.push_back(RxPacket {
                     host: *h,
                     seq: Some(d.packet.seq as u64),
@@ -507,8 +503,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     phy_rate_bps: Some(phy[sta] as u64),
                 });
             }
-            i = j;
-        }
+        });
         // Cubic: packets lost in the AP queue are never acknowledged; the gap at the receiver
         // signals the loss, and the lost packets leave the window then.
         if cfg.sender == SenderKind::Cubic {

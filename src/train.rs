@@ -76,6 +76,14 @@ impl Scaler {
         s
     }
 
+    /// The linear function `w·((x − μ)/σ) + b` on raw features: `(w/σ, b − Σ wμ/σ)` (used
+    /// by the online estimator and the ONNX export, so no division per row).
+    pub fn fold(&self, w: &[f64], b: f64) -> (Vec<f64>, f64) {
+        let wf: Vec<f64> = w.iter().zip(&self.std).map(|(w, s)| w / s).collect();
+        let bf = b - wf.iter().zip(&self.mean).map(|(w, m)| w * m).sum::<f64>();
+        (wf, bf)
+    }
+
     /// Standardise `x` into `z` (which has room for at least `x.len()` values).
     pub fn standardize(&self, x: &[f64], z: &mut [f64]) {
         for (((zj, v), m), sd) in z.iter_mut().zip(x).zip(&self.mean).zip(&self.std) {

@@ -10,9 +10,23 @@ use common::{aggrate, text};
 /// The real-kernel noise source: MAC times replayed over loopback, SO_TIMESTAMPNS read back.
 /// Only structure is asserted (real time on a shared machine is not precise): packets arrive or
 /// are counted lost, kernel times come after MAC times' schedule start, and A-MPDU starts stand
-/// out from the packets inside an A-MPDU.
+/// out from the packets inside an A-MPDU. A loaded machine can miss the schedule for a whole
+/// run (everything then goes out back to back), so the structure gets three attempts; a broken
+/// replay (wrong timestamps, lost grouping) fails all three.
 #[test]
 fn kernel_replay_over_loopback() {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (s, i) = replay_once();
+        if s > 2 * i.max(1) {
+            return;
+        }
+        seen.push((s, i));
+    }
+    panic!("median gap at A-MPDU starts vs inside (ns), three attempts: {seen:?}");
+}
+
+fn replay_once() -> (i128, i128) {
     let dir = tempfile::tempdir().unwrap();
     let o = aggrate(
         dir.path(),
@@ -49,6 +63,5 @@ fn kernel_replay_over_loopback() {
     }
     start_gaps.sort();
     inner_gaps.sort();
-    let (s, i) = (start_gaps[start_gaps.len() / 2], inner_gaps[inner_gaps.len() / 2]);
-    assert!(s > 2 * i.max(1), "median gap at A-MPDU starts {s} ns vs inside {i} ns");
+    (start_gaps[start_gaps.len() / 2], inner_gaps[inner_gaps.len() / 2])
 }

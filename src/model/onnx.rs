@@ -12,7 +12,6 @@
 use prost::Message;
 
 use super::{EstimatorModel, ModelFile};
-use crate::train::Scaler;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct ModelProto {
@@ -156,13 +155,6 @@ pub enum ExportError {
     Unsupported(&'static str),
 }
 
-/// Fold the scaler into linear weights: w·((x − μ)/σ) + b = (w/σ)·x + (b − Σ wμ/σ).
-fn fold(scaler: &Scaler, w: &[f64], b: f64) -> (Vec<f64>, f64) {
-    let wf: Vec<f64> = w.iter().zip(&scaler.std).map(|(w, s)| w / s).collect();
-    let bf = b - wf.iter().zip(&scaler.mean).map(|(w, m)| w * m).sum::<f64>();
-    (wf, bf)
-}
-
 fn tensor(name: &str, dims: &[i64], data: Vec<f64>) -> TensorProto {
     TensorProto {
         dims: dims.to_vec(),
@@ -242,11 +234,11 @@ pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
     let d = file.spec.width() as i64;
     let graph = match &file.model {
         EstimatorModel::Logistic(m) => {
-            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            let (w, b) = m.scaler.fold(&m.w, m.b);
             linear_graph(d, w, b, true)
         }
         EstimatorModel::LinearSvm(m) => {
-            let (w, b) = fold(&m.scaler, &m.w, m.b);
+            let (w, b) = m.scaler.fold(&m.w, m.b);
             linear_graph(d, w, b, false)
         }
         EstimatorModel::Threshold(t) => {

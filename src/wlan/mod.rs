@@ -84,6 +84,20 @@ impl Delivery {
     }
 }
 
+/// Split a batch of deliveries (as polled, in order) into its A-MPDUs: runs of equal
+/// `ampdu_ref`, each handed to `f` as a slice.
+pub fn for_each_ampdu(batch: &[Delivery], mut f: impl FnMut(&[Delivery])) {
+    let mut i = 0;
+    while i < batch.len() {
+        let r = batch[i].ampdu_ref;
+        let j = (i..batch.len())
+            .find(|&j| batch[j].ampdu_ref != r)
+            .unwrap_or(batch.len());
+        f(&batch[i..j]);
+        i = j;
+    }
+}
+
 /// Why a packet was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Dropped {

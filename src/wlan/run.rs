@@ -215,21 +215,16 @@ pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progres
         while let Some(d) = sim.poll_delivery() {
             batch.push(d);
         }
-        let mut i = 0;
-        while i < batch.len() {
-            let d0 = batch[i];
-            let j = (i..batch.len())
-                .find(|&j| batch[j].ampdu_ref != d0.ampdu_ref)
-                .unwrap_or(batch.len());
+        super::for_each_ampdu(&batch, |ampdu| {
+            let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
-            noise[sta].on_ppdu(d0.mac_time, j - i, &mut hosts);
-            max_agg[sta] = max_agg[sta].max((j - i) as u16);
-            for (d, h) in batch[i..j].iter().zip(&hosts) {
+            noise[sta].on_ppdu(d0.mac_time, ampdu.len(), &mut hosts);
+            max_agg[sta] = max_agg[sta].max(ampdu.len() as u16);
+            for (d, h) in ampdu.iter().zip(&hosts) {
                 delay_sum[sta] += d.mac_time.saturating_since(d.packet.sent).as_secs_f64();
                 sink(d, *h);
             }
-            i = j;
-        }
+        });
         events += 1;
         if events.is_multiple_of(4096) {
             progress(now);
