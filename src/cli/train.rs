@@ -2,7 +2,7 @@
 //! the final model fitted on all rows, saved as a versioned model file.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -151,29 +151,79 @@ pub(crate) fn dataset_files(args: &[PathBuf], train_only: bool) -> Result<Vec<Pa
     Ok(out)
 }
 
-/// Rows of all captures (group = capture index).
+/// Rows of all captures (group = capture index). Captures are read on all cores, each into its
+/// own block, and concatenated in file order (the result does not depend on the thread count).
 pub(crate) fn load_rows(ui: &Ui, files: &[PathBuf], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Dataset> {
-    let mut data = Dataset::new(spec.width());
-    for (g, path) in files.iter().enumerate() {
-        let filter = pick_flow(&Ui { quiet: true }, path, flow)?;
-        let rate = rate_from_name(path).map_or(f32::NAN, |r| r as f32);
-        let mut ex = RowExtractor::new(*spec, 0)?;
-        let mut sink = |m: &aggrate::dataset::RowMeta, x: &[f64]| {
-            data.push_at(m.host, x, m.first_of_frame, g as u32, rate, m.level)
-        };
-        let out = for_each_record(ui, path, flow.keep_going, |r| {
-            if filter.matches(r) {
-                ex.push(r, Some(r.host), &mut sink);
-            }
-        })?;
-        ex.finish(&mut sink);
-        out.into_result()?;
-        if !ex.has_ground_truth() {
-            return Err(aggrate::label::Error::NoGroundTruth { packets: ex.packets_in })
-                .with_context(|| path.display().to_string());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, files.len().max(1));
+    if threads == 1 {
+        let mut data = Dataset::new(spec.width());
+        for (g, path) in files.iter().enumerate() {
+            load_capture(ui, path, g as u32, spec, flow, &mut data)?;
         }
+        return Ok(data);
+    }
+    let bar = ui.count_bar(files.len() as u64, "reading captures [{bar:30}] {pos}/{len}, eta {eta}");
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let quiet = Ui { quiet: true };
+    let mut parts: Vec<(usize, Result<Dataset>)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, bar, quiet) = (&next, &bar, &quiet);
+                sc.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(path) = files.get(g) else { break };
+                        let mut d = Dataset::new(spec.width());
+                        let r = load_capture(quiet, path, g as u32, spec, flow, &mut d).map(|_| d);
+                        bar.inc(1);
+                        out.push((g, r));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    bar.finish_and_clear();
+    parts.sort_by_key(|p| p.0);
+    if parts.len() != files.len() {
+        bail!("a capture reader thread failed");
+    }
+    let mut data = Dataset::new(spec.width());
+    for (_, part) in parts {
+        let part = part?;
+        data.x.extend_from_slice(&part.x);
+        data.y.extend_from_slice(&part.y);
+        data.group.extend_from_slice(&part.group);
+        data.rate_mbps.extend_from_slice(&part.rate_mbps);
+        data.level.extend_from_slice(&part.level);
+        data.host.extend_from_slice(&part.host);
     }
     Ok(data)
+}
+
+/// One capture's rows appended to `data` as group `g`.
+fn load_capture(ui: &Ui, path: &Path, g: u32, spec: &FeatureSpec, flow: &FlowArgs, data: &mut Dataset) -> Result<()> {
+    let filter = pick_flow(&Ui { quiet: true }, path, flow)?;
+    let rate = rate_from_name(path).map_or(f32::NAN, |r| r as f32);
+    let mut ex = RowExtractor::new(*spec, 0)?;
+    let mut sink =
+        |m: &aggrate::dataset::RowMeta, x: &[f64]| data.push_at(m.host, x, m.first_of_frame, g, rate, m.level);
+    let out = for_each_record(ui, path, flow.keep_going, |r| {
+        if filter.matches(r) {
+            ex.push(r, Some(r.host), &mut sink);
+        }
+    })?;
+    ex.finish(&mut sink);
+    out.into_result()?;
+    if !ex.has_ground_truth() {
+        return Err(aggrate::label::Error::NoGroundTruth { packets: ex.packets_in })
+            .with_context(|| path.display().to_string());
+    }
+    Ok(())
 }
 
 #[derive(serde::Serialize, Clone)]
