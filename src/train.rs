@@ -296,6 +296,9 @@ fn pass(
         .clamp(1, CHUNKS);
     let chunk = n.div_ceil(CHUNKS);
     let f = &f;
+    // Multiply by 1/σ instead of dividing per row: divisions were ~40 % of a pass.
+    let inv: Vec<f64> = scaler.std.iter().map(|s| 1.0 / s).collect();
+    let (inv, mean) = (&inv, &scaler.mean);
     let mut parts: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -306,7 +309,9 @@ fn pass(
                         let mut g = vec![0.0; m];
                         let mut z = vec![0.0; m];
                         for i in c * chunk..((c + 1) * chunk).min(n) {
-                            scaler.standardize(data.row(i), &mut z);
+                            for (((zj, x), mu), iv) in z.iter_mut().zip(data.row(i)).zip(mean).zip(inv) {
+                                *zj = (x - mu) * iv;
+                            }
                             z[d] = 1.0;
                             let s: f64 = z.iter().zip(beta).map(|(a, b)| a * b).sum();
                             let (r, wgt) = f(s, data.y[i]);
