@@ -75,8 +75,8 @@ pub(crate) struct SweepArgs {
     pub(crate) flow: FlowArgs,
 }
 
-#[derive(serde::Serialize)]
-struct Point {
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Point {
     model: String,
     m: usize,
     sigma: bool,
@@ -236,27 +236,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     std::fs::write(out("sweep.csv"), csv).with_context(|| format!("writing {}", out("sweep.csv").display()))?;
 
     // (a) F1 vs m.
-    let mut series = Vec::new();
-    for mo in &a.models {
-        for sigma in [true, false] {
-            series.push(Series::new(
-                format!("{}{}", mo.name(), if sigma { " + σ" } else { "" }),
-                points
-                    .iter()
-                    .filter(|p| p.model == mo.name() && p.sigma == sigma)
-                    .map(|p| (p.m as f64, p.f1_mean))
-                    .collect(),
-            ));
-        }
-    }
-    plots::lines(
-        &out("fig13a_f1_vs_m.png"),
-        "(a) F1 vs window length m (mean over folds)",
-        "m (gaps)",
-        "F1",
-        &series,
-        None,
-    )?;
+    fig13a(&points, &out("fig13a_f1_vs_m.png"))?;
     // (b) F1 vs send rate: m = 20 + σ and m = 1.
     let mut series = Vec::new();
     for p in &points {
@@ -366,6 +346,56 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         a.output.display()
     ));
     Ok(Exit::Ok)
+}
+
+/// Panel (a) from the sweep's points: one line per estimator and σ, y zoomed to the data (the
+/// differences between m are small).
+pub(crate) fn fig13a(points: &[Point], path: &std::path::Path) -> Result<()> {
+    let mut names: Vec<&str> = points
+        .iter()
+        .filter(|p| p.model != "threshold")
+        .map(|p| p.model.as_str())
+        .collect();
+    names.dedup();
+    let mut series = Vec::new();
+    for name in names {
+        for sigma in [true, false] {
+            series.push(Series::new(
+                format!("{name}{}", if sigma { " + σ" } else { "" }),
+                points
+                    .iter()
+                    .filter(|p| p.model == name && p.sigma == sigma)
+                    .map(|p| (p.m as f64, p.f1_mean))
+                    .collect(),
+            ));
+        }
+    }
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+    let range = if lo.is_finite() {
+        let pad = ((hi - lo) * 0.2).max(0.002);
+        Some((lo - pad, hi + pad))
+    } else {
+        None
+    };
+    plots::lines(
+        path,
+        "(a) F1 vs window length m (mean over folds)",
+        "m (gaps)",
+        "F1",
+        &series,
+        range,
+    )
+}
+
+/// Redraw panel (a) from a `sweep.json` (hidden tool).
+pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?)
+            .with_context(|| format!("{}: not JSON", json.display()))?;
+    let points: Vec<Point> =
+        serde_json::from_value(v["points"].clone()).with_context(|| format!("{}: field `points`", json.display()))?;
+    fig13a(&points, out)
 }
 
 fn point(model: &str, m: usize, sigma: bool, cv: &super::train::PacketCv) -> Point {

@@ -41,6 +41,14 @@ pub(crate) enum ToolCommand {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Redraw Figure 13 (a) from a sweep.json.
+    ReplotSweep {
+        /// sweep.json.
+        json: PathBuf,
+        /// Output PNG.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Time the slot SVR's contiguous k-fold CV at one (C, γ, ε) on the slot rows of a
     /// `<model>.slots.csv` (written by `train --model svr`), single-threaded; print one JSON line.
     SvrCv {
@@ -65,6 +73,10 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
+        ToolCommand::ReplotSweep { json, output } => {
+            super::sweep::replot(&json, &output)?;
+            Ok(Exit::Ok)
+        }
         ToolCommand::SvrCv {
             slots,
             folds,

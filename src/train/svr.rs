@@ -253,6 +253,8 @@ struct Solution {
 }
 
 const TAU: f64 = 1e-12;
+/// Iterations between shrinking passes (libsvm uses min(l, 1000)).
+const SHRINK_EVERY: usize = 200;
 
 /// libsvm's ε-SVR dual: variables t < n are α (sign +1), t ≥ n are α* (sign −1);
 /// Q(s, t) = sign_s·sign_t·K(s mod n, t mod n); linear term ε − y (α), ε + y (α*).
@@ -267,18 +269,28 @@ fn smo(k: &[f32], n: usize, y: &[f64], p: &SvrParams) -> Solution {
         .map(|t| if t < n { p.epsilon - y[t] } else { p.epsilon + y[t - n] })
         .collect();
     let mut iterations = 0;
+    let mut act_pos: Vec<usize> = (0..n).collect();
+    let mut act_neg: Vec<usize> = (0..n).collect();
+    let mut since_shrink = 0usize;
     while iterations < p.max_iter {
-        // i: the most violating index in I_up (largest −y_t·G_t).
+        // i: the most violating index in I_up (largest −y_t·G_t). The two halves (α with
+        // sign +1, α* with sign −1) are scanned separately over their active lists: no modulo
+        // or sign per element, and variables shrunk away (at a bound, gradient pointing out of
+        // the box) are skipped. The gradient stays exact for all variables.
         let mut gmax = f64::NEG_INFINITY;
         let mut i = usize::MAX;
-        for t in 0..l {
-            let up = if t < n { alpha[t] < c } else { alpha[t] > 0.0 };
-            if up {
-                let v = -sign(t) * g[t];
-                if v > gmax {
-                    gmax = v;
-                    i = t;
-                }
+        let (ga, gb) = g.split_at(n);
+        let (aa, ab) = alpha.split_at(n);
+        for &t in &act_pos {
+            if aa[t] < c && -ga[t] > gmax {
+                gmax = -ga[t];
+                i = t;
+            }
+        }
+        for &t in &act_neg {
+            if ab[t] > 0.0 && gb[t] > gmax {
+                gmax = gb[t];
+                i = t + n;
             }
         }
         // j: in I_low, the largest second-order decrease of the objective.
@@ -286,28 +298,49 @@ fn smo(k: &[f32], n: usize, y: &[f64], p: &SvrParams) -> Solution {
         let mut j = usize::MAX;
         let mut best = f64::INFINITY;
         if i != usize::MAX {
-            let ii = i % n;
-            for t in 0..l {
-                let low = if t < n { alpha[t] > 0.0 } else { alpha[t] < c };
-                if !low {
-                    continue;
-                }
-                let v = sign(t) * g[t]; // = −(−y_t G_t)
+            let ki = &k[(i % n) * n..(i % n + 1) * n];
+            let mut scan = |t: usize, v: f64, kit: f32| {
+                // v = y_t·G_t; the pair's decrease is −diff²/(2 − 2K).
                 gmax2 = gmax2.max(v);
                 let diff = gmax + v;
                 if diff > 0.0 {
-                    let tt = t % n;
-                    let a = (2.0 - 2.0 * k[ii * n + tt] as f64).max(TAU);
+                    let a = (2.0 - 2.0 * kit as f64).max(TAU);
                     let obj = -diff * diff / a;
                     if obj < best {
                         best = obj;
                         j = t;
                     }
                 }
+            };
+            for &t in &act_pos {
+                if aa[t] > 0.0 {
+                    scan(t, ga[t], ki[t]);
+                }
+            }
+            for &t in &act_neg {
+                if ab[t] < c {
+                    scan(t + n, -gb[t], ki[t]);
+                }
             }
         }
-        if i == usize::MAX || j == usize::MAX || gmax + gmax2 < p.tol {
-            break;
+        let converged = i == usize::MAX || j == usize::MAX || gmax + gmax2 < p.tol;
+        if converged {
+            if act_pos.len() + act_neg.len() == l {
+                break;
+            }
+            // Optimal on the active set: check everything once more.
+            act_pos = (0..n).collect();
+            act_neg = (0..n).collect();
+            since_shrink = 0;
+            continue;
+        }
+        since_shrink += 1;
+        if since_shrink >= SHRINK_EVERY {
+            since_shrink = 0;
+            // libsvm's rule: a variable at a bound whose gradient is beyond the current
+            // extremes will not be selected soon.
+            act_pos.retain(|&t| !((aa[t] >= c && -ga[t] > gmax) || (aa[t] <= 0.0 && ga[t] > gmax2)));
+            act_neg.retain(|&t| !((ab[t] >= c && -gb[t] > gmax2) || (ab[t] <= 0.0 && gb[t] > gmax)));
         }
         iterations += 1;
         let (ai_old, aj_old) = (alpha[i], alpha[j]);
