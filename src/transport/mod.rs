@@ -408,4 +408,36 @@ mod tests {
         assert!(s.stats().silence_decays >= 30);
         assert_eq!(s.rate(0).mbps, 1.0, "decayed to the minimum");
     }
+
+    #[test]
+    fn several_receivers_get_equal_airtime_rates() {
+        let (mut s, mut r) = pair(2);
+        r[0].phy_rate_bps = Some(866_000_000);
+        r[1].phy_rate_bps = Some(433_000_000);
+        let mut now = Ts::ZERO;
+        let mut per_station = [0u64; 2];
+        let mut next_report = Ts::from_millis(500);
+        while now < Ts::from_millis(3000) {
+            s.handle_timeout(now);
+            while let Some(t) = s.poll_transmit(now) {
+                per_station[t.station] += 1;
+                r[t.station].handle_data(now, s.buffer()).unwrap();
+            }
+            if now >= next_report {
+                for (i, rx) in r.iter_mut().enumerate() {
+                    if let Some(n) = rx.poll_transmit(now) {
+                        let fb = rx.buffer()[..n].to_vec();
+                        s.handle_feedback(now, i, &fb).unwrap();
+                    }
+                }
+                next_report = next_report + Duration::from_millis(500);
+            }
+            now = s.poll_timeout().min(next_report);
+        }
+        // The faster station is driven; the other gets half its rate (PHY 433 vs 866 Mb/s).
+        assert!(s.rate(0).mbps > 20.0, "the loop moved: {}", s.rate(0).mbps);
+        assert!((s.rate(1).mbps - s.rate(0).mbps / 2.0).abs() < 1e-9);
+        assert!(per_station[0] > per_station[1] && per_station[1] > 0, "{per_station:?}");
+        assert_eq!(s.stats().feedback_dropped, 0);
+    }
 }
