@@ -6,19 +6,10 @@ use std::time::Duration;
 
 use aggrate::sim::{run, SenderKind, SimConfig, SimResult};
 use aggrate::wlan::traffic::BackhaulConfig;
-use aggrate::wlan::{StationConfig, WlanConfig};
+use aggrate::wlan::WlanConfig;
 
 fn stations(mcs: &[u8]) -> WlanConfig {
-    WlanConfig {
-        stations: mcs
-            .iter()
-            .map(|&m| StationConfig {
-                mcs: m,
-                ..StationConfig::default()
-            })
-            .collect(),
-        ..WlanConfig::default()
-    }
+    WlanConfig::vht_stations(mcs)
 }
 
 fn go(cfg: &SimConfig) -> SimResult {

@@ -18,7 +18,7 @@ use aggrate::features::FeatureSpec;
 use aggrate::model::ModelFile;
 use aggrate::runtime::{AggReport, Mode, OnlineEstimator};
 use aggrate::transport::{io, Receiver, Sender};
-use aggrate::wlan::{StationConfig, WlanConfig};
+use aggrate::wlan::WlanConfig;
 
 use super::progress::Ui;
 use super::Exit;
@@ -90,22 +90,7 @@ pub(crate) struct RecvArgs {
 }
 
 fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
-    let mcs: Vec<u8> = match mcs.len() {
-        1 => vec![mcs[0]; n],
-        k if k == n => mcs.to_vec(),
-        k => bail!("--mcs has {k} values for {n} stations"),
-    };
-    Ok(WlanConfig {
-        stations: mcs
-            .iter()
-            .map(|&m| StationConfig {
-                mcs: m,
-                ..StationConfig::default()
-            })
-            .collect(),
-        ..WlanConfig::default()
-    }
-    .check()?)
+    Ok(WlanConfig::vht_stations(&super::sim::mcs_per_station(mcs, n)?).check()?)
 }
 
 fn secs(d: f64) -> Result<Duration> {

@@ -11,7 +11,7 @@ use aggrate::model::ModelFile;
 use aggrate::sim::{run, EstimatorKind, SenderKind, SimConfig, SimResult};
 use aggrate::wlan::noise::NoisePreset;
 use aggrate::wlan::traffic::BackhaulConfig;
-use aggrate::wlan::{StationConfig, WlanConfig};
+use aggrate::wlan::WlanConfig;
 
 use super::plots::{self, Series};
 use super::progress::Ui;
@@ -81,33 +81,26 @@ impl SimArgs {
     }
 }
 
+/// `--mcs` for `n` stations: one value for all, or one per station.
+pub(crate) fn mcs_per_station(mcs: &[u8], n: usize) -> Result<Vec<u8>> {
+    Ok(match mcs.len() {
+        1 => vec![mcs[0]; n],
+        k if k == n => mcs.to_vec(),
+        k => bail!("--mcs has {k} values for {n} stations: give one or one per station"),
+    })
+}
+
 pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
     if a.stations == 0 || a.stations > 64 {
         bail!("--stations = {}: 1..=64", a.stations);
     }
-    let mcs: Vec<u8> = match a.mcs.len() {
-        1 => vec![a.mcs[0]; a.stations],
-        n if n == a.stations => a.mcs.clone(),
-        n => bail!(
-            "--mcs has {n} values for {} stations: give one or one per station",
-            a.stations
-        ),
-    };
+    let mcs = mcs_per_station(&a.mcs, a.stations)?;
     let estimator = match &a.model {
         Some(p) => EstimatorKind::Model(Box::new(ModelFile::load(p)?)),
         None => EstimatorKind::Mac,
     };
     let mut cfg = SimConfig {
-        wlan: WlanConfig {
-            stations: mcs
-                .iter()
-                .map(|&m| StationConfig {
-                    mcs: m,
-                    ..StationConfig::default()
-                })
-                .collect(),
-            ..WlanConfig::default()
-        },
+        wlan: WlanConfig::vht_stations(&mcs),
         noise: (a.noise != NoisePreset::None).then(|| a.noise.params()),
         estimator,
         sender,

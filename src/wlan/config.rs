@@ -33,6 +33,22 @@ impl Default for StationConfig {
     }
 }
 
+impl WlanConfig {
+    /// The default AP with one VHT station (2 SS, 80 MHz, short GI) per MCS in `mcs`.
+    pub fn vht_stations(mcs: &[u8]) -> WlanConfig {
+        WlanConfig {
+            stations: mcs
+                .iter()
+                .map(|&m| StationConfig {
+                    mcs: m,
+                    ..StationConfig::default()
+                })
+                .collect(),
+            ..WlanConfig::default()
+        }
+    }
+}
+
 /// Where the radio stamps TSFT inside the PPDU (drivers differ; readers must not care).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
