@@ -292,6 +292,95 @@ impl Dataset {
     }
 }
 
+/// Rows of a [`Dataset`] as sorted, disjoint index ranges: a CV fold's training rows without
+/// copying them (a copy of 1.4 M × 21 values per fold cost more than the fold's fit).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowSet {
+    ranges: Vec<std::ops::Range<usize>>,
+    len: usize,
+}
+
+impl RowSet {
+    /// Rows `0..n`.
+    pub fn all(n: usize) -> RowSet {
+        RowSet {
+            ranges: (n > 0).then_some(0..n).into_iter().collect(),
+            len: n,
+        }
+    }
+
+    /// The rows at `idx` (any order, duplicates ignored), merged into ranges.
+    pub fn from_indices(idx: &[usize]) -> RowSet {
+        let mut sorted;
+        let idx = if idx.windows(2).all(|w| w[0] < w[1]) {
+            idx
+        } else {
+            sorted = idx.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            &sorted[..]
+        };
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+        for &i in idx {
+            match ranges.last_mut() {
+                Some(r) if r.end == i => r.end += 1,
+                _ => ranges.push(i..i + 1),
+            }
+        }
+        RowSet { ranges, len: idx.len() }
+    }
+
+    /// Rows of `0..n` not in this set.
+    pub fn complement(&self, n: usize) -> RowSet {
+        let mut ranges = Vec::new();
+        let mut at = 0;
+        for r in &self.ranges {
+            let start = r.start.min(n);
+            if start > at {
+                ranges.push(at..start);
+            }
+            at = at.max(r.end.min(n));
+        }
+        if at < n {
+            ranges.push(at..n);
+        }
+        let len = ranges.iter().map(|r| r.len()).sum();
+        RowSet { ranges, len }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The index ranges, in order.
+    pub fn ranges(&self) -> &[std::ops::Range<usize>] {
+        &self.ranges
+    }
+
+    /// Row indices in order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ranges.iter().flat_map(|r| r.clone())
+    }
+
+    /// Index ranges of the rows at positions `lo..hi` of the set (positions count rows in
+    /// order), so work can be cut into equal chunks whatever the ranges.
+    pub fn spans(&self, lo: usize, hi: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let mut offset = 0;
+        self.ranges.iter().filter_map(move |r| {
+            let (a, b) = (offset, offset + r.len());
+            offset = b;
+            let (s, e) = (a.max(lo), b.min(hi));
+            (s < e).then(|| r.start + (s - a)..r.start + (e - a))
+        })
+    }
+}
+
 /// Slot-level rows for the SVR: one per slot of each capture in which frames truly started.
 #[derive(Clone, Debug, Default)]
 pub struct SlotRows {
@@ -398,6 +487,23 @@ pub fn contiguous_folds(groups: &[u32], k: usize) -> Result<Vec<Vec<usize>>, Fol
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_sets_merge_complement_and_cut_into_spans() {
+        let s = RowSet::from_indices(&[7, 2, 3, 4, 9, 3]);
+        assert_eq!(s.ranges(), &[2..5, 7..8, 9..10]);
+        assert_eq!(s.len(), 5);
+        let c = s.complement(12);
+        assert_eq!(c.ranges(), &[0..2, 5..7, 8..9, 10..12]);
+        assert_eq!(c.len(), 7);
+        assert_eq!(c.iter().chain(s.iter()).count(), 12);
+        let spans: Vec<_> = s.spans(1, 4).collect();
+        assert_eq!(spans, vec![3..5, 7..8]);
+        let parts: Vec<usize> = (0..3).flat_map(|k| s.spans(k * 2, k * 2 + 2)).flatten().collect();
+        assert_eq!(parts, s.iter().collect::<Vec<_>>());
+        assert!(RowSet::all(0).is_empty());
+        assert_eq!(RowSet::all(0).complement(3).iter().collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
 
     #[test]
     fn folds_are_contiguous_per_group_and_cover_everything() {

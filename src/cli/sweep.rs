@@ -15,13 +15,11 @@ use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 use aggrate::model::EstimatorModel;
 use aggrate::report::mean_std;
-use aggrate::train::{
-    fit_linear_svm, fit_logistic_from, fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams,
-};
+use aggrate::train::{fit_linear_svm, fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::plots::{self, Series};
 use super::progress::Ui;
-use super::train::{dataset_files, load_rows, packet_cv, rate_reports, svr_stage, SvrStage};
+use super::train::{dataset_files, load_rows, packet_cv, rate_reports, svr_stage, CvFit, SvrStage};
 use super::{Exit, FlowArgs};
 
 /// Estimators a sweep can run.
@@ -165,18 +163,17 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
             .check()
         };
         let (hinge, sq) = (svm(SvmLoss::Hinge)?, svm(SvmLoss::SquaredHinge)?);
-        let fit = |d: &Dataset, warm: Option<&EstimatorModel>| -> Result<EstimatorModel> {
-            let init = match warm {
-                Some(EstimatorModel::Logistic(m)) => Some(m),
-                _ => None,
-            };
+        let fit = |d: &Dataset| -> Result<EstimatorModel> {
             Ok(match mo {
-                SweepModel::Logistic => EstimatorModel::Logistic(fit_logistic_from(d, &logistic, init)?),
                 SweepModel::SvmHinge => EstimatorModel::LinearSvm(fit_linear_svm(d, &hinge)?),
-                SweepModel::SvmSqhinge => EstimatorModel::LinearSvm(fit_linear_svm(d, &sq)?),
+                _ => EstimatorModel::LinearSvm(fit_linear_svm(d, &sq)?),
             })
         };
-        let cv = packet_cv(ui, &sub, a.folds, wide.n_max, &fit)?;
+        let how = match mo {
+            SweepModel::Logistic => CvFit::Logistic(logistic),
+            _ => CvFit::Rows(&fit),
+        };
+        let cv = packet_cv(ui, &sub, a.folds, wide.n_max, how)?;
         points.push(point(mo.name(), m, sigma, &cv));
         if mo == SweepModel::Logistic && m == 20 && sigma {
             oof_m20 = Some(cv.oof);
@@ -184,9 +181,13 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     }
     ui.info(format!("[{total}/{total}] threshold m = 1"));
     let sub = data.narrowed(wide_m, 1, false);
-    let cv = packet_cv(ui, &sub, a.folds, wide.n_max, &|d, _| {
-        Ok(EstimatorModel::Threshold(fit_threshold(d)?))
-    })?;
+    let cv = packet_cv(
+        ui,
+        &sub,
+        a.folds,
+        wide.n_max,
+        CvFit::Rows(&|d| Ok(EstimatorModel::Threshold(fit_threshold(d)?))),
+    )?;
     points.push(point("threshold", 1, false, &cv));
 
     // The slot SVR over d, on logistic m = 20 + σ.

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::dataset::RowExtractor;
-use aggrate::dataset::{contiguous_folds, slot_rows, Dataset, SlotRows};
+use aggrate::dataset::{contiguous_folds, slot_rows, Dataset, RowSet, SlotRows};
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
 use aggrate::train::{
-    cv_predict_svr, fit_linear_svm, fit_logistic_from, fit_svr, fit_threshold, levels_from_starts, LogisticParams,
-    Predict, SvmLoss, SvmParams, SvrModel, SvrParams, ValidSvrParams,
+    cv_predict_svr, fit_linear_svm, fit_logistic, fit_svr, fit_threshold, levels_from_starts, LogisticCv,
+    LogisticParams, Predict, SvmLoss, SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvrParams,
 };
 
 use super::features::{pick_flow, rate_from_name};
@@ -319,18 +319,32 @@ pub(crate) struct PacketCv {
     pub(crate) oof: Vec<bool>,
 }
 
-/// Fit on all rows, then k contiguous folds (warm-started from the all-rows model).
-pub(crate) fn packet_cv(
-    ui: &Ui,
-    data: &Dataset,
-    k: usize,
-    n_max: u16,
-    fit: &dyn Fn(&Dataset, Option<&EstimatorModel>) -> Result<EstimatorModel>,
-) -> Result<PacketCv> {
+/// What [`packet_cv`] fits.
+pub(crate) enum CvFit<'f> {
+    /// Logistic regression: each fold starts from the all-rows fit and reads its training rows
+    /// in place ([`LogisticCv`]).
+    Logistic(ValidLogisticParams),
+    /// Any other model: fitted on all rows, then on each fold's training rows (copied).
+    Rows(&'f dyn Fn(&Dataset) -> Result<EstimatorModel>),
+}
+
+/// Fit on all rows, then k contiguous folds.
+pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFit) -> Result<PacketCv> {
     let folds = contiguous_folds(&data.group, k)?;
-    // The model on all rows comes first: it is the result, and the warm start of every fold
-    // (each fold's training rows are 95% the same), which cuts Newton steps.
-    let final_model = fit(data, None)?;
+    // The model on all rows comes first: it is the result, and (logistic) the start of every
+    // fold, whose training rows are 95 % the same.
+    let logistic = match &fit {
+        CvFit::Logistic(p) => Some(LogisticCv::new(data, p)?),
+        CvFit::Rows(_) => None,
+    };
+    let fit_rows = |rows: &Dataset| match &fit {
+        CvFit::Rows(f) => f(rows),
+        CvFit::Logistic(_) => bail!("internal: logistic folds are fitted in place"),
+    };
+    let final_model = match &logistic {
+        Some(cv) => EstimatorModel::Logistic(cv.model().clone()),
+        None => fit_rows(data)?,
+    };
     let bar = ui.count_bar(
         folds.len() as u64,
         "cross-validating [{bar:30}] fold {pos}/{len}, eta {eta}",
@@ -338,13 +352,15 @@ pub(crate) fn packet_cv(
     let mut fold_reports = Vec::new();
     let mut per_rate = PerRate::new();
     let n = data.len();
-    let mut in_test = vec![false; n];
     let mut oof = vec![false; n];
     for (fi, test) in folds.iter().enumerate() {
-        test.iter().for_each(|&i| in_test[i] = true);
-        let train_idx: Vec<usize> = (0..n).filter(|&i| !in_test[i]).collect();
-        test.iter().for_each(|&i| in_test[i] = false);
-        let model = fit(&data.select(&train_idx), Some(&final_model))?;
+        let model = match &logistic {
+            Some(cv) => EstimatorModel::Logistic(cv.without(test)?),
+            None => {
+                let train: Vec<usize> = RowSet::from_indices(test).complement(n).iter().collect();
+                fit_rows(&data.select(&train))?
+            }
+        };
         let (bm, agg) = score(data, test, &model, n_max, &mut per_rate);
         for &i in test {
             oof[i] = model.predict_row(data.row(i));
@@ -438,18 +454,18 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         data.len(),
         data.y.iter().filter(|y| **y).count()
     ));
-    let fit = |d: &Dataset, warm: Option<&EstimatorModel>| -> Result<EstimatorModel> {
-        let init = match warm {
-            Some(EstimatorModel::Logistic(m)) => Some(m),
-            _ => None,
-        };
+    let fit = |d: &Dataset| -> Result<EstimatorModel> {
         Ok(match a.model {
-            ModelKind::Logistic | ModelKind::Svr => EstimatorModel::Logistic(fit_logistic_from(d, &params, init)?),
+            ModelKind::Logistic | ModelKind::Svr => EstimatorModel::Logistic(fit_logistic(d, &params)?),
             ModelKind::Svm => EstimatorModel::LinearSvm(fit_linear_svm(d, &svm)?),
             ModelKind::Threshold => EstimatorModel::Threshold(fit_threshold(d)?),
         })
     };
-    let cv = packet_cv(ui, &data, a.folds, spec.n_max, &fit)?;
+    let how = match a.model {
+        ModelKind::Logistic | ModelKind::Svr => CvFit::Logistic(params),
+        _ => CvFit::Rows(&fit),
+    };
+    let cv = packet_cv(ui, &data, a.folds, spec.n_max, how)?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
     let (acc_mean, acc_std) = mean_std(&cv.folds.iter().map(|f| f.accuracy).collect::<Vec<_>>());
     let mut rates = rate_reports(&cv.per_rate);
