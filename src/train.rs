@@ -8,7 +8,10 @@
 //! Why our own solvers: smartcore's logistic regression is 6–9× slower than scikit-learn on
 //! 1M × 21 rows (../shared/STACK.md) and its SVMs hundreds of times slower. The logistic model
 //! here is a Newton (IRLS) solver: each step is one pass over the data to build the 22×22
-//! Hessian, then a Cholesky solve; it converges in 5–10 steps.
+//! Hessian, then a Cholesky solve, damped by backtracking; it converges in 5–10 steps. For
+//! cross-validation ([`LogisticCv`]) the folds read their rows in place ([`RowSet`]) and start
+//! from the all-rows fit, whose Hessian (minus the test rows') serves every step after BFGS
+//! refinement, so a fold costs a few gradient passes.
 
 use serde::{Deserialize, Serialize};
 
