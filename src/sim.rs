@@ -3,7 +3,7 @@
 //!
 //! Fully deterministic for a seed: every random stream is derived from it, and events at equal
 //! times are taken in a fixed order. Two sender kinds share the path: the aggregation-target
-//! loop ([`SenderKind::Aggrate`]: [`AirtimeSplit`] over [`PiController`]) and a loss-based
+//! loop ([`SenderKind::Aggrate`]: [`AirtimeSplit`] over [`PiController`](crate::control::PiController)) and a loss-based
 //! baseline ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7,
 //! acknowledged per packet after the feedback delay), to compare rate and delay on the same
 //! emulated WLAN.

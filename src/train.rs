@@ -1,6 +1,6 @@
 //! Training: fitted models from labelled feature rows, and cross-validation without leakage.
 //!
-//! Inputs: a [`Dataset`](crate::dataset::Dataset) (row-major features, labels, group = capture, per-row send rate and true
+//! Inputs: a [`Dataset`] (row-major features, labels, group = capture, per-row send rate and true
 //! aggregation level). Outputs: owned, plain-data models ([`LogisticModel`], [`ThresholdModel`])
 //! and per-fold metrics. Hyper-parameters go through `*Params::check()` once. Deterministic: no
 //! randomness is used (folds are contiguous, solvers are exact).
