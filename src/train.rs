@@ -292,19 +292,9 @@ fn two_classes_in(data: &Dataset, rows: &RowSet) -> Result<(usize, usize), Error
     Ok((n, pos))
 }
 
-/// One pass over the data: gradient and Hessian of Σ loss(s_i, y_i) in β, with s_i = β·[z_i, 1]
-/// and `f(s, y) = (∂loss/∂s, ∂²loss/∂s²)`. Returns the full (symmetric) m×m Hessian.
-fn newton_pass(
-    data: &Dataset,
-    scaler: &Scaler,
-    beta: &[f64],
-    f: impl Fn(f64, bool) -> (f64, f64) + Sync,
-) -> (Vec<f64>, Vec<f64>) {
-    pass(data, &RowSet::all(data.len()), scaler, beta, f, true)
-}
-
-/// [`newton_pass`] over the rows of `rows`, with the Hessian optional (`hessian = false`:
-/// gradient only, ~10× cheaper). Rows are cut into a fixed number of chunks of equal length
+/// One pass over the rows of `rows`: gradient and Hessian of Σ loss(s_i, y_i) in β, with
+/// s_i = β·[z_i, 1] and `f(s, y) = (∂loss/∂s, ∂²loss/∂s²)`; returns the full (symmetric) m×m
+/// Hessian, or zeros when `hessian = false` (gradient only, ~10× cheaper). Rows are cut into a fixed number of chunks of equal length
 /// whose partial sums are added in chunk order, so the result is the same whatever the number
 /// of threads (the chunks are shared among them).
 fn pass(
@@ -408,12 +398,18 @@ fn pass_with_loss(
     (h, g, total)
 }
 
-/// Σ loss(s_i, y_i) over all rows.
-fn loss_pass(data: &Dataset, scaler: &Scaler, beta: &[f64], loss: impl Fn(f64, bool) -> f64 + Sync) -> f64 {
+/// Σ loss(s_i, y_i) over the rows of `rows`.
+fn loss_pass(
+    data: &Dataset,
+    rows: &RowSet,
+    scaler: &Scaler,
+    beta: &[f64],
+    loss: impl Fn(f64, bool) -> f64 + Sync,
+) -> f64 {
     let d = data.d;
     let mut z = vec![0.0; d + 1];
     let mut total = 0.0;
-    for i in 0..data.len() {
+    for i in rows.iter() {
         scaler.standardize(data.row(i), &mut z);
         z[d] = 1.0;
         let s: f64 = z.iter().zip(beta).map(|(a, b)| a * b).sum();
@@ -477,17 +473,22 @@ fn class_weights(balanced: bool, n: usize, pos: usize) -> (f64, f64) {
     }
 }
 
-/// `init`'s coefficients re-expressed for `scaler`:
-/// w·(x − μ)/σ + b  =  w'·(x − μ')/σ' + b'  with  w' = w σ'/σ,  b' = b + Σ w (μ' − μ)/σ.
+/// `init`'s coefficients re-expressed for `scaler` (see [`rescaled_linear`]).
 fn rescaled(init: &LogisticModel, scaler: &Scaler) -> Vec<f64> {
-    let d = init.w.len();
+    rescaled_linear(&init.w, init.b, &init.scaler, scaler)
+}
+
+/// Standardised coefficients `(w, b)` under `from` re-expressed for `to`, bias last:
+/// w·(x − μ)/σ + b  =  w'·(x − μ')/σ' + b'  with  w' = w σ'/σ,  b' = b + Σ w (μ' − μ)/σ.
+fn rescaled_linear(w: &[f64], b: f64, from: &Scaler, to: &Scaler) -> Vec<f64> {
+    let d = w.len();
     let mut beta = vec![0.0; d + 1];
     for j in 0..d {
-        let (w, mu, sd) = (init.w[j], init.scaler.mean[j], init.scaler.std[j]);
-        beta[j] = w * scaler.std[j] / sd;
-        beta[d] += w * (scaler.mean[j] - mu) / sd;
+        let (wj, mu, sd) = (w[j], from.mean[j], from.std[j]);
+        beta[j] = wj * to.std[j] / sd;
+        beta[d] += wj * (to.mean[j] - mu) / sd;
     }
-    beta[d] += init.b;
+    beta[d] += b;
     beta
 }
 
@@ -1119,30 +1120,64 @@ impl Predict for LinearSvmModel {
 /// (hundreds of times slower, ../shared/STACK.md) and the `liblinear` crate needs the deprecated
 /// `failure` crate.
 pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmModel, Error> {
+    Ok(fit_svm_rows(data, &RowSet::all(data.len()), &p.0, None)?.model)
+}
+
+/// An SVM fit and, for the hinge loss, its dual variables (one per row of the fit, in order):
+/// what CV folds start from.
+struct SvmFit {
+    model: LinearSvmModel,
+    alpha: Vec<f64>,
+}
+
+/// The SVM fit on the rows of `rows`; `warm` (fitted on all rows of `data`) gives the start:
+/// its dual variables for hinge, its weights for squared hinge. Same optimum either way.
+fn fit_svm_rows(data: &Dataset, rows: &RowSet, p: &SvmParams, warm: Option<&SvmFit>) -> Result<SvmFit, Error> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
-    let p = p.0;
-    let (n, _) = two_classes(data)?;
-    let scaler = Scaler::fit(data);
+    let (n, _) = two_classes_in(data, rows)?;
+    let scaler = Scaler::fit_set(data, rows);
     if p.loss == SvmLoss::SquaredHinge {
-        return Ok(fit_sq_hinge_primal(data, scaler, &p));
+        let init = warm.map(|w| {
+            let m = &w.model;
+            rescaled_linear(&m.w, m.b, &m.scaler, &scaler)
+        });
+        return Ok(SvmFit {
+            model: fit_sq_hinge_primal(data, rows, scaler, p, init),
+            alpha: Vec::new(),
+        });
     }
     let d = data.d;
     let m = d + 1;
     let mut z = vec![0.0; n * m];
-    for i in 0..n {
-        scaler.standardize(data.row(i), &mut z[i * m..]);
-        z[i * m + d] = 1.0;
+    for (k, i) in rows.iter().enumerate() {
+        scaler.standardize(data.row(i), &mut z[k * m..]);
+        z[k * m + d] = 1.0;
     }
+    let y: Vec<f64> = rows.iter().map(|i| if data.y[i] { 1.0 } else { -1.0 }).collect();
     let (upper, diag) = match p.loss {
         SvmLoss::Hinge => (p.c, 0.0),
         SvmLoss::SquaredHinge => (f64::INFINITY, 0.5 / p.c),
     };
     let qii: Vec<f64> = (0..n)
-        .map(|i| z[i * m..(i + 1) * m].iter().map(|v| v * v).sum::<f64>() + diag)
+        .map(|k| z[k * m..(k + 1) * m].iter().map(|v| v * v).sum::<f64>() + diag)
         .collect();
-    let mut alpha = vec![0.0; n];
+    // Warm start (a CV fold): the all-rows dual variables of this fold's rows, which are
+    // feasible here too (0 ≤ α ≤ C; no equality constraint with the bias as a feature), and
+    // w = Σ α y z in this fold's coordinates.
+    let mut alpha: Vec<f64> = match warm.filter(|w| w.alpha.len() == data.len()) {
+        Some(w) => rows.iter().map(|i| w.alpha[i]).collect(),
+        None => vec![0.0; n],
+    };
     let mut w = vec![0.0; m];
+    for k in 0..n {
+        if alpha[k] != 0.0 {
+            let a = alpha[k] * y[k];
+            for (wj, zj) in w.iter_mut().zip(&z[k * m..(k + 1) * m]) {
+                *wj += a * zj;
+            }
+        }
+    }
     let mut order: Vec<usize> = (0..n).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(p.seed);
     let mut epochs = 0;
@@ -1157,18 +1192,18 @@ pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmMod
         let (mut pg_max, mut pg_min) = (f64::NEG_INFINITY, f64::INFINITY);
         let mut s = 0;
         while s < active {
-            let i = order[s];
-            let zi = &z[i * m..(i + 1) * m];
-            let yi = if data.y[i] { 1.0 } else { -1.0 };
-            let g = yi * zi.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() - 1.0 + diag * alpha[i];
-            let pg = if alpha[i] == 0.0 {
+            let k = order[s];
+            let zk = &z[k * m..(k + 1) * m];
+            let yk = y[k];
+            let g = yk * zk.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() - 1.0 + diag * alpha[k];
+            let pg = if alpha[k] == 0.0 {
                 if g > pg_max_old {
                     active -= 1;
                     order.swap(s, active);
                     continue;
                 }
                 g.min(0.0)
-            } else if alpha[i] >= upper {
+            } else if alpha[k] >= upper {
                 if g < pg_min_old {
                     active -= 1;
                     order.swap(s, active);
@@ -1181,10 +1216,10 @@ pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmMod
             pg_max = pg_max.max(pg);
             pg_min = pg_min.min(pg);
             if pg.abs() > 1e-12 {
-                let old = alpha[i];
-                alpha[i] = (old - g / qii[i]).clamp(0.0, upper);
-                let delta = (alpha[i] - old) * yi;
-                for (wj, zj) in w.iter_mut().zip(zi) {
+                let old = alpha[k];
+                alpha[k] = (old - g / qii[k]).clamp(0.0, upper);
+                let delta = (alpha[k] - old) * yk;
+                for (wj, zj) in w.iter_mut().zip(zk) {
                     *wj += delta * zj;
                 }
             }
@@ -1201,21 +1236,59 @@ pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmMod
         pg_max_old = if pg_max <= 0.0 { f64::INFINITY } else { pg_max };
         pg_min_old = if pg_min >= 0.0 { f64::NEG_INFINITY } else { pg_min };
     }
-    Ok(LinearSvmModel {
-        scaler,
-        w: w[..d].to_vec(),
-        b: w[d],
-        loss: p.loss,
-        epochs,
+    Ok(SvmFit {
+        model: LinearSvmModel {
+            scaler,
+            w: w[..d].to_vec(),
+            b: w[d],
+            loss: p.loss,
+            epochs,
+        },
+        alpha,
     })
+}
+
+/// Linear SVM for cross-validation: the model on all rows, then each fold's model started from
+/// it (hinge: from the all-rows dual variables, so coordinate descent needs a few epochs where
+/// a cold start needs hundreds; squared hinge: from its weights).
+pub struct SvmCv<'a> {
+    data: &'a Dataset,
+    p: SvmParams,
+    all: SvmFit,
+}
+
+impl<'a> SvmCv<'a> {
+    /// Fit on all rows of `data`.
+    pub fn new(data: &'a Dataset, p: &ValidSvmParams) -> Result<SvmCv<'a>, Error> {
+        let all = fit_svm_rows(data, &RowSet::all(data.len()), &p.0, None)?;
+        Ok(SvmCv { data, p: p.0, all })
+    }
+
+    /// The model on all rows.
+    pub fn model(&self) -> &LinearSvmModel {
+        &self.all.model
+    }
+
+    /// The model on all rows except `test`.
+    pub fn without(&self, test: &[usize]) -> Result<LinearSvmModel, Error> {
+        let train = RowSet::from_indices(test).complement(self.data.len());
+        Ok(fit_svm_rows(self.data, &train, &self.p, Some(&self.all))?.model)
+    }
 }
 
 /// Squared hinge in the primal by generalised Newton with backtracking (the approach of
 /// liblinear's `-s 2`, which scikit-learn's LinearSVC uses when rows outnumber features):
 /// minimise ½‖w‖² + C·Σ max(0, 1 − y·s)². With 22 unknowns each step is one data pass and a
 /// 22×22 solve, so it converges in ~10 passes where dual coordinate descent needs hundreds of
-/// epochs on overlapping classes. The bias is not regularised.
-fn fit_sq_hinge_primal(data: &Dataset, scaler: Scaler, p: &SvmParams) -> LinearSvmModel {
+/// epochs on overlapping classes. The bias is not regularised. Starts from `init` (standardised
+/// coefficients, bias last) when given.
+fn fit_sq_hinge_primal(
+    data: &Dataset,
+    rows: &RowSet,
+    scaler: Scaler,
+    p: &SvmParams,
+    init: Option<Vec<f64>>,
+) -> LinearSvmModel {
     let d = data.d;
     let m = d + 1;
     let c = p.c;
@@ -1225,20 +1298,27 @@ fn fit_sq_hinge_primal(data: &Dataset, scaler: Scaler, p: &SvmParams) -> LinearS
         c * v * v
     };
     let objective =
-        |beta: &[f64]| 0.5 * beta[..d].iter().map(|w| w * w).sum::<f64>() + loss_pass(data, &scaler, beta, loss);
-    let mut beta = vec![0.0; m];
+        |beta: &[f64]| 0.5 * beta[..d].iter().map(|w| w * w).sum::<f64>() + loss_pass(data, rows, &scaler, beta, loss);
+    let mut beta = init.filter(|b| b.len() == m).unwrap_or_else(|| vec![0.0; m]);
     let mut f_old = objective(&beta);
     let mut iterations = 0;
     while iterations < p.max_epochs {
         iterations += 1;
-        let (mut h, mut g) = newton_pass(data, &scaler, &beta, |s, y| {
-            let ys = sign(y) * s;
-            if ys < 1.0 {
-                (2.0 * c * (s - sign(y)), 2.0 * c)
-            } else {
-                (0.0, 0.0)
-            }
-        });
+        let (mut h, mut g) = pass(
+            data,
+            rows,
+            &scaler,
+            &beta,
+            |s, y| {
+                let ys = sign(y) * s;
+                if ys < 1.0 {
+                    (2.0 * c * (s - sign(y)), 2.0 * c)
+                } else {
+                    (0.0, 0.0)
+                }
+            },
+            true,
+        );
         for j in 0..d {
             g[j] += beta[j];
             h[j * m + j] += 1.0;
@@ -1314,5 +1394,59 @@ mod svm_tests {
         }
         .check()
         .is_err());
+    }
+
+    /// ½‖w‖² + C·Σ loss on the rows at `idx` (standardised by the model's own scaler).
+    fn primal(m: &LinearSvmModel, d: &Dataset, idx: &[usize], c: f64) -> f64 {
+        let hinge: f64 = idx
+            .iter()
+            .map(|&i| {
+                let y = if d.y[i] { 1.0 } else { -1.0 };
+                let v = (1.0 - y * m.decision(d.row(i))).max(0.0);
+                if m.loss == SvmLoss::Hinge {
+                    v
+                } else {
+                    v * v
+                }
+            })
+            .sum();
+        0.5 * m.w.iter().map(|w| w * w).sum::<f64>() + c * hinge
+    }
+
+    #[test]
+    fn cv_folds_start_from_the_all_rows_fit_and_reach_the_same_optimum() {
+        // Overlapping classes, so many dual variables end strictly inside (0, C).
+        let mut d = Dataset::new(3);
+        for i in 0..6000u64 {
+            let y = i % 5 == 0;
+            let noise = ((i * 2654435761) % 1000) as f64 / 10.0;
+            let g = if y { 60.0 + noise } else { 20.0 + noise * 0.6 };
+            d.push(&[g, noise, (i % 7) as f64], y, (i * 2 / 6000) as u32, 300.0, 5);
+        }
+        let folds = crate::dataset::contiguous_folds(&d.group, 20).unwrap();
+        for loss in [SvmLoss::Hinge, SvmLoss::SquaredHinge] {
+            let p = SvmParams {
+                loss,
+                tol: 0.01,
+                ..SvmParams::default()
+            }
+            .check()
+            .unwrap();
+            let cv = SvmCv::new(&d, &p).unwrap();
+            assert_eq!(cv.model(), &fit_linear_svm(&d, &p).unwrap());
+            for test in folds.iter().take(4) {
+                let train: Vec<usize> = RowSet::from_indices(test).complement(d.len()).iter().collect();
+                let warm = cv.without(test).unwrap();
+                let cold = fit_linear_svm(&d.select(&train), &p).unwrap();
+                assert!(warm.epochs <= cold.epochs, "{loss:?}: {} vs {}", warm.epochs, cold.epochs);
+                let (fw, fc) = (primal(&warm, &d, &train, 1.0), primal(&cold, &d, &train, 1.0));
+                assert!((fw - fc).abs() <= 1e-3 * fc, "{loss:?}: objective {fw} vs {fc}");
+                let agree = train
+                    .iter()
+                    .filter(|&&i| warm.predict_row(d.row(i)) == cold.predict_row(d.row(i)))
+                    .count();
+                assert!(agree as f64 >= 0.998 * train.len() as f64, "{loss:?}: {agree}/{}", train.len());
+            }
+        }
     }
 }

@@ -11,11 +11,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 use aggrate::model::EstimatorModel;
 use aggrate::report::mean_std;
-use aggrate::train::{fit_linear_svm, fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
+use aggrate::train::{fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::plots::{self, Series};
 use super::progress::Ui;
@@ -163,15 +162,10 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
             .check()
         };
         let (hinge, sq) = (svm(SvmLoss::Hinge)?, svm(SvmLoss::SquaredHinge)?);
-        let fit = |d: &Dataset| -> Result<EstimatorModel> {
-            Ok(match mo {
-                SweepModel::SvmHinge => EstimatorModel::LinearSvm(fit_linear_svm(d, &hinge)?),
-                _ => EstimatorModel::LinearSvm(fit_linear_svm(d, &sq)?),
-            })
-        };
         let how = match mo {
             SweepModel::Logistic => CvFit::Logistic(logistic),
-            _ => CvFit::Rows(&fit),
+            SweepModel::SvmHinge => CvFit::Svm(hinge),
+            SweepModel::SvmSqhinge => CvFit::Svm(sq),
         };
         let cv = packet_cv(ui, &sub, a.folds, wide.n_max, how)?;
         points.push(point(mo.name(), m, sigma, &cv));

@@ -13,7 +13,8 @@ use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
 use aggrate::train::{
     cv_predict_svr, fit_linear_svm, fit_logistic, fit_svr, fit_threshold, levels_from_starts, LogisticCv,
-    LogisticParams, Predict, SvmLoss, SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvrParams,
+    LogisticParams, Predict, SvmCv, SvmLoss, SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvmParams,
+    ValidSvrParams,
 };
 
 use super::features::{pick_flow, rate_from_name};
@@ -324,6 +325,8 @@ pub(crate) enum CvFit<'f> {
     /// Logistic regression: each fold starts from the all-rows fit and reads its training rows
     /// in place ([`LogisticCv`]).
     Logistic(ValidLogisticParams),
+    /// Linear SVM: each fold starts from the all-rows fit ([`SvmCv`]).
+    Svm(ValidSvmParams),
     /// Any other model: fitted on all rows, then on each fold's training rows (copied).
     Rows(&'f dyn Fn(&Dataset) -> Result<EstimatorModel>),
 }
@@ -333,17 +336,20 @@ pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFi
     let folds = contiguous_folds(&data.group, k)?;
     // The model on all rows comes first: it is the result, and (logistic) the start of every
     // fold, whose training rows are 95 % the same.
-    let logistic = match &fit {
-        CvFit::Logistic(p) => Some(LogisticCv::new(data, p)?),
-        CvFit::Rows(_) => None,
+    enum Warm<'d> {
+        Logistic(LogisticCv<'d>),
+        Svm(SvmCv<'d>),
+        Rows(&'d dyn Fn(&Dataset) -> Result<EstimatorModel>),
+    }
+    let warm = match fit {
+        CvFit::Logistic(p) => Warm::Logistic(LogisticCv::new(data, &p)?),
+        CvFit::Svm(p) => Warm::Svm(SvmCv::new(data, &p)?),
+        CvFit::Rows(f) => Warm::Rows(f),
     };
-    let fit_rows = |rows: &Dataset| match &fit {
-        CvFit::Rows(f) => f(rows),
-        CvFit::Logistic(_) => bail!("internal: logistic folds are fitted in place"),
-    };
-    let final_model = match &logistic {
-        Some(cv) => EstimatorModel::Logistic(cv.model().clone()),
-        None => fit_rows(data)?,
+    let final_model = match &warm {
+        Warm::Logistic(cv) => EstimatorModel::Logistic(cv.model().clone()),
+        Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.model().clone()),
+        Warm::Rows(f) => f(data)?,
     };
     let bar = ui.count_bar(
         folds.len() as u64,
@@ -354,11 +360,12 @@ pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFi
     let n = data.len();
     let mut oof = vec![false; n];
     for (fi, test) in folds.iter().enumerate() {
-        let model = match &logistic {
-            Some(cv) => EstimatorModel::Logistic(cv.without(test)?),
-            None => {
+        let model = match &warm {
+            Warm::Logistic(cv) => EstimatorModel::Logistic(cv.without(test)?),
+            Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.without(test)?),
+            Warm::Rows(f) => {
                 let train: Vec<usize> = RowSet::from_indices(test).complement(n).iter().collect();
-                fit_rows(&data.select(&train))?
+                f(&data.select(&train))?
             }
         };
         let (bm, agg) = score(data, test, &model, n_max, &mut per_rate);
@@ -463,7 +470,8 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     };
     let how = match a.model {
         ModelKind::Logistic | ModelKind::Svr => CvFit::Logistic(params),
-        _ => CvFit::Rows(&fit),
+        ModelKind::Svm => CvFit::Svm(svm),
+        ModelKind::Threshold => CvFit::Rows(&fit),
     };
     let cv = packet_cv(ui, &data, a.folds, spec.n_max, how)?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
