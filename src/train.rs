@@ -1438,14 +1438,23 @@ mod svm_tests {
                 let train: Vec<usize> = RowSet::from_indices(test).complement(d.len()).iter().collect();
                 let warm = cv.without(test).unwrap();
                 let cold = fit_linear_svm(&d.select(&train), &p).unwrap();
-                assert!(warm.epochs <= cold.epochs, "{loss:?}: {} vs {}", warm.epochs, cold.epochs);
+                assert!(
+                    warm.epochs <= cold.epochs,
+                    "{loss:?}: {} vs {}",
+                    warm.epochs,
+                    cold.epochs
+                );
                 let (fw, fc) = (primal(&warm, &d, &train, 1.0), primal(&cold, &d, &train, 1.0));
                 assert!((fw - fc).abs() <= 1e-3 * fc, "{loss:?}: objective {fw} vs {fc}");
                 let agree = train
                     .iter()
                     .filter(|&&i| warm.predict_row(d.row(i)) == cold.predict_row(d.row(i)))
                     .count();
-                assert!(agree as f64 >= 0.998 * train.len() as f64, "{loss:?}: {agree}/{}", train.len());
+                assert!(
+                    agree as f64 >= 0.998 * train.len() as f64,
+                    "{loss:?}: {agree}/{}",
+                    train.len()
+                );
             }
         }
     }
