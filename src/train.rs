@@ -879,13 +879,7 @@ mod tests {
 
     #[test]
     fn warm_start_reaches_the_same_optimum_faster() {
-        let mut d = Dataset::new(3);
-        for i in 0..3000u64 {
-            let y = i % 5 == 0;
-            let noise = ((i * 2654435761) % 1000) as f64 / 10.0;
-            let g = if y { 120.0 + noise } else { 20.0 + noise };
-            d.push(&[g, noise, (i % 7) as f64], y, 0, 300.0, 5);
-        }
+        let d = noisy_rows(3000);
         let p = LogisticParams::default().check().unwrap();
         let all = fit_logistic(&d, &p).unwrap();
         let idx: Vec<usize> = (150..3000).collect();
@@ -951,25 +945,30 @@ mod tests {
         assert!(LogisticCv::new(&one_class, &LogisticParams::default().check().unwrap()).is_err());
     }
 
-    #[test]
-    fn subsampled_start_reaches_the_optimum_from_zero() {
-        let d = noisy_rows(SUBSAMPLE_FROM_ROWS as u64 + 1000);
-        let p = LogisticParams::default().check().unwrap();
-        let fast = fit_logistic(&d, &p).unwrap();
-        let rows = RowSet::all(d.len());
-        let scaler = Scaler::fit(&d);
-        let mut beta = vec![0.0; 4];
+    /// Unweighted full Newton on all rows of `d` from `start` (no subsample, no chord):
+    /// the coefficients and the passes it took.
+    fn newton_from(d: &Dataset, p: &LogisticParams, start: &[f64]) -> (Vec<f64>, usize) {
+        let mut beta = start.to_vec();
         let (steps, _) = newton_iterate(
-            &d,
-            &rows,
-            &scaler,
+            d,
+            &RowSet::all(d.len()),
+            &Scaler::fit(d),
             &mut beta,
-            &p.0,
+            p,
             logistic_derivs(1.0, 1.0),
             logistic_loss(1.0, 1.0),
             None,
             false,
         );
+        (beta, steps)
+    }
+
+    #[test]
+    fn subsampled_start_reaches_the_optimum_from_zero() {
+        let d = noisy_rows(SUBSAMPLE_FROM_ROWS as u64 + 1000);
+        let p = LogisticParams::default().check().unwrap();
+        let fast = fit_logistic(&d, &p).unwrap();
+        let (beta, steps) = newton_from(&d, &p.0, &[0.0; 4]);
         assert!(fast.iterations < steps, "{} vs {steps}", fast.iterations);
         for (a, b) in fast.w.iter().zip(&beta).chain([(&fast.b, &beta[3])]) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
@@ -989,26 +988,9 @@ mod tests {
             d.push(&[g, u * 10.0], y, 0, 500.0, 6);
         }
         let p = LogisticParams::default().check().unwrap();
-        let rows = RowSet::all(d.len());
-        let scaler = Scaler::fit(&d);
-        let run = |start: &[f64]| {
-            let mut beta = start.to_vec();
-            let (steps, _) = newton_iterate(
-                &d,
-                &rows,
-                &scaler,
-                &mut beta,
-                &p.0,
-                logistic_derivs(1.0, 1.0),
-                logistic_loss(1.0, 1.0),
-                None,
-                false,
-            );
-            (beta, steps)
-        };
-        let (zero, _) = run(&[0.0; 3]);
+        let (zero, _) = newton_from(&d, &p.0, &[0.0; 3]);
         for start in [[30.0, -5.0, 20.0], [-20.0, 8.0, -15.0]] {
-            let (beta, steps) = run(&start);
+            let (beta, steps) = newton_from(&d, &p.0, &start);
             assert!(steps < p.0.max_iter, "no convergence from {start:?}");
             for (a, b) in beta.iter().zip(&zero) {
                 assert!((a - b).abs() < 1e-6, "from {start:?}: {a} vs {b}");
