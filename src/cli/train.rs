@@ -12,9 +12,8 @@ use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
 use aggrate::train::{
-    cv_predict_svr, fit_linear_svm, fit_logistic, fit_svr, fit_threshold, levels_from_starts, LogisticCv,
-    LogisticParams, Predict, SvmCv, SvmLoss, SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvmParams,
-    ValidSvrParams,
+    cv_predict_svr, fit_svr, fit_threshold, levels_from_starts, LogisticCv, LogisticParams, Predict, SvmCv, SvmLoss,
+    SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvmParams, ValidSvrParams,
 };
 
 use super::features::{pick_flow, rate_from_name};
@@ -334,8 +333,8 @@ pub(crate) enum CvFit<'f> {
 /// Fit on all rows, then k contiguous folds.
 pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFit) -> Result<PacketCv> {
     let folds = contiguous_folds(&data.group, k)?;
-    // The model on all rows comes first: it is the result, and (logistic) the start of every
-    // fold, whose training rows are 95 % the same.
+    // The model on all rows comes first: it is the result, and (logistic, SVM) the start of
+    // every fold, whose training rows are 95 % the same.
     enum Warm<'d> {
         Logistic(LogisticCv<'d>),
         Svm(SvmCv<'d>),
@@ -461,17 +460,11 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         data.len(),
         data.y.iter().filter(|y| **y).count()
     ));
-    let fit = |d: &Dataset| -> Result<EstimatorModel> {
-        Ok(match a.model {
-            ModelKind::Logistic | ModelKind::Svr => EstimatorModel::Logistic(fit_logistic(d, &params)?),
-            ModelKind::Svm => EstimatorModel::LinearSvm(fit_linear_svm(d, &svm)?),
-            ModelKind::Threshold => EstimatorModel::Threshold(fit_threshold(d)?),
-        })
-    };
+    let threshold = |d: &Dataset| Ok(EstimatorModel::Threshold(fit_threshold(d)?));
     let how = match a.model {
         ModelKind::Logistic | ModelKind::Svr => CvFit::Logistic(params),
         ModelKind::Svm => CvFit::Svm(svm),
-        ModelKind::Threshold => CvFit::Rows(&fit),
+        ModelKind::Threshold => CvFit::Rows(&threshold),
     };
     let cv = packet_cv(ui, &data, a.folds, spec.n_max, how)?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
