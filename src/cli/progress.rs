@@ -31,6 +31,22 @@ impl Ui {
         bar
     }
 
+    /// A spinner with elapsed time for work of unknown length (hidden with `-q`); finish it
+    /// with `finish_and_clear`.
+    pub(crate) fn spinner(&self, msg: &str) -> ProgressBar {
+        if self.quiet {
+            return ProgressBar::hidden();
+        }
+        let s = ProgressBar::new_spinner();
+        s.set_style(
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        s.set_message(msg.to_string());
+        s.enable_steady_tick(Duration::from_millis(120));
+        s
+    }
+
     /// A byte-progress bar over `len` bytes, labelled `what`.
     pub(crate) fn bytes_bar(&self, len: u64, what: &str) -> Progress {
         Progress::new(self.quiet, len, what)

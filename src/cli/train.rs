@@ -340,6 +340,7 @@ pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFi
         Svm(SvmCv<'d>),
         Rows(&'d dyn Fn(&Dataset) -> Result<EstimatorModel>),
     }
+    let spin = ui.spinner("fitting on all rows");
     let warm = match fit {
         CvFit::Logistic(p) => Warm::Logistic(LogisticCv::new(data, &p)?),
         CvFit::Svm(p) => Warm::Svm(SvmCv::new(data, &p)?),
@@ -350,6 +351,7 @@ pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFi
         Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.model().clone()),
         Warm::Rows(f) => f(data)?,
     };
+    spin.finish_and_clear();
     let bar = ui.count_bar(
         folds.len() as u64,
         "cross-validating [{bar:30}] fold {pos}/{len}, eta {eta}",
