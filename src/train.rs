@@ -445,6 +445,8 @@ const SUBSAMPLE: usize = 8;
 struct LogisticFit {
     model: LogisticModel,
     hessian: Vec<f64>,
+    /// Class weights `(positive, negative)` the fit (and its Hessian) used.
+    weights: (f64, f64),
 }
 
 /// Loss derivatives of class-weighted logistic regression: `(∂/∂s, ∂²/∂s²)`.
@@ -471,11 +473,6 @@ fn class_weights(balanced: bool, n: usize, pos: usize) -> (f64, f64) {
     } else {
         (1.0, 1.0)
     }
-}
-
-/// `init`'s coefficients re-expressed for `scaler` (see [`rescaled_linear`]).
-fn rescaled(init: &LogisticModel, scaler: &Scaler) -> Vec<f64> {
-    rescaled_linear(&init.w, init.b, &init.scaler, scaler)
 }
 
 /// Standardised coefficients `(w, b)` under `from` re-expressed for `to`, bias last:
@@ -686,12 +683,12 @@ fn fit_logistic_rows(
     }
     let init_or_pre = init.or(pre.as_ref());
     let mut beta = match init_or_pre {
-        Some(init) => rescaled(init, &scaler),
+        Some(init) => rescaled_linear(&init.w, init.b, &init.scaler, &scaler),
         None => vec![0.0; d + 1],
     };
     // A caller's warm start (a CV fold) is close: freeze its first Hessian. A subsample's
     // optimum is farther (correlated gaps move it): full Newton steps.
-    let freeze = init.is_some() && pre.is_none();
+    let freeze = init.is_some();
     let (iterations, hessian) = newton_iterate(data, rows, &scaler, &mut beta, &p, f, loss, None, freeze);
     Ok(LogisticFit {
         model: LogisticModel {
@@ -701,6 +698,7 @@ fn fit_logistic_rows(
             iterations,
         },
         hessian: hessian.unwrap_or_default(),
+        weights: (w_pos, w_neg),
     })
 }
 
@@ -735,12 +733,11 @@ impl<'a> LogisticCv<'a> {
         let (n, pos) = two_classes_in(data, &train)?;
         let scaler = Scaler::fit_set(data, &train);
         let all = &self.all.model;
-        let mut beta = rescaled(all, &scaler);
+        let mut beta = rescaled_linear(&all.w, all.b, &all.scaler, &scaler);
         let frozen = if self.all.hessian.is_empty() {
             None
         } else {
-            let (n_all, pos_all) = two_classes(data)?;
-            let (wp, wn) = class_weights(p.balanced, n_all, pos_all);
+            let (wp, wn) = self.all.weights;
             let mut beta_all = all.w.clone();
             beta_all.push(all.b);
             let (h_test, _) = pass(data, &test, &all.scaler, &beta_all, logistic_derivs(wp, wn), true);
