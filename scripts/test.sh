@@ -8,13 +8,20 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/aggrate/target}"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v tshark >/dev/null 2>&1; then
-  echo "== installing tshark (apt)"
+# tshark cross-checks parsing; iproute2 and ethtool build the real-kernel receive paths
+# (network namespaces, veth, GRO) that tests/testbed.rs replays through.
+missing=()
+command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || missing+=(ethtool)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
   echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
-  as_root apt-get install -y -qq tshark >/dev/null
+  as_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+export PATH="$PATH:/usr/sbin:/sbin"
 
 # Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports; polars,
 # matplotlib and nbclient to execute notebooks/training.ipynb headless.

@@ -275,6 +275,17 @@ impl Dataset {
         out
     }
 
+    /// Append every row of `other` (same width), keeping its groups.
+    pub fn append(&mut self, other: &Dataset) {
+        debug_assert_eq!(self.d, other.d);
+        self.x.extend_from_slice(&other.x);
+        self.y.extend_from_slice(&other.y);
+        self.group.extend_from_slice(&other.group);
+        self.rate_mbps.extend_from_slice(&other.rate_mbps);
+        self.level.extend_from_slice(&other.level);
+        self.host.extend_from_slice(&other.host);
+    }
+
     /// The rows at `idx`, as a new dataset.
     pub fn select(&self, idx: &[usize]) -> Dataset {
         let mut out = Dataset::new(self.d);

@@ -5,6 +5,15 @@
 //!   first) plus, optionally, their population standard deviation σ (µs). O(1) per packet: exact
 //!   integer running sums over a ring of m gaps (no drift, no reallocation), then an O(m) copy into
 //!   the row buffer (m ≤ 256).
+//!
+//!   With a **receiver context** (`FeatureSpec::context = W > 0`) the row describes each gap
+//!   relative to the receiver it came through instead of in absolute µs, so that a model can
+//!   carry across receivers: `[lg_1 … lg_m, rank_1 … rank_m, q50, q90, q99, lmean]`, where
+//!   `lg_i` is the log of gap i (µs, on a log-linear grid of 8 bins per octave, see [`gap_bin`]),
+//!   `rank_i = ln((n + 1) / (n_above + 0.5))` says how rare gap i was among the n ≤ W gaps
+//!   before it (`n_above` counts the larger ones, ties half), and `q50`, `q90`, `q99`, `lmean`
+//!   are the quantiles and the log mean of those W gaps (their load and scale). Exact integer
+//!   counts in a histogram with a Fenwick tree: O(log bins) per packet, no allocation.
 //! * [`SlotWindow`]: per 100 ms slot, mean and variance of a per-frame quantity (e.g. predicted
 //!   aggregation level) and the frame count, stacked over the last d slots (most recent first).
 //!
@@ -34,6 +43,18 @@ pub enum Error {
     /// Slot length out of range.
     #[error("slot length must be 1 ms..=60 s, got {0:?}")]
     BadSlot(Duration),
+    /// Context horizon out of range, or combined with σ.
+    #[error("context (receiver horizon in gaps) must be 0 or {min}..={max} and without sigma, got {context} (sigma {sigma})")]
+    BadContext {
+        /// Given.
+        context: u32,
+        /// With σ.
+        sigma: bool,
+        /// Least horizon.
+        min: u32,
+        /// Largest horizon.
+        max: u32,
+    },
 }
 
 /// The feature layout a model was trained with; the model file embeds it and the runtime refuses
@@ -52,6 +73,49 @@ pub struct FeatureSpec {
     pub d: usize,
     /// Cap on aggregation levels.
     pub n_max: u16,
+    /// Receiver context over the last `context` gaps (0 = none: raw gaps in µs, the layout of
+    /// models before context features). See the module docs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub context: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// Values per row after the m gap logs and m ranks of a context spec: q50, q90, q99, lmean.
+pub const CONTEXT_EXTRA: usize = 4;
+
+/// Largest receiver-context horizon.
+pub const MAX_CONTEXT: u32 = 65_536;
+
+/// Bins of the log-linear gap grid ([`gap_bin`]).
+pub const GAP_BINS: usize = 175;
+
+/// The bin of a gap of `ns` nanoseconds on a log-linear grid: `x = ns / 100 + 1` (units of
+/// 0.1 µs), exact below 16 units, then 8 bins per octave, up to 2^24 units (1.68 s; longer gaps
+/// share the last bin).
+pub fn gap_bin(ns: u64) -> usize {
+    let x = (ns / 100 + 1).min((1 << 24) - 1);
+    let e = 63 - x.leading_zeros() as usize;
+    if e < 3 {
+        (x - 1) as usize
+    } else {
+        7 + 8 * (e - 3) + ((x >> (e - 3)) & 7) as usize
+    }
+}
+
+/// ln(µs) of the centre of a gap bin (the value a context row carries for gaps in that bin).
+pub fn bin_log_us(bin: usize) -> f64 {
+    let centre = if bin < 7 {
+        (bin + 1) as f64
+    } else {
+        let e = (bin - 7) / 8 + 3;
+        let sub = ((bin - 7) % 8) as u64;
+        let lo = (8 + sub) << (e - 3);
+        lo as f64 + (1u64 << (e - 3)) as f64 / 2.0 - 0.5
+    };
+    (centre * 0.1).ln()
 }
 
 /// Unit of gap features.
@@ -74,6 +138,7 @@ impl Default for FeatureSpec {
             slot_ns: 100_000_000,
             d: 5,
             n_max: 64,
+            context: 0,
         }
     }
 }
@@ -90,19 +155,152 @@ impl FeatureSpec {
         if !(1_000_000..=60_000_000_000).contains(&self.slot_ns) {
             return Err(Error::BadSlot(Duration::from_nanos(self.slot_ns)));
         }
+        if self.context != 0 && (self.sigma || !(16..=MAX_CONTEXT).contains(&self.context)) {
+            return Err(Error::BadContext {
+                context: self.context,
+                sigma: self.sigma,
+                min: 16,
+                max: MAX_CONTEXT,
+            });
+        }
         Ok(self)
     }
-    /// Width of a gap row: m (+1 with σ).
+    /// Width of a gap row: m (+1 with σ), or 2m + [`CONTEXT_EXTRA`] with a receiver context.
     pub fn width(&self) -> usize {
-        self.m + self.sigma as usize
+        if self.context > 0 {
+            2 * self.m + CONTEXT_EXTRA
+        } else {
+            self.m + self.sigma as usize
+        }
     }
-    /// Names of the gap-row columns: `gap_us_1` (most recent) … `gap_us_m`, then `sigma_us`.
+    /// Names of the gap-row columns: `gap_us_1` (most recent) … `gap_us_m`, then `sigma_us`;
+    /// with a context `lg_1` … `lg_m`, `rank_1` … `rank_m`, `q50`, `q90`, `q99`, `lmean`.
     pub fn column_names(&self) -> Vec<String> {
+        if self.context > 0 {
+            let mut v: Vec<String> = (1..=self.m).map(|i| format!("lg_{i}")).collect();
+            v.extend((1..=self.m).map(|i| format!("rank_{i}")));
+            v.extend(["q50", "q90", "q99", "lmean"].map(String::from));
+            return v;
+        }
         let mut v: Vec<String> = (1..=self.m).map(|i| format!("gap_us_{i}")).collect();
         if self.sigma {
             v.push("sigma_us".into());
         }
         v
+    }
+}
+
+/// The receiver context of a [`GapWindow`]: a histogram of the last W gap bins with a Fenwick
+/// tree for ranks and quantiles, and their sum for the mean.
+#[derive(Clone, Debug)]
+struct Context {
+    w: usize,
+    bins: Vec<u8>,
+    gaps: Vec<u64>,
+    head: usize,
+    n: usize,
+    fen: Vec<u32>,
+    sum: u128,
+    /// ln((W + 1) / (k/2 + 0.5)) for k = 0 ..= 2W (the rank once the horizon is full).
+    rank_full: Vec<f64>,
+    log_bin: Vec<f64>,
+}
+
+impl Context {
+    fn new(w: usize) -> Context {
+        Context {
+            w,
+            bins: vec![0; w],
+            gaps: vec![0; w],
+            head: 0,
+            n: 0,
+            fen: vec![0; GAP_BINS + 1],
+            sum: 0,
+            rank_full: (0..=2 * w)
+                .map(|k| ((w as f64 + 1.0) / (k as f64 / 2.0 + 0.5)).ln())
+                .collect(),
+            log_bin: (0..GAP_BINS).map(bin_log_us).collect(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.head = 0;
+        self.n = 0;
+        self.sum = 0;
+        self.fen.iter_mut().for_each(|f| *f = 0);
+    }
+
+    fn add(&mut self, bin: usize, delta: i32) {
+        let mut i = bin + 1;
+        while i <= GAP_BINS {
+            self.fen[i] = self.fen[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Gaps in bins < `bin`.
+    fn below(&self, bin: usize) -> u32 {
+        let mut i = bin;
+        let mut s = 0;
+        while i > 0 {
+            s += self.fen[i];
+            i &= i - 1;
+        }
+        s
+    }
+
+    /// Smallest bin whose cumulative count exceeds `target` (quantile bin).
+    fn find(&self, target: u32) -> usize {
+        let mut pos = 0;
+        let mut rem = target;
+        let mut step = 1usize << (usize::BITS - 1 - GAP_BINS.leading_zeros());
+        while step > 0 {
+            let nx = pos + step;
+            if nx <= GAP_BINS && self.fen[nx] <= rem {
+                pos = nx;
+                rem -= self.fen[nx];
+            }
+            step >>= 1;
+        }
+        pos.min(GAP_BINS - 1)
+    }
+
+    /// Rank of a gap in `bin` among the horizon (before it joins), then let it join.
+    fn rank_and_push(&mut self, bin: usize, gap_ns: u64) -> f64 {
+        let n = self.n as u32;
+        let below = self.below(bin);
+        let upto = self.below(bin + 1);
+        // Twice the mid-rank count of larger gaps: 2·(above) + (equal).
+        let k2 = (2 * (n - upto) + (upto - below)) as usize;
+        let rank = if self.n == self.w {
+            self.rank_full[k2]
+        } else {
+            ((n as f64 + 1.0) / (k2 as f64 / 2.0 + 0.5)).ln()
+        };
+        if self.n == self.w {
+            let old = self.bins[self.head] as usize;
+            self.add(old, -1);
+            self.sum -= self.gaps[self.head] as u128;
+        } else {
+            self.n += 1;
+        }
+        self.bins[self.head] = bin as u8;
+        self.gaps[self.head] = gap_ns;
+        self.sum += gap_ns as u128;
+        self.add(bin, 1);
+        self.head = (self.head + 1) % self.w;
+        rank
+    }
+
+    /// `[q50, q90, q99, lmean]` of the horizon.
+    fn summary(&self, out: &mut [f64]) {
+        let n = self.n as u32;
+        for (o, p) in out.iter_mut().zip([0.5, 0.9, 0.99]) {
+            let target = ((n as f64 - 1.0) * p).floor().max(0.0) as u32;
+            *o = self.log_bin[self.find(target)];
+        }
+        let mean = if n > 0 { (self.sum / n as u128) as u64 } else { 0 };
+        out[3] = self.log_bin[gap_bin(mean)];
     }
 }
 
@@ -130,22 +328,33 @@ pub struct GapWindow {
     sum: u128,
     sumsq: u128,
     row: Vec<f64>,
+    context: Option<Box<Context>>,
 }
 
 impl GapWindow {
     /// A window for `spec` (call [`FeatureSpec::check`] first; m is clamped to 1..=[`MAX_M`]).
     pub fn new(spec: &FeatureSpec) -> GapWindow {
         let m = spec.m.clamp(1, MAX_M);
+        let context = (spec.context > 0).then(|| Box::new(Context::new(spec.context.min(MAX_CONTEXT) as usize)));
+        let sigma = spec.sigma && context.is_none();
         GapWindow {
             m,
-            sigma: spec.sigma,
+            sigma,
             prev: None,
             ring: vec![0; m],
             head: 0,
             count: 0,
             sum: 0,
             sumsq: 0,
-            row: vec![0.0; m + spec.sigma as usize],
+            row: vec![
+                0.0;
+                if context.is_some() {
+                    2 * m + CONTEXT_EXTRA
+                } else {
+                    m + sigma as usize
+                }
+            ],
+            context,
         }
     }
 
@@ -155,6 +364,9 @@ impl GapWindow {
         self.count = 0;
         self.sum = 0;
         self.sumsq = 0;
+        if let Some(c) = &mut self.context {
+            c.reset();
+        }
     }
 
     /// Add a packet's host timestamp. Returns the row once m gaps are buffered:
@@ -162,6 +374,23 @@ impl GapWindow {
     pub fn push(&mut self, host: Ts) -> Option<&[f64]> {
         let prev = self.prev.replace(host);
         let gap = host.as_nanos().saturating_sub(prev?.as_nanos());
+        if let Some(c) = &mut self.context {
+            let m = self.m;
+            let bin = gap_bin(gap);
+            let rank = c.rank_and_push(bin, gap);
+            self.row.copy_within(0..m - 1, 1);
+            self.row.copy_within(m..2 * m - 1, m + 1);
+            self.row[0] = c.log_bin[bin];
+            self.row[m] = rank;
+            if self.count < m {
+                self.count += 1;
+            }
+            if self.count < m {
+                return None;
+            }
+            c.summary(&mut self.row[2 * m..]);
+            return Some(&self.row);
+        }
         if self.count == self.m {
             let old = self.ring[self.head] as u128;
             self.sum -= old;
@@ -385,6 +614,91 @@ mod tests {
         // Time going backwards is a zero gap.
         let r = w.push(Ts::from_micros(90)).unwrap().to_vec();
         assert_eq!(&r[..3], &[0.0, 40.0, 30.0]);
+    }
+
+    #[test]
+    fn gap_bins_are_log_linear_and_monotone() {
+        assert_eq!(gap_bin(0), 0);
+        assert_eq!(gap_bin(99), 0);
+        assert_eq!(gap_bin(100), 1);
+        assert_eq!(gap_bin(699), 6);
+        assert_eq!(gap_bin(700), 7); // x = 8: first octave bin
+        assert_eq!(gap_bin(1_499), 14); // x = 15
+        assert_eq!(gap_bin(1_500), 15); // x = 16: bins 2 units wide from here
+        assert_eq!(gap_bin(u64::MAX), GAP_BINS - 1);
+        let mut last = 0;
+        for ns in (0..50_000_000u64).step_by(997) {
+            let b = gap_bin(ns);
+            assert!(b >= last && b < GAP_BINS);
+            last = b;
+            // The bin's value is within one bin width (≤ 1/8 octave, 9 %) of ln(gap_us + 0.1).
+            let exact = (ns as f64 / 1000.0 + 0.1).ln();
+            assert!(
+                (bin_log_us(b) - exact).abs() < 0.1,
+                "{ns} ns: bin {b} {} vs {exact}",
+                bin_log_us(b)
+            );
+        }
+    }
+
+    #[test]
+    fn context_rows_rank_gaps_against_the_horizon() {
+        let spec = FeatureSpec {
+            m: 2,
+            sigma: false,
+            context: 16,
+            ..FeatureSpec::default()
+        }
+        .check()
+        .unwrap();
+        assert_eq!(spec.width(), 8);
+        assert_eq!(spec.column_names()[2], "rank_1");
+        let mut w = GapWindow::new(&spec);
+        // 30 gaps of 10 µs, then one of 1 ms.
+        let mut t = 0u64;
+        assert!(w.push(Ts(t)).is_none());
+        let mut row = Vec::new();
+        for _ in 0..30 {
+            t += 10_000;
+            if let Some(r) = w.push(Ts(t)) {
+                row = r.to_vec();
+            }
+        }
+        let lg10 = bin_log_us(gap_bin(10_000));
+        assert_eq!(&row[..2], &[lg10, lg10]);
+        // All 16 earlier gaps are equal: mid-rank count 8 → ln(17 / 8.5).
+        assert!((row[2] - (17.0f64 / 8.5).ln()).abs() < 1e-12, "{row:?}");
+        assert_eq!(&row[4..], &[lg10, lg10, lg10, lg10], "q50, q90, q99, lmean");
+        t += 1_000_000;
+        let row = w.push(Ts(t)).unwrap().to_vec();
+        assert_eq!(row[0], bin_log_us(gap_bin(1_000_000)));
+        assert_eq!(row[1], lg10);
+        // Larger than all 16 before it: ln(17 / 0.5).
+        assert!((row[2] - 34f64.ln()).abs() < 1e-12);
+        // Its rank moved to rank_2 on the next packet.
+        t += 10_000;
+        let next = w.push(Ts(t)).unwrap().to_vec();
+        assert_eq!(next[3], row[2]);
+        // Now in the horizon: 1 of 16, above the 99th percentile's index (14); the mean moved up.
+        assert_eq!(&next[4..7], &[lg10, lg10, lg10]);
+        assert!(next[7] > lg10);
+        t += 1_000_000;
+        let next = w.push(Ts(t)).unwrap().to_vec();
+        t += 10_000;
+        let next2 = w.push(Ts(t)).unwrap().to_vec();
+        assert!(
+            (next[2] - (17.0f64 / 1.0).ln()).abs() < 1e-12,
+            "one equal gap before it: mid-rank 0.5"
+        );
+        assert_eq!(
+            next2[6],
+            bin_log_us(gap_bin(1_000_000)),
+            "two of 16: q99 is the large gap"
+        );
+        assert_eq!(next2[5], lg10);
+        // σ cannot go with a context, nor a horizon below 16.
+        assert!(FeatureSpec { sigma: true, ..spec }.check().is_err());
+        assert!(FeatureSpec { context: 8, ..spec }.check().is_err());
     }
 
     #[test]

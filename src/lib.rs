@@ -19,6 +19,7 @@ pub mod phy;
 pub mod report;
 pub mod runtime;
 pub mod sim;
+pub mod testbed;
 pub mod time;
 pub mod train;
 pub mod transport;

@@ -2,8 +2,11 @@
 //! [`FeatureSpec`], scaler, coefficients, a training-data summary and metrics. Loading checks the
 //! format, the version and the spec, and names what does not match.
 
+pub mod mlp;
 #[cfg(feature = "onnx")]
 pub mod onnx;
+
+pub use mlp::MlpModel;
 
 use std::path::Path;
 
@@ -31,6 +34,8 @@ pub enum EstimatorModel {
     /// Logistic per packet, corrected per slot by an RBF ε-SVR.
     #[serde(rename = "slot_svr")]
     SlotSvr(SlotSvrModel),
+    /// One-hidden-layer perceptron.
+    Mlp(MlpModel),
 }
 
 /// The slot-level correction: a packet model decides frame starts, and an RBF ε-SVR maps the
@@ -52,6 +57,7 @@ impl EstimatorModel {
             EstimatorModel::LinearSvm(_) => "linear_svm",
             EstimatorModel::Threshold(_) => "threshold",
             EstimatorModel::SlotSvr(_) => "slot_svr",
+            EstimatorModel::Mlp(_) => "mlp",
         }
     }
 
@@ -71,6 +77,7 @@ impl Predict for EstimatorModel {
             EstimatorModel::LinearSvm(m) => m.decision(x),
             EstimatorModel::Threshold(m) => m.decision(x),
             EstimatorModel::SlotSvr(m) => m.base.decision(x),
+            EstimatorModel::Mlp(m) => m.decision(x),
         }
     }
 }
@@ -251,6 +258,7 @@ impl ModelFile {
                 Err(("model.threshold_us", "not a finite number".into()))
             }
             EstimatorModel::Threshold(_) => Ok(()),
+            EstimatorModel::Mlp(m) => m.check(w).map_err(|e| ("model", e)),
             EstimatorModel::SlotSvr(m) => {
                 linear("model.base.w", &m.base.scaler, &m.base.w, m.base.b)?;
                 let sw = 3 * spec.d;

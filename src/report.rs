@@ -1,5 +1,6 @@
 //! Metrics as data: binary classification (F1, precision, recall, accuracy), aggregation-level
-//! errors, mean ± std over folds. Renderers live in the CLI.
+//! errors, mean ± std over folds; and renderers of the typed reports the CV drivers return
+//! (leave-one-receiver-out tables as Markdown and CSV). Plots live in the CLI.
 
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +168,161 @@ pub fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
+/// The leave-one-receiver-out criteria, per receiver: at every rate up to `max_rate` the model
+/// trained without the receiver is within `tol` F1 of the one trained on it (its own CV), and at
+/// least `floor` wherever that own-CV figure is at least `floor_if`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ReceiverCriteria {
+    /// Highest send rate judged (Mb/s).
+    pub max_rate: f64,
+    /// Allowed F1 loss against own CV.
+    pub tol: f64,
+    /// Required held-out F1 …
+    pub floor: f64,
+    /// … where own CV reaches this.
+    pub floor_if: f64,
+}
+
+impl Default for ReceiverCriteria {
+    fn default() -> Self {
+        ReceiverCriteria {
+            max_rate: 500.0,
+            tol: 0.01,
+            floor: 0.97,
+            floor_if: 0.98,
+        }
+    }
+}
+
+/// How one receiver fared against the criteria.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReceiverVerdict {
+    /// Receiver.
+    pub receiver: String,
+    /// Largest own − held-out F1 over the judged rates.
+    pub worst_loss: f64,
+    /// Lowest held-out F1 among rates whose own CV reached `floor_if`.
+    pub worst_floor: Option<f64>,
+    /// Both criteria hold.
+    pub pass: bool,
+}
+
+/// Verdicts per receiver.
+pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &ReceiverCriteria) -> Vec<ReceiverVerdict> {
+    reports
+        .iter()
+        .map(|r| {
+            let judged: Vec<_> = r.per_rate.iter().filter(|p| p.rate_mbps <= c.max_rate).collect();
+            let worst_loss = judged.iter().map(|p| p.loss()).fold(f64::NEG_INFINITY, f64::max);
+            let worst_floor = judged
+                .iter()
+                .filter(|p| p.own.f1 >= c.floor_if)
+                .map(|p| p.held_out.f1)
+                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
+            let pass = worst_loss <= c.tol + 1e-12 && worst_floor.is_none_or(|f| f >= c.floor);
+            ReceiverVerdict {
+                receiver: r.receiver.clone(),
+                worst_loss: if worst_loss.is_finite() { worst_loss } else { 0.0 },
+                worst_floor,
+                pass,
+            }
+        })
+        .collect()
+}
+
+/// A Markdown table: one line per receiver, per rate `held-out / own` F1 of the model and of the
+/// m = 1 threshold, and the verdict.
+pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c: &ReceiverCriteria) -> String {
+    let mut rates: Vec<f64> = reports
+        .iter()
+        .flat_map(|r| r.per_rate.iter().map(|p| p.rate_mbps))
+        .filter(|r| r.is_finite())
+        .collect();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    rates.dedup();
+    let verdicts = receiver_verdicts(reports, c);
+    let passing = verdicts.iter().filter(|v| v.pass).count();
+    let mut s = format!(
+        "# {title}\n\nLeave one receiver out: each cell is `held-out / own` F1 — the model trained on every other \
+         receiver, then the same kind trained on this receiver alone (its own contiguous CV) — for the model, \
+         and below it for the m = 1 threshold. A receiver passes when, at every rate up to {} Mb/s, the held-out \
+         model is within {} F1 of its own CV and at least {} wherever own CV reaches {}. \
+         **{passing} of {} receivers pass.**\n\n",
+        c.max_rate,
+        c.tol,
+        c.floor,
+        c.floor_if,
+        verdicts.len()
+    );
+    s.push_str("| receiver | model |");
+    for r in &rates {
+        s.push_str(&format!(" {r} Mb/s |"));
+    }
+    s.push_str(" worst loss | pass |\n| --- | --- |");
+    for _ in &rates {
+        s.push_str(" --- |");
+    }
+    s.push_str(" --- | --- |\n");
+    for (r, v) in reports.iter().zip(&verdicts) {
+        for (k, label) in ["model", "m = 1"].iter().enumerate() {
+            s.push_str(&format!(
+                "| {} | {label} |",
+                if k == 0 { r.receiver.as_str() } else { "" }
+            ));
+            for rate in &rates {
+                match r.per_rate.iter().find(|p| p.rate_mbps == *rate) {
+                    Some(p) => {
+                        let (h, o) = if k == 0 {
+                            (p.held_out.f1, p.own.f1)
+                        } else {
+                            (p.threshold_held_out.f1, p.threshold_own.f1)
+                        };
+                        s.push_str(&format!(" {h:.3} / {o:.3} |"));
+                    }
+                    None => s.push_str(" – |"),
+                }
+            }
+            if k == 0 {
+                s.push_str(&format!(
+                    " {:+.3} | {} |\n",
+                    v.worst_loss,
+                    if v.pass { "yes" } else { "**no**" }
+                ));
+            } else {
+                s.push_str(" | |\n");
+            }
+        }
+    }
+    s
+}
+
+/// One CSV line per receiver and rate.
+pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
+    let mut s = String::from(
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss\n",
+    );
+    for r in reports {
+        for p in &r.per_rate {
+            s.push_str(&format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                r.receiver,
+                p.rate_mbps,
+                p.rows,
+                p.held_out.f1,
+                p.held_out.precision,
+                p.held_out.recall,
+                p.own.f1,
+                p.own.precision,
+                p.own.recall,
+                p.threshold_held_out.f1,
+                p.threshold_own.f1,
+                p.loss()
+            ));
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +337,50 @@ mod tests {
         assert!((a.rmse() - (5.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!((a.exact, a.within1), (1, 2));
         assert_eq!(mean_std(&[1.0, 3.0]), (2.0, 1.0));
+    }
+}
+
+#[cfg(test)]
+mod receiver_tests {
+    use super::*;
+    use crate::train::cv::{ReceiverRate, ReceiverReport, Score};
+
+    fn rate(r: f64, held: f64, own: f64) -> ReceiverRate {
+        let sc = |f1| Score { f1, ..Score::default() };
+        ReceiverRate {
+            rate_mbps: r,
+            rows: 10,
+            held_out: sc(held),
+            own: sc(own),
+            threshold_held_out: sc(0.5),
+            threshold_own: sc(0.6),
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_criteria() {
+        let reps = vec![
+            ReceiverReport {
+                receiver: "good".into(),
+                per_rate: vec![rate(100.0, 0.995, 0.99), rate(600.0, 0.2, 0.9)],
+            },
+            ReceiverReport {
+                receiver: "lossy".into(),
+                per_rate: vec![rate(100.0, 0.95, 0.97)],
+            },
+            ReceiverReport {
+                receiver: "low".into(),
+                per_rate: vec![rate(400.0, 0.975, 0.99), rate(500.0, 0.96, 0.965)],
+            },
+        ];
+        let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
+        assert!(v[0].pass, "600 Mb/s is past the judged rates");
+        assert!(!v[1].pass && (v[1].worst_loss - 0.02).abs() < 1e-12);
+        // 400: own 0.99 ≥ 0.98 and held 0.975 ≥ 0.97 but loss 0.015 > 0.01.
+        assert!(!v[2].pass);
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("1 of 3 receivers pass"), "{md}");
+        assert!(md.contains("| good | model | 0.995 / 0.990 |"), "{md}");
+        assert_eq!(receivers_csv(&reps).lines().count(), 1 + 5);
     }
 }

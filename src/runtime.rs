@@ -42,6 +42,8 @@ fn fold(m: &EstimatorModel, width: usize) -> Option<(Vec<f64>, f64)> {
             *w.first_mut()? = 1.0;
             return Some((w, -t.threshold_us));
         }
+        // Not linear: decided by the model itself (already folded, f32).
+        EstimatorModel::Mlp(_) => return None,
     };
     if w.len() != width || scaler.mean.len() != width || scaler.std.len() != width {
         return None;

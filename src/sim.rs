@@ -22,7 +22,7 @@ use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
 use crate::time::Ts;
-use crate::wlan::noise::{KernelNoise, NoiseModel, NoiseParams};
+use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
 use crate::wlan::{Packet, StaId, WlanConfig, WlanSim};
 
@@ -50,8 +50,8 @@ pub enum EstimatorKind {
 pub struct SimConfig {
     /// The WLAN (its `stations` are the receivers).
     pub wlan: WlanConfig,
-    /// Kernel timestamp noise (`None`: host time = MAC time).
-    pub noise: Option<NoiseParams>,
+    /// The stations' receive path (`None`: host time = MAC time).
+    pub noise: Option<ReceivePath>,
     /// Frame-start source.
     pub estimator: EstimatorKind,
     /// Controller parameters (`stations` is set from the WLAN).
@@ -269,10 +269,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
                 EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
             };
-            let noise: Box<dyn NoiseModel> = match &noise {
-                Some(p) => Box::new(KernelNoise::new(p.clone(), derive(cfg.seed, 100 + i as u64))),
-                None => Box::new(crate::wlan::noise::NoNoise),
-            };
+            let noise = model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64));
             Ok(Station {
                 seq: 0,
                 next_send: Ts::ZERO,
@@ -488,14 +485,23 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
             let s = &mut stations[sta];
-            s.noise.on_ppdu(d0.mac_time, ampdu.len(), &mut hosts);
+            s.noise.on_ppdu(
+                Ppdu {
+                    start: d0.ppdu_start,
+                    end: d0.mac_time,
+                    n: ampdu.len(),
+                },
+                &mut hosts,
+            );
             if d0.mac_time >= half {
                 s.ampdus += 1;
                 s.mpdus += ampdu.len() as u64;
             }
             for (d, h) in ampdu.iter().zip(&hosts) {
+                // A packet the receive path dropped never reaches the estimator.
+                let Some(h) = h else { continue };
                 s.rx.push_back(RxPacket {
-                    host: *h,
+                    host: (*h).max(now),
                     seq: Some(d.packet.seq as u64),
                     sent: Some(d.packet.sent),
                     len: d.packet.len as u32,

@@ -18,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{Dataset, RowSet};
 use crate::features::FeatureSpec;
 
+pub mod cv;
+mod mlp;
 mod svr;
+pub use mlp::{fit_mlp, MlpParams, ValidMlpParams};
 pub use svr::{cv_predict_svr, fit_svr, SvrModel, SvrParams, ValidSvrParams, MAX_SVR_ROWS};
 
 /// Errors of training.

@@ -122,7 +122,7 @@ fn runs_are_deterministic() {
     let cfg = SimConfig {
         wlan: stations(&[9, 5]),
         duration_s: 5.0,
-        noise: Some(aggrate::wlan::noise::NoisePreset::Phone.params()),
+        noise: aggrate::wlan::noise::NoisePreset::Phone.path(),
         ..SimConfig::default()
     };
     let a = serde_json::to_string(&go(&cfg)).unwrap();

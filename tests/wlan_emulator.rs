@@ -86,6 +86,7 @@ fn aggregation_never_exceeds_its_limits() {
                     bw_mhz: 20,
                     short_gi: false,
                     vht: true,
+                    rate_adaptation: None,
                 }],
                 ..WlanConfig::default()
             },
@@ -472,4 +473,61 @@ fn dataset_manifests_build_and_expand() {
         "{}",
         text(&out).1
     );
+}
+
+#[test]
+fn rate_adaptation_walks_the_mcs_between_ampdus() {
+    use aggrate::wlan::RateAdaptation;
+    let mut s = ns3_like(300.0, 2.0);
+    s.wlan.stations[0].mcs = 7;
+    s.wlan.stations[0].rate_adaptation = Some(RateAdaptation {
+        mcs_min: 4,
+        mcs_max: 9,
+        dwell_ms: 20.0,
+    });
+    let (_, ds) = go(s.clone());
+    // Per A-MPDU (equal reference): one MCS; between consecutive A-MPDUs at most one step.
+    let mut per_ampdu: Vec<(u32, u8)> = Vec::new();
+    for d in &ds {
+        match per_ampdu.last() {
+            Some((r, m)) if *r == d.ampdu_ref => assert_eq!(*m, d.mode.mcs, "one MCS per A-MPDU"),
+            _ => per_ampdu.push((d.ampdu_ref, d.mode.mcs)),
+        }
+    }
+    let mcs: Vec<u8> = per_ampdu.iter().map(|p| p.1).collect();
+    assert!(mcs.windows(2).all(|w| w[0].abs_diff(w[1]) <= 1));
+    assert!(mcs.iter().all(|m| (4..=9).contains(m)));
+    let seen: std::collections::BTreeSet<u8> = mcs.iter().copied().collect();
+    assert!(seen.len() >= 3, "2 s with a 20 ms dwell visits several MCSs: {seen:?}");
+    let changes = mcs.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        (30..=200).contains(&changes),
+        "≈ 100 steps in 2 s (some clamped): {changes}"
+    );
+    // Lower MCS, longer MPDUs on air: the PPDU time per MPDU follows the MCS.
+    let per_mpdu_us = |m: u8| {
+        let v: Vec<f64> = ds
+            .iter()
+            .filter(|d| d.mode.mcs == m && d.index == 0 && d.count >= 4)
+            .map(|d| d.mac_time.saturating_since(d.ppdu_start).as_secs_f64() * 1e6 / d.count as f64)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (lo, hi) = (*seen.iter().next().unwrap(), *seen.iter().last().unwrap());
+    assert!(
+        per_mpdu_us(lo) > per_mpdu_us(hi) * 1.2,
+        "MCS {lo}: {} µs, MCS {hi}: {} µs",
+        per_mpdu_us(lo),
+        per_mpdu_us(hi)
+    );
+    // Deterministic, and a fixed MCS draws nothing from the RNG (old runs stay byte-identical).
+    assert_eq!(go(s).1, ds);
+    let mut bad = ns3_like(300.0, 0.1);
+    bad.wlan.stations[0].rate_adaptation = Some(RateAdaptation {
+        mcs_min: 5,
+        mcs_max: 4,
+        dwell_ms: 1.0,
+    });
+    let e = bad.check().unwrap_err().to_string();
+    assert!(e.contains("rate_adaptation"), "{e}");
 }

@@ -360,6 +360,25 @@ impl<R: BufRead> CaptureReader<R> {
         }
     }
 
+    /// Comments of the (first) pcapng section header, e.g. the receive path an emulated capture
+    /// was made with (JSON). Empty for pcap.
+    pub fn section_comments(&self) -> Vec<String> {
+        use pcap_file::pcapng::blocks::opt_common::CommonOption;
+        use pcap_file::pcapng::blocks::section_header::SectionHeaderOption;
+        match &self.inner {
+            Inner::Pcap { .. } => Vec::new(),
+            Inner::PcapNg { r } => r
+                .section()
+                .options
+                .iter()
+                .filter_map(|o| match o {
+                    SectionHeaderOption::Common(CommonOption::Comment(c)) => Some(c.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
     /// Packets returned so far (including ones that failed to decode).
     pub fn packets_read(&self) -> u64 {
         self.number

@@ -164,7 +164,13 @@ pub struct CaptureWriter<W: Write> {
 
 impl<W: Write> CaptureWriter<W> {
     /// Write the file header.
-    pub fn new(mut w: W, format: OutFormat, snaplen: u32) -> std::io::Result<Self> {
+    pub fn new(w: W, format: OutFormat, snaplen: u32) -> std::io::Result<Self> {
+        CaptureWriter::with_comment(w, format, snaplen, None)
+    }
+
+    /// Write the file header; pcapng files carry `comment` in their section header (the
+    /// receive path and settings of an emulated run, as JSON). pcap has no place for it.
+    pub fn with_comment(mut w: W, format: OutFormat, snaplen: u32, comment: Option<&str>) -> std::io::Result<Self> {
         match format {
             OutFormat::Pcap => {
                 w.write_all(&0xa1b23c4du32.to_le_bytes())?; // ns resolution
@@ -175,14 +181,29 @@ impl<W: Write> CaptureWriter<W> {
                 w.write_all(&127u32.to_le_bytes())?;
             }
             OutFormat::Pcapng => {
-                // SHB
+                // SHB, with opt_comment (1) when there is a comment.
+                let text = comment.unwrap_or("").as_bytes();
+                let text = &text[..text.len().min(60_000)];
+                let opts = if text.is_empty() {
+                    0
+                } else {
+                    4 + text.len().div_ceil(4) * 4 + 4
+                };
+                let shb_len = (28 + opts) as u32;
                 w.write_all(&0x0a0d0d0au32.to_le_bytes())?;
-                w.write_all(&28u32.to_le_bytes())?;
+                w.write_all(&shb_len.to_le_bytes())?;
                 w.write_all(&0x1a2b3c4du32.to_le_bytes())?;
                 w.write_all(&1u16.to_le_bytes())?;
                 w.write_all(&0u16.to_le_bytes())?;
                 w.write_all(&(-1i64).to_le_bytes())?;
-                w.write_all(&28u32.to_le_bytes())?;
+                if !text.is_empty() {
+                    w.write_all(&1u16.to_le_bytes())?;
+                    w.write_all(&(text.len() as u16).to_le_bytes())?;
+                    w.write_all(text)?;
+                    w.write_all(&[0u8; 3][..(4 - text.len() % 4) % 4])?;
+                    w.write_all(&[0, 0, 0, 0])?; // opt_endofopt
+                }
+                w.write_all(&shb_len.to_le_bytes())?;
                 // IDB with if_tsresol = 9 (ns)
                 let len = 20 + 8 + 4;
                 w.write_all(&1u32.to_le_bytes())?;

@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use aggrate::wlan::manifest::{DatasetManifest, Role};
+use aggrate::testbed::KernelPath;
+use aggrate::wlan::manifest::{DatasetManifest, PlannedReceiver, PlannedRun, Role};
+use aggrate::wlan::run::{RunSummary, ValidScenario};
 
 use super::progress::Ui;
-use super::simulate::simulate_to;
+use super::simulate::{simulate_replayed, simulate_to};
 use super::Exit;
 
 #[derive(Debug, clap::Subcommand)]
@@ -44,6 +46,12 @@ struct BuiltRun {
     rate_mbps: f64,
     seed: u64,
     duration_s: f64,
+    /// Receiver name (groups for `train --group-by receiver`).
+    receiver: String,
+    /// `model` (the emulator's receive-path model) or `kernel` (a real-kernel replay).
+    receiver_kind: &'static str,
+    /// The receive path's stages, or the kernel settings.
+    receiver_path: serde_json::Value,
     stations: Vec<BuiltStation>,
 }
 
@@ -71,6 +79,9 @@ pub(crate) fn parse_manifest(text: &str, path: &Path) -> Result<DatasetManifest>
     toml::from_str(text).with_context(|| format!("{}: invalid dataset manifest", path.display()))
 }
 
+/// One run's summary and capture paths.
+type Built1 = (RunSummary, Vec<PathBuf>);
+
 /// Build `m` into `out`; returns the output folder.
 pub(crate) fn build(
     ui: &Ui,
@@ -92,40 +103,77 @@ pub(crate) fn build(
         .collect::<Result<Vec<_>>>()?;
     let out = out.unwrap_or_else(|| Path::new("data").join(&m.name));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    // Real-kernel runs replay in real time: check for root and the settings before anything.
+    let kernel_paths: Vec<Option<KernelPath>> = runs
+        .iter()
+        .map(|r| match &r.receiver {
+            Some(PlannedReceiver::Kernel { name, settings }) => {
+                let mut k: KernelPath = settings
+                    .parse()
+                    .with_context(|| format!("{}: receiver {name}: kernel = {settings:?}", source.display()))?;
+                k.name = name.clone();
+                Ok(Some(k))
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    if kernel_paths.iter().any(|k| k.is_some()) && !aggrate::testbed::is_root() {
+        anyhow::bail!(
+            "{}: its real-kernel receivers need root (network namespaces); run as root or remove the `kernel` receivers",
+            source.display()
+        );
+    }
     let bar = ui.count_bar(runs.len() as u64, "{msg:30} [{bar:30}] {pos}/{len} runs, eta {eta}");
+    let quiet = Ui { quiet: true };
+    // Emulator runs on all cores (each writes its own files), then the real-kernel runs one by
+    // one with nothing else running (they are timing measurements).
+    let model_idx: Vec<usize> = (0..runs.len()).filter(|&i| kernel_paths[i].is_none()).collect();
+    let mut results: Vec<Option<Result<Built1>>> = (0..runs.len()).map(|_| None).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<(usize, Result<Built1>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, bar, quiet, out, model_idx, runs, checked) =
+                    (&next, &bar, &quiet, &out, &model_idx, &runs, &checked);
+                sc.spawn(move || {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = model_idx.get(k) else { break };
+                        let path = out.join(format!("{}.pcapng", runs[i].name));
+                        mine.push((i, simulate_to(quiet, &checked[i], &path, snaplen)));
+                        bar.set_message(runs[i].name.clone());
+                        bar.inc(1);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    for (i, r) in done {
+        results[i] = Some(r);
+    }
+    for (i, k) in kernel_paths.iter().enumerate() {
+        let Some(k) = k else { continue };
+        bar.set_message(runs[i].name.clone());
+        let path = out.join(format!("{}.pcapng", runs[i].name));
+        results[i] = Some(simulate_replayed(
+            &quiet,
+            runs[i].scenario.clone(),
+            &path,
+            snaplen,
+            Some(k),
+        ));
+        bar.inc(1);
+    }
     let mut built = Vec::new();
     let mut total = 0;
-    let quiet = Ui { quiet: true };
-    for (r, scn) in runs.iter().zip(&checked) {
-        bar.set_message(r.name.clone());
-        let path = out.join(format!("{}.pcapng", r.name));
-        let (summary, paths) = simulate_to(&quiet, scn, &path, snaplen)?;
+    for ((r, scn), res) in runs.iter().zip(&checked).zip(results) {
+        let (summary, paths) = res.unwrap_or_else(|| Err(anyhow::anyhow!("run {} did not run", r.name)))?;
         total += summary.delivered;
-        built.push(BuiltRun {
-            name: r.name.clone(),
-            role: r.role,
-            rate_mbps: r.rate_mbps,
-            seed: r.scenario.seed,
-            duration_s: r.scenario.duration_s,
-            stations: summary
-                .stations
-                .iter()
-                .zip(&paths)
-                .map(|(s, p)| BuiltStation {
-                    sta: s.sta,
-                    mcs: r.scenario.wlan.stations[s.sta as usize].mcs,
-                    file: p
-                        .file_name()
-                        .map(|f| f.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    delivered: s.delivered,
-                    ampdus: s.ampdus,
-                    mean_agg: s.mean_agg,
-                    received_mbps: s.received_mbps,
-                })
-                .collect(),
-        });
-        bar.inc(1);
+        built.push(built_run(r, scn, &summary, &paths));
     }
     bar.finish_and_clear();
     let record = Built {
@@ -150,6 +198,43 @@ pub(crate) fn build(
         out.display()
     ));
     Ok(out)
+}
+
+fn built_run(r: &PlannedRun, scn: &ValidScenario, summary: &RunSummary, paths: &[PathBuf]) -> BuiltRun {
+    let (receiver, receiver_kind, receiver_path) = match &r.receiver {
+        Some(PlannedReceiver::Kernel { name, settings }) => (name.clone(), "kernel", serde_json::json!(settings)),
+        _ => match &scn.noise {
+            Some(p) => (p.path().name.clone(), "model", serde_json::json!(p.path().stages)),
+            None => ("none".to_string(), "model", serde_json::json!([])),
+        },
+    };
+    BuiltRun {
+        name: r.name.clone(),
+        role: r.role,
+        rate_mbps: r.rate_mbps,
+        seed: r.scenario.seed,
+        duration_s: r.scenario.duration_s,
+        receiver,
+        receiver_kind,
+        receiver_path,
+        stations: summary
+            .stations
+            .iter()
+            .zip(paths)
+            .map(|(s, p)| BuiltStation {
+                sta: s.sta,
+                mcs: r.scenario.wlan.stations[s.sta as usize].mcs,
+                file: p
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                delivered: s.delivered,
+                ampdus: s.ampdus,
+                mean_agg: s.mean_agg,
+                received_mbps: s.received_mbps,
+            })
+            .collect(),
+    }
 }
 
 pub(crate) fn run(ui: &Ui, c: DatasetCommand) -> Result<Exit> {

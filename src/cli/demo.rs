@@ -60,6 +60,7 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
             format: None,
             m: 20,
             no_sigma: false,
+            context: 0,
             rate_mbps: None,
             kernel: None,
             seq_offset: 0,

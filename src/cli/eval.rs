@@ -11,9 +11,9 @@ use aggrate::report::{AggMetrics, BinaryMetrics};
 use aggrate::train::Predict;
 
 use super::progress::Ui;
-use super::train::{
-    attach_slots, dataset_files, load_rows, per_rate_csv, rate_reports, render_md, score, slot_rate_reports, PerRate,
-};
+use aggrate::train::cv::{rate_reports, score, PerRate};
+
+use super::train::{attach_slots, inputs, load_rows, per_rate_csv, render_md, slot_rate_reports};
 use super::{Exit, FlowArgs};
 
 #[derive(Debug, clap::Args)]
@@ -21,9 +21,15 @@ pub(crate) struct EvalArgs {
     /// Model file written by `aggrate train`.
     #[arg(long)]
     pub(crate) model: PathBuf,
-    /// Capture files or dataset folders (all runs of a dataset: training and evaluation).
+    /// Capture files, dataset folders (all runs of a dataset: training and evaluation), or
+    /// feature tables written by `aggrate features` with the model's --m/--context.
     #[arg(required = true)]
     pub(crate) inputs: Vec<PathBuf>,
+    /// Kernel receive times to join to the captures by sequence number: one `seq,host_ns` CSV
+    /// or receiver-side capture per capture (in order), or a folder of them named after the
+    /// captures. A log sharing no sequence number with its capture is refused.
+    #[arg(long, num_args = 1..)]
+    pub(crate) kernel: Vec<PathBuf>,
     /// Output folder for the report.
     #[arg(short, long, default_value = "eval")]
     pub(crate) output: PathBuf,
@@ -34,7 +40,7 @@ pub(crate) struct EvalArgs {
 pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let file = ModelFile::load(&a.model)?;
     let spec = file.spec;
-    let files = dataset_files(&a.inputs, false)?;
+    let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     let idx: Vec<usize> = (0..data.len()).collect();
     let mut per_rate = PerRate::new();
@@ -72,7 +78,8 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         "agg_rmse": agg.rmse(),
         "per_rate": rates,
         "slot_svr": slot_json,
-        "captures": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
+        "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
     });
     let json_path = a.output.join(format!("{name}.eval.json"));
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::capture::filter::{largest_udp_flow, FlowCounts, FlowFilter};
-use aggrate::capture::io::read_seq_log;
 use aggrate::dataset::{Join, RowExtractor};
 use aggrate::features::FeatureSpec;
 
@@ -31,6 +30,10 @@ pub(crate) struct FeaturesArgs {
     /// Leave out σ of the gaps.
     #[arg(long)]
     pub(crate) no_sigma: bool,
+    /// Receiver-context rows over this many past gaps (log gaps, their ranks, the horizon's
+    /// quantiles and log mean; see `aggrate train --context`); implies --no-sigma.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) context: u32,
     /// Send-rate tag (Mb/s) for every capture; default: read from a file name like `…_300mbps…`.
     #[arg(long)]
     pub(crate) rate_mbps: Option<f64>,
@@ -84,34 +87,16 @@ pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFil
     }
 }
 
-fn load_kernel(ui: &Ui, path: &Path, a: &FeaturesArgs) -> Result<Join> {
-    let is_csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    if is_csv {
-        return Ok(Join::new(read_seq_log(path)?));
-    }
-    let filter = pick_flow(ui, path, &a.flow)?;
-    let mut pairs = Vec::new();
-    let off = a.seq_offset as usize;
-    let out = for_each_record(ui, path, a.flow.keep_going, |r| {
-        if filter.matches(r) {
-            if let Some(s) = r.payload_seq(off) {
-                pairs.push((s, r.host.as_nanos()));
-            }
-        }
-    })?;
-    out.into_result()?;
-    Ok(Join::new(pairs))
-}
-
 pub(crate) fn run(ui: &Ui, a: FeaturesArgs) -> Result<Exit> {
     let spec = FeatureSpec {
         m: a.m,
-        sigma: !a.no_sigma,
+        sigma: !a.no_sigma && a.context == 0,
         n_max: a.flow.n_max,
+        context: a.context,
         ..FeatureSpec::default()
     }
     .check()
-    .context("--m")?;
+    .context("--m / --context")?;
     let format = match a.format.or_else(|| TableFormat::from_path(&a.output)) {
         Some(f) => f,
         None => bail!(
@@ -126,7 +111,7 @@ pub(crate) fn run(ui: &Ui, a: FeaturesArgs) -> Result<Exit> {
         );
     }
     let mut join = match &a.kernel {
-        Some(k) => Some(load_kernel(ui, k, &a)?),
+        Some(k) => Some(super::rows::load_kernel(ui, k, &a.flow, a.seq_offset as usize)?),
         None => None,
     };
     let mut table = RowTable::create(&a.output, format, &spec)?;

@@ -11,6 +11,7 @@ mod inspect;
 mod live;
 mod plots;
 mod progress;
+mod rows;
 mod sim;
 mod simulate;
 mod sweep;

@@ -53,6 +53,41 @@ impl Ui {
     }
 }
 
+/// Library progress ([`aggrate::train::cv::Progress`]) drawn as a spinner (unknown length) or a
+/// counting bar.
+pub(crate) struct Bars<'a> {
+    ui: &'a Ui,
+    bar: Option<ProgressBar>,
+}
+
+impl<'a> Bars<'a> {
+    pub(crate) fn new(ui: &'a Ui) -> Bars<'a> {
+        Bars { ui, bar: None }
+    }
+}
+
+impl aggrate::train::cv::Progress for Bars<'_> {
+    fn start(&mut self, what: &str, total: u64) {
+        self.finish();
+        self.bar = Some(if total == 0 {
+            self.ui.spinner(what)
+        } else {
+            self.ui
+                .count_bar(total, &format!("{what} [{{bar:30}}] {{pos}}/{{len}}, eta {{eta}}"))
+        });
+    }
+    fn inc(&mut self) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// A bar that is hidden until one second has passed.
 pub(crate) struct Progress {
     bar: ProgressBar,

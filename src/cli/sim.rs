@@ -101,7 +101,7 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
     };
     let mut cfg = SimConfig {
         wlan: WlanConfig::vht_stations(&mcs),
-        noise: (a.noise != NoisePreset::None).then(|| a.noise.params()),
+        noise: a.noise.resolve(a.seed, None),
         estimator,
         sender,
         backhaul: a.backhaul_mbps.map(|r| BackhaulConfig {

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::capture::writer::{build_frame, CaptureWriter, OutFormat};
-use aggrate::wlan::noise::NoisePreset;
+use aggrate::testbed::{KernelPath, Testbed};
+use aggrate::wlan::noise::{NoisePreset, ReceivePath};
 use aggrate::wlan::run::{frame_spec, run, RunSummary, Scenario, ValidScenario};
 use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
 use aggrate::wlan::StationConfig;
@@ -45,9 +46,13 @@ pub(crate) struct SimulateArgs {
     /// Arrival process: cbr, poisson, onoff.
     #[arg(long)]
     pub(crate) arrival: Option<String>,
-    /// Kernel timestamp noise: none, laptop, phone.
+    /// Receive path (kernel timestamp noise): none, laptop, phone, or random (drawn from the
+    /// seed; see datasets/README.md).
     #[arg(long)]
     pub(crate) noise: Option<NoisePreset>,
+    /// A receive path from a TOML file (`name`, `[[stages]]`; see datasets/README.md).
+    #[arg(long, conflicts_with = "noise")]
+    pub(crate) receiver: Option<PathBuf>,
     /// Backhaul rate in front of the AP (Mb/s).
     #[arg(long)]
     pub(crate) backhaul_mbps: Option<f64>,
@@ -68,6 +73,14 @@ pub(crate) struct SimulateArgs {
     /// (runs as long as the scenario; at most 120 s).
     #[arg(long)]
     pub(crate) kernel_replay: bool,
+    /// Replay through a veth pair between two network namespaces (root) with these receive-path
+    /// settings: a comma list of gro, threaded, rps, burner, per-mpdu, busy=µs, flush=µs,
+    /// defer=N, tick=µs, payload=bytes (`veth` for the defaults). Implies --kernel-replay.
+    #[arg(long, conflicts_with = "kernel_path")]
+    pub(crate) veth: Option<String>,
+    /// As --veth, with the settings from a TOML file (testbed::KernelPath fields).
+    #[arg(long)]
+    pub(crate) kernel_path: Option<PathBuf>,
 }
 
 /// Build the scenario: file (or defaults), then flags.
@@ -131,6 +144,12 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario> {
         s.noise_preset = p;
         s.noise = None;
     }
+    if let Some(path) = &a.receiver {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let rp: ReceivePath =
+            toml::from_str(&text).with_context(|| format!("{}: invalid receive path", path.display()))?;
+        s.noise = Some(rp);
+    }
     if let Some(b) = a.backhaul_mbps {
         s.backhaul = Some(BackhaulConfig {
             rate_mbps: b,
@@ -190,14 +209,22 @@ pub(crate) fn simulate_to(
     }
     let n = scn.wlan.config().stations.len();
     let paths = station_paths(out, n);
+    let comment = serde_json::json!({
+        "aggrate": env!("CARGO_PKG_VERSION"),
+        "seed": scn.scenario.seed,
+        "receiver": scn.noise.as_ref().map_or("none".to_string(), |p| p.path().name.clone()),
+        "receive_path": scn.noise.as_ref().map(|p| p.path()),
+    })
+    .to_string();
     let mut writers = Vec::new();
     for p in &paths {
         super::ensure_parent(p)?;
         let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        writers.push(CaptureWriter::new(
+        writers.push(CaptureWriter::with_comment(
             BufWriter::with_capacity(1 << 20, f),
             format,
             snaplen,
+            Some(&comment),
         )?);
     }
     let channel = scn.wlan.config().channel_mhz;
@@ -208,6 +235,8 @@ pub(crate) fn simulate_to(
     let summary = run(
         scn,
         |d, host| {
+            // A packet the receive path dropped never reached the receiver's log.
+            let Some(host) = host else { return };
             if err.is_some() {
                 return;
             }
@@ -229,8 +258,30 @@ pub(crate) fn simulate_to(
     Ok((summary, paths))
 }
 
-/// Emulate with no noise model, replay MAC times through the real kernel, write kernel times.
-fn simulate_replayed(ui: &Ui, mut s: Scenario, out: &Path, snaplen: u32) -> Result<(RunSummary, Vec<PathBuf>)> {
+/// The real-kernel receive path asked for by --veth / --kernel-path, if any.
+pub(crate) fn kernel_path_arg(a: &SimulateArgs) -> Result<Option<KernelPath>> {
+    if let Some(v) = &a.veth {
+        return Ok(Some(v.parse::<KernelPath>().context("--veth")?));
+    }
+    if let Some(p) = &a.kernel_path {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let kp: KernelPath = toml::from_str(&text).with_context(|| format!("{}: invalid kernel path", p.display()))?;
+        kp.check().with_context(|| p.display().to_string())?;
+        return Ok(Some(kp));
+    }
+    Ok(None)
+}
+
+/// Emulate with no noise model, replay MAC times through the real kernel (loopback, or a veth
+/// testbed with `kernel`'s settings), write kernel times. The pcapng section comment records
+/// the path, what the kernel applied and how the replay went.
+pub(crate) fn simulate_replayed(
+    ui: &Ui,
+    mut s: Scenario,
+    out: &Path,
+    snaplen: u32,
+    kernel: Option<&KernelPath>,
+) -> Result<(RunSummary, Vec<PathBuf>)> {
     s.noise_preset = NoisePreset::None;
     s.noise = None;
     let scn = s.check().context("invalid scenario")?;
@@ -250,20 +301,59 @@ fn simulate_replayed(ui: &Ui, mut s: Scenario, out: &Path, snaplen: u32) -> Resu
     let n = scn.wlan.config().stations.len();
     let paths = station_paths(out, n);
     let channel = scn.wlan.config().channel_mhz;
+    let bed = match kernel {
+        Some(k) => Some(Testbed::create(k).context("setting up the veth testbed")?),
+        None => None,
+    };
     for (sta, p) in paths.iter().enumerate() {
         let mine: Vec<_> = ds.iter().filter(|d| d.sta.0 as usize == sta).collect();
-        let macs: Vec<aggrate::Ts> = mine.iter().map(|d| d.mac_time).collect();
         ui.info(format!(
-            "sta{sta}: replaying {} packets through the kernel ({:.1} s)…",
-            macs.len(),
+            "sta{sta}: replaying {} packets through the kernel ({}, {:.1} s)…",
+            mine.len(),
+            kernel.map_or("loopback".to_string(), |k| k.name.clone()),
             scn.scenario.duration_s
         ));
-        let rep = aggrate::wlan::live::replay_through_kernel(&macs)?;
+        let (host, lost, late, meta) = match (&bed, kernel) {
+            (Some(bed), Some(k)) => {
+                let ppdu: Vec<_> = mine
+                    .iter()
+                    .map(|d| (d.ppdu_start, d.mac_time, d.index, d.count))
+                    .collect();
+                let due = aggrate::testbed::schedule(k, &ppdu);
+                let rep = bed.replay(k, &due)?;
+                let meta = serde_json::json!({
+                    "receiver": k.name,
+                    "kernel_path": k,
+                    "applied": bed.applied,
+                    "lost": rep.lost,
+                    "send_errors": rep.send_errors,
+                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
+                });
+                (rep.host, rep.lost, rep.max_send_late, meta)
+            }
+            _ => {
+                let macs: Vec<aggrate::Ts> = mine.iter().map(|d| d.mac_time).collect();
+                let rep = aggrate::wlan::live::replay_through_kernel(&macs)?;
+                let meta = serde_json::json!({
+                    "receiver": "loopback",
+                    "kernel_path": "loopback",
+                    "lost": rep.lost,
+                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
+                });
+                (rep.host, rep.lost, rep.max_send_late, meta)
+            }
+        };
+        let comment = serde_json::json!({
+            "aggrate": env!("CARGO_PKG_VERSION"),
+            "seed": scn.scenario.seed,
+            "replay": meta,
+        })
+        .to_string();
         super::ensure_parent(p)?;
         let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        let mut w = CaptureWriter::new(BufWriter::new(f), format, snaplen)?;
+        let mut w = CaptureWriter::with_comment(BufWriter::new(f), format, snaplen, Some(&comment))?;
         let mut buf = Vec::new();
-        for (d, h) in mine.iter().zip(&rep.host) {
+        for (d, h) in mine.iter().zip(&host) {
             if let Some(h) = h {
                 let orig = build_frame(&frame_spec(d, channel), snaplen as usize, &mut buf);
                 w.write(*h, &buf, orig as u32)
@@ -272,9 +362,8 @@ fn simulate_replayed(ui: &Ui, mut s: Scenario, out: &Path, snaplen: u32) -> Resu
         }
         w.finish().with_context(|| format!("writing {}", p.display()))?;
         ui.info(format!(
-            "sta{sta}: {} lost in the kernel, sender at most {:.0} µs late",
-            rep.lost,
-            rep.max_send_late.as_secs_f64() * 1e6
+            "sta{sta}: {lost} lost in the kernel, sender at most {:.0} µs late",
+            late.as_secs_f64() * 1e6
         ));
     }
     Ok((summary, paths))
@@ -282,8 +371,9 @@ fn simulate_replayed(ui: &Ui, mut s: Scenario, out: &Path, snaplen: u32) -> Resu
 
 pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {
     let s = scenario(&a)?;
-    let (summary, paths) = if a.kernel_replay {
-        simulate_replayed(ui, s, &a.output, a.snaplen)?
+    let kernel = kernel_path_arg(&a)?;
+    let (summary, paths) = if a.kernel_replay || kernel.is_some() {
+        simulate_replayed(ui, s, &a.output, a.snaplen, kernel.as_ref())?
     } else {
         let scn = s.check().context("invalid scenario")?;
         simulate_to(ui, &scn, &a.output, a.snaplen)?

@@ -12,13 +12,15 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::model::EstimatorModel;
 use aggrate::report::mean_std;
-use aggrate::train::{fit_threshold, LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
+use aggrate::train::{LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::plots::{self, Series};
 use super::progress::Ui;
-use super::train::{dataset_files, load_rows, packet_cv, rate_reports, svr_stage, CvFit, SvrStage};
+use aggrate::train::cv::{packet_cv, rate_reports, Fitter, PacketCv};
+
+use super::progress::Bars;
+use super::train::{inputs, load_rows, svr_stage, SvrStage};
 use super::{Exit, FlowArgs};
 
 /// Estimators a sweep can run.
@@ -132,7 +134,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     for &d in &a.d {
         FeatureSpec { d, ..wide }.check()?;
     }
-    let files = dataset_files(&a.dataset, true)?;
+    let files = inputs(&a.dataset, true, &[])?;
     ui.info(format!("reading {} captures at m = {wide_m}", files.len()));
     let data = load_rows(ui, &files, &wide, &a.flow)?;
     ui.info(format!("{} rows", data.len()));
@@ -163,11 +165,11 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         };
         let (hinge, sq) = (svm(SvmLoss::Hinge)?, svm(SvmLoss::SquaredHinge)?);
         let how = match mo {
-            SweepModel::Logistic => CvFit::Logistic(logistic),
-            SweepModel::SvmHinge => CvFit::Svm(hinge),
-            SweepModel::SvmSqhinge => CvFit::Svm(sq),
+            SweepModel::Logistic => Fitter::Logistic(logistic),
+            SweepModel::SvmHinge => Fitter::Svm(hinge),
+            SweepModel::SvmSqhinge => Fitter::Svm(sq),
         };
-        let cv = packet_cv(ui, &sub, a.folds, wide.n_max, how)?;
+        let cv = packet_cv(&sub, a.folds, wide.n_max, how, &mut Bars::new(ui))?;
         points.push(point(mo.name(), m, sigma, &cv));
         if mo == SweepModel::Logistic && m == 20 && sigma {
             oof_m20 = Some(cv.oof);
@@ -175,13 +177,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     }
     ui.info(format!("[{total}/{total}] threshold m = 1"));
     let sub = data.narrowed(wide_m, 1, false);
-    let cv = packet_cv(
-        ui,
-        &sub,
-        a.folds,
-        wide.n_max,
-        CvFit::Rows(&|d| Ok(EstimatorModel::Threshold(fit_threshold(d)?))),
-    )?;
+    let cv = packet_cv(&sub, a.folds, wide.n_max, Fitter::Threshold, &mut Bars::new(ui))?;
     points.push(point("threshold", 1, false, &cv));
 
     // The slot SVR over d, on logistic m = 20 + σ.
@@ -219,7 +215,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         "rows": data.len(),
         "points": points,
         "svr_d": dpoints,
-        "captures": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
     });
     let out = |f: &str| a.output.join(f);
     std::fs::write(out("sweep.json"), serde_json::to_string_pretty(&json)?)
@@ -393,7 +389,7 @@ pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()
     fig13a(&points, out)
 }
 
-fn point(model: &str, m: usize, sigma: bool, cv: &super::train::PacketCv) -> Point {
+fn point(model: &str, m: usize, sigma: bool, cv: &PacketCv) -> Point {
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
     Point {
         model: model.into(),

@@ -5,10 +5,69 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use polars::prelude::{AnyValue, Column, CsvWriter, DataFrame, DataType, ParquetWriter, Scalar, SerWriter};
+use polars::prelude::{
+    AnyValue, Column, CsvReadOptions, CsvWriter, DataFrame, DataType, ParquetReader, ParquetWriter, Scalar, SerReader,
+    SerWriter,
+};
 
-use aggrate::dataset::RowMeta;
+use aggrate::dataset::{Dataset, RowMeta};
 use aggrate::features::FeatureSpec;
+use aggrate::Ts;
+
+/// Rows of a feature table written by `aggrate features` (Parquet or CSV), appended to `data` as
+/// group `g`. The table's feature columns must be the ones `spec` names, in any order.
+pub(crate) fn read_rows(path: &Path, spec: &FeatureSpec, g: u32, data: &mut Dataset) -> Result<()> {
+    let ctx = || format!("reading {}", path.display());
+    let df = match TableFormat::from_path(path) {
+        Some(TableFormat::Parquet) => ParquetReader::new(File::open(path).with_context(ctx)?)
+            .finish()
+            .with_context(ctx)?,
+        Some(TableFormat::Csv) => CsvReadOptions::default()
+            .with_has_header(true)
+            .try_into_reader_with_file_path(Some(path.to_path_buf()))
+            .with_context(ctx)?
+            .finish()
+            .with_context(ctx)?,
+        None => anyhow::bail!("{}: not a .parquet or .csv feature table", path.display()),
+    };
+    let col = |name: &str, dt: DataType| -> Result<polars::prelude::Series> {
+        let c = df.column(name).map_err(|_| {
+            anyhow::anyhow!(
+                "{}: no column `{name}` (feature tables come from `aggrate features` with the model's --m{})",
+                path.display(),
+                if spec.context > 0 { " and --context" } else { "" }
+            )
+        })?;
+        c.as_materialized_series()
+            .cast(&dt)
+            .with_context(|| format!("{}: column `{name}`", path.display()))
+    };
+    let names = spec.column_names();
+    let xs: Vec<polars::prelude::Series> = names.iter().map(|n| col(n, DataType::Float64)).collect::<Result<_>>()?;
+    let y = col("y", DataType::Boolean)?;
+    let host = col("host_ns", DataType::UInt64)?;
+    let level = col("agg_level", DataType::UInt32)?;
+    let rate = col("rate_mbps", DataType::Float64)?;
+    let (y, host, level, rate) = (y.bool()?, host.u64()?, level.u32()?, rate.f64()?);
+    let xs: Vec<_> = xs.iter().map(|s| s.f64()).collect::<Result<_, _>>()?;
+    let mut row = vec![0.0; names.len()];
+    for i in 0..df.height() {
+        for (v, c) in row.iter_mut().zip(&xs) {
+            *v = c
+                .get(i)
+                .with_context(|| format!("{}: row {i} has an empty feature", path.display()))?;
+        }
+        data.push_at(
+            Ts(host.get(i).unwrap_or(0)),
+            &row,
+            y.get(i).unwrap_or(false),
+            g,
+            rate.get(i).map_or(f32::NAN, |r| r as f32),
+            level.get(i).unwrap_or(1).min(u16::MAX as u32) as u16,
+        );
+    }
+    Ok(())
+}
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -6,19 +6,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::dataset::RowExtractor;
-use aggrate::dataset::{contiguous_folds, slot_rows, Dataset, RowSet, SlotRows};
+use aggrate::dataset::{contiguous_folds, slot_rows, Dataset, SlotRows};
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
-use aggrate::report::{mean_std, AggMetrics, BinaryMetrics};
+use aggrate::report::{mean_std, AggMetrics};
+use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, RateReport, ReceiverReport, SlotRateReport};
 use aggrate::train::{
-    cv_predict_svr, fit_svr, fit_threshold, levels_from_starts, LogisticCv, LogisticParams, Predict, SvmCv, SvmLoss,
-    SvmParams, SvrModel, SvrParams, ValidLogisticParams, ValidSvmParams, ValidSvrParams,
+    cv_predict_svr, fit_svr, LogisticParams, MlpParams, SvmLoss, SvmParams, SvrModel, SvrParams, ValidSvrParams,
 };
 
-use super::features::{pick_flow, rate_from_name};
-use super::ingest::for_each_record;
-use super::progress::Ui;
+use super::progress::{Bars, Ui};
+pub(crate) use super::rows::{inputs, load_rows, Input};
 use super::{Exit, FlowArgs};
 
 /// Which estimator.
@@ -32,6 +30,17 @@ pub(crate) enum ModelKind {
     Threshold,
     /// Logistic per packet + RBF ε-SVR per slot correcting the aggregation level.
     Svr,
+    /// One-hidden-layer perceptron (by default on receiver-context rows, --context 1024).
+    Mlp,
+}
+
+/// How folds are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum GroupBy {
+    /// Contiguous blocks of every capture (fit on one receive path).
+    Capture,
+    /// Leave one receiver out (does the model carry to receivers it never saw?).
+    Receiver,
 }
 
 /// SVM loss flag.
@@ -45,10 +54,22 @@ pub(crate) enum LossArg {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct TrainArgs {
-    /// A dataset folder (its manifest.json's training runs, else every capture in it) or capture
-    /// files.
+    /// Dataset folders (their manifest.json's training runs, else every capture in them),
+    /// capture files, or feature tables written by `aggrate features` (.parquet/.csv).
     #[arg(long, required = true, num_args = 1..)]
     pub(crate) dataset: Vec<PathBuf>,
+    /// Kernel receive times to join to the captures by sequence number: one `seq,host_ns` CSV
+    /// or receiver-side capture per capture (in order), or a folder of them named after the
+    /// captures.
+    #[arg(long, num_args = 1..)]
+    pub(crate) kernel: Vec<PathBuf>,
+    /// Folds: contiguous blocks of each capture, or whole receivers held out in turn (also
+    /// reports each receiver's own contiguous CV and the m = 1 threshold, in one table).
+    #[arg(long, value_enum, default_value_t = GroupBy::Capture)]
+    pub(crate) group_by: GroupBy,
+    /// Contiguous folds of each receiver's own CV (with --group-by receiver).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) own_folds: usize,
     /// Estimator.
     #[arg(long, value_enum, default_value_t = ModelKind::Logistic)]
     pub(crate) model: ModelKind,
@@ -64,6 +85,22 @@ pub(crate) struct TrainArgs {
     /// Leave out σ.
     #[arg(long)]
     pub(crate) no_sigma: bool,
+    /// Receiver context over this many past gaps (0: raw gaps in µs). Default: 1024 for the
+    /// perceptron, 0 otherwise. Implies --no-sigma.
+    #[arg(long)]
+    pub(crate) context: Option<u32>,
+    /// Perceptron: hidden units.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) hidden: usize,
+    /// Perceptron: passes over (at most --max-rows of) the data.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) epochs: u32,
+    /// Perceptron: rows per epoch at most (a fresh random subset each epoch).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) max_rows: usize,
+    /// Perceptron: seed of the initial weights and the row order.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
     /// L2 penalty of the logistic regression.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) l2: f64,
@@ -108,296 +145,12 @@ impl TrainArgs {
     }
 }
 
-/// Capture files of a dataset argument.
-pub(crate) fn dataset_files(args: &[PathBuf], train_only: bool) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for a in args {
-        if a.is_dir() {
-            let manifest = a.join("manifest.json");
-            if manifest.exists() {
-                let v: serde_json::Value = serde_json::from_str(
-                    &std::fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?,
-                )
-                .with_context(|| format!("{}: not JSON", manifest.display()))?;
-                for r in v["runs"].as_array().into_iter().flatten() {
-                    if train_only && r["role"] != "train" {
-                        continue;
-                    }
-                    for s in r["stations"].as_array().into_iter().flatten() {
-                        if let Some(f) = s["file"].as_str() {
-                            out.push(a.join(f));
-                        }
-                    }
-                }
-            } else {
-                let mut v: Vec<PathBuf> = std::fs::read_dir(a)
-                    .with_context(|| format!("reading {}", a.display()))?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        p.extension()
-                            .is_some_and(|e| e == "pcapng" || e == "pcap" || e == "gz" || e == "xz")
-                    })
-                    .collect();
-                v.sort();
-                out.extend(v);
-            }
-        } else {
-            out.push(a.clone());
-        }
-    }
-    if out.is_empty() {
-        bail!("no capture files in {:?}", args);
-    }
-    Ok(out)
-}
-
-/// Rows of all captures (group = capture index). Captures are read on all cores, each into its
-/// own block, and concatenated in file order (the result does not depend on the thread count).
-pub(crate) fn load_rows(ui: &Ui, files: &[PathBuf], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Dataset> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, files.len().max(1));
-    if threads == 1 {
-        let mut data = Dataset::new(spec.width());
-        for (g, path) in files.iter().enumerate() {
-            load_capture(ui, path, g as u32, spec, flow, &mut data)?;
-        }
-        return Ok(data);
-    }
-    let bar = ui.count_bar(files.len() as u64, "reading captures [{bar:30}] {pos}/{len}, eta {eta}");
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let quiet = Ui { quiet: true };
-    let mut parts: Vec<(usize, Result<Dataset>)> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let (next, bar, quiet) = (&next, &bar, &quiet);
-                sc.spawn(move || {
-                    let mut out = Vec::new();
-                    loop {
-                        let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(path) = files.get(g) else { break };
-                        let mut d = Dataset::new(spec.width());
-                        let r = load_capture(quiet, path, g as u32, spec, flow, &mut d).map(|_| d);
-                        bar.inc(1);
-                        out.push((g, r));
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-    });
-    bar.finish_and_clear();
-    parts.sort_by_key(|p| p.0);
-    if parts.len() != files.len() {
-        bail!("a capture reader thread failed");
-    }
-    let mut data = Dataset::new(spec.width());
-    for (_, part) in parts {
-        let part = part?;
-        data.x.extend_from_slice(&part.x);
-        data.y.extend_from_slice(&part.y);
-        data.group.extend_from_slice(&part.group);
-        data.rate_mbps.extend_from_slice(&part.rate_mbps);
-        data.level.extend_from_slice(&part.level);
-        data.host.extend_from_slice(&part.host);
-    }
-    Ok(data)
-}
-
-/// One capture's rows appended to `data` as group `g`.
-fn load_capture(ui: &Ui, path: &Path, g: u32, spec: &FeatureSpec, flow: &FlowArgs, data: &mut Dataset) -> Result<()> {
-    let filter = pick_flow(&Ui { quiet: true }, path, flow)?;
-    let rate = rate_from_name(path).map_or(f32::NAN, |r| r as f32);
-    let mut ex = RowExtractor::new(*spec, 0)?;
-    let mut sink =
-        |m: &aggrate::dataset::RowMeta, x: &[f64]| data.push_at(m.host, x, m.first_of_frame, g, rate, m.level);
-    let out = for_each_record(ui, path, flow.keep_going, |r| {
-        if filter.matches(r) {
-            ex.push(r, Some(r.host), &mut sink);
-        }
-    })?;
-    ex.finish(&mut sink);
-    out.into_result()?;
-    if !ex.has_ground_truth() {
-        return Err(aggrate::label::Error::NoGroundTruth { packets: ex.packets_in })
-            .with_context(|| path.display().to_string());
-    }
-    Ok(())
-}
-
-#[derive(serde::Serialize, Clone)]
-pub(crate) struct FoldReport {
-    fold: usize,
-    rows: u64,
-    pub(crate) f1: f64,
-    precision: f64,
-    recall: f64,
-    accuracy: f64,
-    agg_rmse: f64,
-}
-
-#[derive(serde::Serialize)]
-pub(crate) struct RateReport {
-    pub(crate) rate_mbps: f64,
-    rows: u64,
-    pub(crate) f1: f64,
-    precision: f64,
-    recall: f64,
-    accuracy: f64,
-    agg_rmse: f64,
-    agg_acc: f64,
-    agg_acc_within1: f64,
-    agg_mean_error: f64,
-    /// Slot-level metrics (slot SVR models only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    slot: Option<SlotRateReport>,
-}
-
-/// Metrics per send rate: (rate, labels, levels).
-pub(crate) type PerRate = BTreeMap<i64, (f64, BinaryMetrics, AggMetrics)>;
-
-/// Predict the rows `idx` (contiguous per capture, in capture order) and score them: labels, and
-/// levels from predicted starts within each capture's block; also added into `per_rate`.
-pub(crate) fn score(
-    data: &Dataset,
-    idx: &[usize],
-    model: &impl Predict,
-    n_max: u16,
-    per_rate: &mut PerRate,
-) -> (BinaryMetrics, AggMetrics) {
-    let pred: Vec<bool> = idx.iter().map(|&i| model.predict_row(data.row(i))).collect();
-    let truth: Vec<bool> = idx.iter().map(|&i| data.y[i]).collect();
-    let bm = BinaryMetrics::from_labels(&truth, &pred);
-    let mut agg = AggMetrics::default();
-    let mut s = 0;
-    while s < idx.len() {
-        let g = data.group[idx[s]];
-        let e = (s..idx.len()).find(|&k| data.group[idx[k]] != g).unwrap_or(idx.len());
-        let lv = levels_from_starts(&pred[s..e], n_max);
-        let tl: Vec<u16> = idx[s..e].iter().map(|&i| data.level[i]).collect();
-        let am = AggMetrics::from_levels(&tl, &lv);
-        agg.add(&am);
-        let rate = data.rate_mbps[idx[s]];
-        let key = if rate.is_nan() { -1 } else { (rate * 1000.0) as i64 };
-        let entry = per_rate
-            .entry(key)
-            .or_insert((rate as f64, BinaryMetrics::default(), AggMetrics::default()));
-        entry.1.add(&BinaryMetrics::from_labels(&truth[s..e], &pred[s..e]));
-        entry.2.add(&am);
-        s = e;
-    }
-    (bm, agg)
-}
-
-/// Per-rate rows of a report.
-pub(crate) fn rate_reports(per_rate: &PerRate) -> Vec<RateReport> {
-    per_rate
-        .values()
-        .map(|(r, b, g)| RateReport {
-            rate_mbps: *r,
-            rows: b.tp + b.fp + b.tn + b.fn_,
-            f1: b.f1(),
-            precision: b.precision(),
-            recall: b.recall(),
-            accuracy: b.accuracy(),
-            agg_rmse: g.rmse(),
-            agg_acc: g.accuracy(),
-            agg_acc_within1: g.accuracy_within1(),
-            agg_mean_error: g.mean_error(),
-            slot: None,
-        })
-        .collect()
-}
-
-/// Result of the packet-level CV.
-pub(crate) struct PacketCv {
-    pub(crate) final_model: EstimatorModel,
-    pub(crate) folds: Vec<FoldReport>,
-    pub(crate) per_rate: PerRate,
-    /// Out-of-fold predicted starts, per row.
-    pub(crate) oof: Vec<bool>,
-}
-
-/// What [`packet_cv`] fits.
-pub(crate) enum CvFit<'f> {
-    /// Logistic regression: each fold starts from the all-rows fit and reads its training rows
-    /// in place ([`LogisticCv`]).
-    Logistic(ValidLogisticParams),
-    /// Linear SVM: each fold starts from the all-rows fit ([`SvmCv`]).
-    Svm(ValidSvmParams),
-    /// Any other model: fitted on all rows, then on each fold's training rows (copied).
-    Rows(&'f dyn Fn(&Dataset) -> Result<EstimatorModel>),
-}
-
-/// Fit on all rows, then k contiguous folds.
-pub(crate) fn packet_cv(ui: &Ui, data: &Dataset, k: usize, n_max: u16, fit: CvFit) -> Result<PacketCv> {
-    let folds = contiguous_folds(&data.group, k)?;
-    // The model on all rows comes first: it is the result, and (logistic, SVM) the start of
-    // every fold, whose training rows are 95 % the same.
-    enum Warm<'d> {
-        Logistic(LogisticCv<'d>),
-        Svm(SvmCv<'d>),
-        Rows(&'d dyn Fn(&Dataset) -> Result<EstimatorModel>),
-    }
-    let spin = ui.spinner("fitting on all rows");
-    let warm = match fit {
-        CvFit::Logistic(p) => Warm::Logistic(LogisticCv::new(data, &p)?),
-        CvFit::Svm(p) => Warm::Svm(SvmCv::new(data, &p)?),
-        CvFit::Rows(f) => Warm::Rows(f),
-    };
-    let final_model = match &warm {
-        Warm::Logistic(cv) => EstimatorModel::Logistic(cv.model().clone()),
-        Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.model().clone()),
-        Warm::Rows(f) => f(data)?,
-    };
-    spin.finish_and_clear();
-    let bar = ui.count_bar(
-        folds.len() as u64,
-        "cross-validating [{bar:30}] fold {pos}/{len}, eta {eta}",
-    );
-    let mut fold_reports = Vec::new();
-    let mut per_rate = PerRate::new();
-    let n = data.len();
-    let mut oof = vec![false; n];
-    for (fi, test) in folds.iter().enumerate() {
-        let model = match &warm {
-            Warm::Logistic(cv) => EstimatorModel::Logistic(cv.without(test)?),
-            Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.without(test)?),
-            Warm::Rows(f) => {
-                let train: Vec<usize> = RowSet::from_indices(test).complement(n).iter().collect();
-                f(&data.select(&train))?
-            }
-        };
-        let (bm, agg) = score(data, test, &model, n_max, &mut per_rate);
-        for &i in test {
-            oof[i] = model.predict_row(data.row(i));
-        }
-        fold_reports.push(FoldReport {
-            fold: fi,
-            rows: test.len() as u64,
-            f1: bm.f1(),
-            precision: bm.precision(),
-            recall: bm.recall(),
-            accuracy: bm.accuracy(),
-            agg_rmse: agg.rmse(),
-        });
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    Ok(PacketCv {
-        final_model,
-        folds: fold_reports,
-        per_rate,
-        oof,
-    })
-}
-
 /// The checked feature spec for a model kind and its flags.
 fn spec_for(a: &TrainArgs) -> Result<FeatureSpec> {
+    let context = a.context.unwrap_or(if a.model == ModelKind::Mlp { 1024 } else { 0 });
     let (m, sigma) = match a.model {
         ModelKind::Threshold => (1, false),
-        _ => (a.m, !a.no_sigma),
+        _ => (a.m, !a.no_sigma && context == 0),
     };
     if a.slot_ms == 0 || a.slot_ms > 60_000 {
         bail!("--slot-ms = {}: 1..=60000", a.slot_ms);
@@ -408,6 +161,7 @@ fn spec_for(a: &TrainArgs) -> Result<FeatureSpec> {
         n_max: a.flow.n_max,
         slot_ns: a.slot_ms * 1_000_000,
         d: a.d,
+        context,
         ..FeatureSpec::default()
     }
     .check()?)
@@ -415,7 +169,13 @@ fn spec_for(a: &TrainArgs) -> Result<FeatureSpec> {
 
 /// File stem of a trained model.
 fn model_name(a: &TrainArgs, spec: &FeatureSpec, loss: SvmLoss) -> String {
-    let sig = if spec.sigma { "_sigma" } else { "" };
+    let sig = if spec.sigma {
+        "_sigma".to_string()
+    } else if spec.context > 0 {
+        format!("_ctx{}", spec.context)
+    } else {
+        String::new()
+    };
     match a.model {
         ModelKind::Logistic => format!("logistic_m{}{sig}", spec.m),
         ModelKind::Svm => format!(
@@ -425,6 +185,7 @@ fn model_name(a: &TrainArgs, spec: &FeatureSpec, loss: SvmLoss) -> String {
         ),
         ModelKind::Threshold => "threshold_m1".to_string(),
         ModelKind::Svr => format!("slot_svr_m{}{sig}_d{}", spec.m, spec.d),
+        ModelKind::Mlp => format!("mlp{}_m{}{sig}", a.hidden, spec.m),
     }
 }
 
@@ -454,7 +215,16 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     } else {
         Vec::new()
     };
-    let files = dataset_files(&a.dataset, true)?;
+    let mlp = MlpParams {
+        hidden: a.hidden,
+        epochs: a.epochs,
+        max_rows_per_epoch: a.max_rows,
+        seed: a.seed,
+        balanced: a.balanced,
+        ..MlpParams::default()
+    }
+    .check()?;
+    let files = inputs(&a.dataset, true, &a.kernel)?;
     ui.info(format!("reading {} captures", files.len()));
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     ui.info(format!(
@@ -462,13 +232,19 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         data.len(),
         data.y.iter().filter(|y| **y).count()
     ));
-    let threshold = |d: &Dataset| Ok(EstimatorModel::Threshold(fit_threshold(d)?));
     let how = match a.model {
-        ModelKind::Logistic | ModelKind::Svr => CvFit::Logistic(params),
-        ModelKind::Svm => CvFit::Svm(svm),
-        ModelKind::Threshold => CvFit::Rows(&threshold),
+        ModelKind::Logistic | ModelKind::Svr => Fitter::Logistic(params),
+        ModelKind::Svm => Fitter::Svm(svm),
+        ModelKind::Threshold => Fitter::Threshold,
+        ModelKind::Mlp => Fitter::Mlp(mlp),
     };
-    let cv = packet_cv(ui, &data, a.folds, spec.n_max, how)?;
+    if a.group_by == GroupBy::Receiver {
+        if a.model == ModelKind::Svr {
+            bail!("--group-by receiver scores per-packet models; train the slot SVR with --group-by capture");
+        }
+        return receiver_run(ui, &a, &spec, &files, &data, how);
+    }
+    let cv = packet_cv(&data, a.folds, spec.n_max, how, &mut Bars::new(ui))?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
     let (acc_mean, acc_std) = mean_std(&cv.folds.iter().map(|f| f.accuracy).collect::<Vec<_>>());
     let mut rates = rate_reports(&cv.per_rate);
@@ -514,14 +290,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         TrainingSummary {
             rows: data.len() as u64,
             positives: data.y.iter().filter(|y| **y).count() as u64,
-            captures: files
-                .iter()
-                .map(|f| {
-                    f.file_name()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default()
-                })
-                .collect(),
+            captures: files.iter().map(|f| f.name()).collect(),
             rates_mbps: rates_seen,
         },
     );
@@ -565,6 +334,167 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// `--group-by receiver`: leave each receiver out in turn (with its own CV and the m = 1
+/// threshold beside it), then fit the model on every receiver and write it with the table.
+fn receiver_run(
+    ui: &Ui,
+    a: &TrainArgs,
+    spec: &FeatureSpec,
+    files: &[Input],
+    data: &Dataset,
+    how: Fitter,
+) -> Result<Exit> {
+    use aggrate::report::{receiver_verdicts, receivers_csv, receivers_md, ReceiverCriteria};
+    let mut names: Vec<String> = Vec::new();
+    let mut receiver_of_group = Vec::new();
+    for f in files {
+        let r = f.receiver.clone().with_context(|| {
+            format!(
+                "{}: which receiver? --group-by receiver needs a dataset folder whose manifest.json names each run's \
+                 receiver (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
+                f.path.display()
+            )
+        })?;
+        let idx = match names.iter().position(|n| *n == r) {
+            Some(i) => i,
+            None => {
+                names.push(r);
+                names.len() - 1
+            }
+        };
+        receiver_of_group.push(idx as u32);
+    }
+    ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
+    let reports = receiver_cv(
+        data,
+        &receiver_of_group,
+        &names,
+        a.own_folds,
+        spec.n_max,
+        how,
+        &mut Bars::new(ui),
+    )?;
+    let mut bars = Bars::new(ui);
+    use aggrate::train::cv::Progress as _;
+    bars.start("fitting on every receiver", 0);
+    let final_model = how.fit(data, &aggrate::dataset::RowSet::all(data.len()))?;
+    bars.finish();
+    let loss = match a.loss {
+        LossArg::Hinge => SvmLoss::Hinge,
+        LossArg::SquaredHinge => SvmLoss::SquaredHinge,
+    };
+    let name = model_name(a, spec, loss);
+    let criteria = ReceiverCriteria::default();
+    let verdicts = receiver_verdicts(&reports, &criteria);
+    let passing = verdicts.iter().filter(|v| v.pass).count();
+    let mut rates_seen: Vec<f64> = data
+        .rate_mbps
+        .iter()
+        .filter(|r| !r.is_nan())
+        .map(|r| *r as f64)
+        .collect();
+    rates_seen.sort_by(|x, y| x.total_cmp(y));
+    rates_seen.dedup();
+    let mut file = ModelFile::new(
+        *spec,
+        final_model,
+        TrainingSummary {
+            rows: data.len() as u64,
+            positives: data.y.iter().filter(|y| **y).count() as u64,
+            captures: files.iter().map(|f| f.name()).collect(),
+            rates_mbps: rates_seen,
+        },
+    );
+    file.metrics = serde_json::json!({
+        "group_by": "receiver",
+        "receivers": names,
+        "receivers_passing": passing,
+        "criteria": criteria,
+    });
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let model_path = a.output.join(format!("{name}.json"));
+    std::fs::write(&model_path, file.to_json()).with_context(|| format!("writing {}", model_path.display()))?;
+    let md = receivers_md(&format!("{name}: leave one receiver out"), &reports, &criteria);
+    let report = serde_json::json!({
+        "model": name,
+        "kind": file.model.kind(),
+        "model_file": model_path.display().to_string(),
+        "spec": spec,
+        "group_by": "receiver",
+        "criteria": criteria,
+        "verdicts": verdicts,
+        "receivers": reports,
+        "rows": data.len(),
+    });
+    let write = |file: String, bytes: Vec<u8>| -> Result<PathBuf> {
+        let p = a.output.join(file);
+        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    };
+    let mut written = vec![
+        write(
+            format!("{name}.receivers.json"),
+            serde_json::to_string_pretty(&report)?.into_bytes(),
+        )?,
+        write(format!("{name}.receivers.md"), md.clone().into_bytes())?,
+        write(format!("{name}.receivers.csv"), receivers_csv(&reports).into_bytes())?,
+    ];
+    written.push(receivers_png(&a.output, &name, &reports)?);
+    if !ui.quiet {
+        print!("{md}");
+    }
+    ui.info(format!(
+        "{passing} of {} receivers pass; wrote {} and {}",
+        reports.len(),
+        model_path.display(),
+        written
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    Ok(Exit::Ok)
+}
+
+/// Held-out F1 per rate of the model and of the m = 1 threshold: the mean over receivers and the
+/// worst receiver, in one figure.
+fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Result<PathBuf> {
+    use super::plots::{self, Series};
+    /// Rate, held-out F1 of the model and of the threshold, over receivers.
+    type AtRate = (f64, Vec<f64>, Vec<f64>);
+    let mut by_rate: BTreeMap<i64, AtRate> = BTreeMap::new();
+    for r in reports {
+        for p in &r.per_rate {
+            if !p.rate_mbps.is_finite() {
+                continue;
+            }
+            let e = by_rate
+                .entry((p.rate_mbps * 1000.0) as i64)
+                .or_insert((p.rate_mbps, Vec::new(), Vec::new()));
+            e.1.push(p.held_out.f1);
+            e.2.push(p.threshold_held_out.f1);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let series = |f: &dyn Fn(&AtRate) -> f64| by_rate.values().map(|e| (e.0, f(e))).collect::<Vec<_>>();
+    let png = dir.join(format!("{name}.receivers.png"));
+    plots::lines(
+        &png,
+        &format!("{name} vs the m = 1 threshold on held-out receivers"),
+        "send rate (Mb/s)",
+        "held-out F1",
+        &[
+            Series::new(format!("{name}, mean"), series(&|e| mean(&e.1))),
+            Series::new("m = 1 threshold, mean", series(&|e| mean(&e.2))),
+            Series::new(format!("{name}, worst receiver"), series(&|e| min(&e.1))),
+            Series::new("m = 1 threshold, worst receiver", series(&|e| min(&e.2))),
+        ],
+        Some((0.0, 1.0)),
+    )?;
+    Ok(png)
+}
+
 /// The (C, γ, ε) grid from the flags, each point checked.
 fn svr_grid(a: &TrainArgs) -> Result<Vec<ValidSvrParams>> {
     let mut grid = Vec::new();
@@ -587,18 +517,6 @@ fn svr_grid(a: &TrainArgs) -> Result<Vec<ValidSvrParams>> {
         bail!("--svr-c / --svr-gamma / --svr-epsilon: give at least one value each");
     }
     Ok(grid)
-}
-
-/// Slot metrics of one send rate: logistic alone vs corrected by the SVR.
-#[derive(serde::Serialize, Clone, Debug)]
-pub(crate) struct SlotRateReport {
-    pub(crate) rate_mbps: f64,
-    pub(crate) slots: u64,
-    pub(crate) base_rmse: f64,
-    pub(crate) svr_rmse: f64,
-    pub(crate) base_acc_within1: f64,
-    pub(crate) svr_acc_within1: f64,
-    pub(crate) true_mean_level: f64,
 }
 
 #[derive(serde::Serialize, Clone, Debug)]

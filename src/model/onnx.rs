@@ -227,6 +227,33 @@ fn svr_graph(m: &crate::train::SvrModel) -> GraphProto {
     }
 }
 
+/// Perceptron: `Gemm(x, W1, B1)` → `Relu` → `Gemm(·, W2, B2)` → decision (+ `Sigmoid`), in
+/// double precision from the f32 weights (exact copies).
+fn mlp_graph(m: &crate::model::MlpModel) -> GraphProto {
+    let (d, h) = (m.inputs as i64, m.hidden as i64);
+    let f = |v: &[f32]| v.iter().map(|x| *x as f64).collect::<Vec<f64>>();
+    GraphProto {
+        node: vec![
+            node("Gemm", &["x", "W1", "B1"], "pre"),
+            node("Relu", &["pre"], "hid"),
+            node("Gemm", &["hid", "W2", "B2"], "decision"),
+            node("Sigmoid", &["decision"], "probability"),
+        ],
+        name: "aggrate_mlp".into(),
+        initializer: vec![
+            tensor("W1", &[d, h], f(&m.w1)),
+            tensor("B1", &[h], f(&m.b1)),
+            tensor("W2", &[h, 1], f(&m.w2)),
+            tensor("B2", &[1], vec![m.b2 as f64]),
+        ],
+        input: vec![tensor_info("x", [None, Some(d)])],
+        output: vec![
+            tensor_info("decision", [None, Some(1)]),
+            tensor_info("probability", [None, Some(1)]),
+        ],
+    }
+}
+
 /// Serialise a model file's estimator as an ONNX model. A slot-SVR file exports its SVR (input:
 /// slot rows of `3·d` features; output `level`); its per-packet logistic part is the same graph
 /// as a logistic file's.
@@ -248,6 +275,7 @@ pub fn export(file: &ModelFile) -> Result<Vec<u8>, ExportError> {
             linear_graph(d, w, -t.threshold_us, false)
         }
         EstimatorModel::SlotSvr(m) => svr_graph(&m.svr),
+        EstimatorModel::Mlp(m) => mlp_graph(m),
     };
     let model = ModelProto {
         ir_version: 8,

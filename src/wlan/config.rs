@@ -19,6 +19,9 @@ pub struct StationConfig {
     pub bw_mhz: u32,
     /// Short guard interval.
     pub short_gi: bool,
+    /// Rate adaptation: the MCS moves between A-MPDUs (`None`: always `mcs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_adaptation: Option<RateAdaptation>,
 }
 
 impl Default for StationConfig {
@@ -29,8 +32,24 @@ impl Default for StationConfig {
             nss: 2,
             bw_mhz: 80,
             short_gi: true,
+            rate_adaptation: None,
         }
     }
+}
+
+/// A random walk of the MCS, as a rate-control algorithm (Minstrel, Intel's) produces on a
+/// changing channel: starting at the station's `mcs`, after an exponential dwell of mean
+/// `dwell_ms` the next A-MPDU goes one MCS up or down (within `[mcs_min, mcs_max]`, skipping MCSs
+/// the PHY does not define for the station's width and streams).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateAdaptation {
+    /// Lowest MCS.
+    pub mcs_min: u8,
+    /// Highest MCS.
+    pub mcs_max: u8,
+    /// Mean time between steps (ms).
+    pub dwell_ms: f64,
 }
 
 impl WlanConfig {
@@ -155,6 +174,8 @@ pub(crate) fn bad(field: impl Into<String>, value: impl ToString, allowed: impl 
 pub struct ValidWlanConfig {
     pub(crate) cfg: WlanConfig,
     pub(crate) modes: Vec<PhyMode>,
+    /// Per station, the MCSs rate adaptation may use (empty: fixed).
+    pub(crate) ra_mcs: Vec<Vec<u8>>,
     pub(crate) contender_mode: PhyMode,
 }
 
@@ -219,6 +240,42 @@ fn check_station(s: &StationConfig, name: &str) -> Result<PhyMode, ConfigError> 
     })
 }
 
+/// The MCSs a station's rate adaptation may use.
+fn check_rate_adaptation(s: &StationConfig, name: &str) -> Result<Vec<u8>, ConfigError> {
+    let Some(ra) = &s.rate_adaptation else {
+        return Ok(Vec::new());
+    };
+    let top = if s.vht { 9 } else { 7 };
+    if ra.mcs_min > ra.mcs_max || ra.mcs_max > top || s.mcs < ra.mcs_min || s.mcs > ra.mcs_max {
+        return Err(bad(
+            format!("{name}.rate_adaptation"),
+            format!("mcs_min {} .. mcs_max {} (mcs {})", ra.mcs_min, ra.mcs_max, s.mcs),
+            format!("mcs_min <= mcs <= mcs_max <= {top}"),
+        ));
+    }
+    if !(ra.dwell_ms.is_finite() && ra.dwell_ms >= 0.1) {
+        return Err(bad(
+            format!("{name}.rate_adaptation.dwell_ms"),
+            ra.dwell_ms,
+            ">= 0.1 ms",
+        ));
+    }
+    let ok: Vec<u8> = (ra.mcs_min..=ra.mcs_max)
+        .filter(|&m| {
+            check_station(
+                &StationConfig {
+                    mcs: m,
+                    rate_adaptation: None,
+                    ..s.clone()
+                },
+                name,
+            )
+            .is_ok()
+        })
+        .collect();
+    Ok(ok)
+}
+
 impl WlanConfig {
     /// Check every field; the error names the field and the allowed range.
     pub fn check(self) -> Result<ValidWlanConfig, ConfigError> {
@@ -230,6 +287,12 @@ impl WlanConfig {
             .iter()
             .enumerate()
             .map(|(i, s)| check_station(s, &format!("stations[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ra_mcs = self
+            .stations
+            .iter()
+            .enumerate()
+            .map(|(i, s)| check_rate_adaptation(s, &format!("stations[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         let contender_mode = check_station(&self.contender_phy, "contender_phy")?;
         if self.queue_limit == 0 {
@@ -266,6 +329,7 @@ impl WlanConfig {
         Ok(ValidWlanConfig {
             cfg: self,
             modes,
+            ra_mcs,
             contender_mode,
         })
     }

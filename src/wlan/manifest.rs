@@ -1,15 +1,66 @@
 //! Dataset manifests: one TOML file that expands into the emulator runs of a dataset.
 //!
 //! A manifest names a base [`Scenario`], the send rates to sweep (training and evaluation
-//! points), how many packets each run carries, and optionally several station sets (MCS per
-//! station). [`DatasetManifest::expand`] turns it into named, seeded runs; nothing here touches
-//! files.
+//! points), how many packets each run carries, optionally several station sets (MCS per
+//! station), and optionally several receivers ([`ReceiverSpec`]: presets, random draws,
+//! explicit stage lists, real-kernel paths), each of which runs every rate — so a dataset can
+//! span receivers and a model can be judged on ones it did not see. [`DatasetManifest::expand`]
+//! turns it into named, seeded runs; nothing here touches files.
 
+use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use super::config::{bad, ConfigError, StationConfig};
+use super::noise::{NoisePreset, RandomReceiver, ReceivePath, Stage};
 use super::run::Scenario;
 use super::traffic::FlowConfig;
+
+/// One receiver (or, with `random`, several) of a dataset. Exactly one of `preset`, `random`,
+/// `stages` and `kernel` is given.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverSpec {
+    /// Name (default: the preset's name, `random-NN`, or `veth-…` from the kernel settings).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A named receive path.
+    #[serde(default)]
+    pub preset: Option<NoisePreset>,
+    /// This many receive paths drawn from the manifest's `random_receiver` ranges.
+    #[serde(default)]
+    pub random: Option<u32>,
+    /// An explicit stage list.
+    #[serde(default)]
+    pub stages: Option<Vec<Stage>>,
+    /// A real-kernel path (veth testbed, root): a comma list such as `gro,threaded,burner`
+    /// (see `aggrate simulate --veth`).
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+/// A receiver after expansion.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlannedReceiver {
+    /// The emulator's receive-path model.
+    Model(ReceivePath),
+    /// A real-kernel path: the `--veth` settings string.
+    Kernel {
+        /// Name.
+        name: String,
+        /// Settings.
+        settings: String,
+    },
+}
+
+impl PlannedReceiver {
+    /// The receiver's name.
+    pub fn name(&self) -> &str {
+        match self {
+            PlannedReceiver::Model(p) => &p.name,
+            PlannedReceiver::Kernel { name, .. } => name,
+        }
+    }
+}
 
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +93,15 @@ pub struct DatasetManifest {
     /// Station sets: MCS per station; each set runs every rate. Empty: the base's stations.
     #[serde(default)]
     pub station_mcs: Vec<Vec<u8>>,
+    /// Receivers; each runs every rate (and station set). Empty: the base's receive path.
+    #[serde(default)]
+    pub receivers: Vec<ReceiverSpec>,
+    /// Ranges for `random` receivers (default: [`RandomReceiver::default`]).
+    #[serde(default)]
+    pub random_receiver: Option<RandomReceiver>,
+    /// Packets per run on a real-kernel receiver (they replay in real time; default `packets`).
+    #[serde(default)]
+    pub kernel_packets: Option<u64>,
     /// Everything else (WLAN, noise, arrival process of the first flow, snap length via CLI).
     #[serde(default)]
     pub base: Scenario,
@@ -56,13 +116,140 @@ pub struct PlannedRun {
     pub role: Role,
     /// Send rate per station.
     pub rate_mbps: f64,
-    /// The scenario.
+    /// The scenario (its receive path set for model receivers).
     pub scenario: Scenario,
+    /// The receiver (`None`: the base scenario's receive path).
+    pub receiver: Option<PlannedReceiver>,
 }
 
 impl DatasetManifest {
+    /// The receivers, expanded (random draws named `random-01` … from the manifest seed).
+    pub fn planned_receivers(&self) -> Result<Vec<PlannedReceiver>, ConfigError> {
+        let ranges = self.random_receiver.clone().unwrap_or_default();
+        ranges
+            .check()
+            .map_err(|e| bad(format!("random_receiver.{}", e.field), e.value, e.allowed))?;
+        let mut out: Vec<PlannedReceiver> = Vec::new();
+        let mut drawn = 0u64;
+        for (i, r) in self.receivers.iter().enumerate() {
+            let field = format!("receivers[{i}]");
+            let given = r.preset.is_some() as u8
+                + r.random.is_some() as u8
+                + r.stages.is_some() as u8
+                + r.kernel.is_some() as u8;
+            if given != 1 {
+                return Err(bad(field, given, "exactly one of preset, random, stages, kernel"));
+            }
+            if let Some(p) = r.preset {
+                let path = p.path().ok_or_else(|| {
+                    bad(
+                        format!("{field}.preset"),
+                        "random",
+                        "none, laptop or phone (use random = N)",
+                    )
+                })?;
+                out.push(PlannedReceiver::Model(ReceivePath {
+                    name: r.name.clone().unwrap_or(path.name.clone()),
+                    ..path
+                }));
+            } else if let Some(n) = r.random {
+                if n == 0 || n > 1000 {
+                    return Err(bad(format!("{field}.random"), n, "1..=1000 draws"));
+                }
+                let stem = r.name.clone().unwrap_or_else(|| "random".into());
+                for _ in 0..n {
+                    drawn += 1;
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed);
+                    rng.set_stream(10_000 + drawn);
+                    out.push(PlannedReceiver::Model(
+                        ranges.draw(format!("{stem}-{drawn:02}"), &mut rng),
+                    ));
+                }
+            } else if let Some(st) = &r.stages {
+                let name = r
+                    .name
+                    .clone()
+                    .ok_or_else(|| bad(format!("{field}.name"), "none", "a name for a stage list"))?;
+                out.push(PlannedReceiver::Model(ReceivePath::new(name, st.clone())));
+            } else if let Some(k) = &r.kernel {
+                let name = r.name.clone().unwrap_or_else(|| {
+                    if k.is_empty() || k == "veth" {
+                        "veth".into()
+                    } else {
+                        format!("veth-{}", k.replace([',', '='], "-"))
+                    }
+                });
+                out.push(PlannedReceiver::Kernel {
+                    name,
+                    settings: k.clone(),
+                });
+            }
+        }
+        for (i, r) in out.iter().enumerate() {
+            let name = r.name();
+            if name.is_empty()
+                || name.to_ascii_lowercase().contains("mbps")
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(bad(
+                    format!("receivers[{i}].name"),
+                    name,
+                    "letters, digits, '_' or '-', without \"mbps\"",
+                ));
+            }
+            if out[..i].iter().any(|o| o.name() == name) {
+                return Err(bad(format!("receivers[{i}].name"), name, "unique names"));
+            }
+            if let PlannedReceiver::Model(p) = r {
+                p.clone()
+                    .check()
+                    .map_err(|e| bad(format!("receivers[{i}].{}", e.field), e.value, e.allowed))?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Expand into runs (each scenario still to be checked).
     pub fn expand(&self) -> Result<Vec<PlannedRun>, ConfigError> {
+        let receivers: Vec<Option<PlannedReceiver>> = if self.receivers.is_empty() {
+            vec![None]
+        } else {
+            self.planned_receivers()?.into_iter().map(Some).collect()
+        };
+        if let Some(k) = self.kernel_packets {
+            if k == 0 || k > 10_000_000 {
+                return Err(bad("kernel_packets", k, "1..=10000000"));
+            }
+        }
+        let mut out = Vec::new();
+        for recv in &receivers {
+            let mut m = self.clone();
+            let mut tag = String::new();
+            match recv {
+                Some(PlannedReceiver::Model(p)) => {
+                    m.base.noise = Some(p.clone());
+                    tag = format!("{}_", p.name);
+                }
+                Some(PlannedReceiver::Kernel { name, .. }) => {
+                    m.base.noise = None;
+                    m.base.noise_preset = NoisePreset::None;
+                    m.packets = self.kernel_packets.unwrap_or(self.packets);
+                    tag = format!("{name}_");
+                }
+                None => {}
+            }
+            let first = out.len();
+            for mut r in m.expand_rates(&tag)? {
+                r.scenario.seed = self.seed + (first + r.scenario.seed as usize) as u64;
+                r.receiver = recv.clone();
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs of one receiver: rates × station sets (seeds counted from 0; names `NAME_TAG…`).
+    fn expand_rates(&self, tag: &str) -> Result<Vec<PlannedRun>, ConfigError> {
         if self.name.is_empty()
             || !self
                 .name
@@ -122,7 +309,7 @@ impl DatasetManifest {
                     .collect();
                 let bits = self.packets as f64 * proto_flow.ip_len as f64 * 8.0;
                 s.duration_s = bits / (rate * 1e6 * n as f64) + proto_flow.start_s;
-                s.seed = self.seed + out.len() as u64;
+                s.seed = out.len() as u64;
                 let rate_txt = if rate.fract() == 0.0 {
                     format!("{rate:.0}")
                 } else {
@@ -130,19 +317,20 @@ impl DatasetManifest {
                 };
                 let name = match set {
                     Some(mcs) => format!(
-                        "{}_{}sta_mcs{}_{}mbps",
+                        "{}_{tag}{}sta_mcs{}_{}mbps",
                         self.name,
                         n,
                         mcs.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("-"),
                         rate_txt
                     ),
-                    None => format!("{}_{}mbps", self.name, rate_txt),
+                    None => format!("{}_{tag}{}mbps", self.name, rate_txt),
                 };
                 out.push(PlannedRun {
                     name,
                     role,
                     rate_mbps: rate,
                     scenario: s,
+                    receiver: None,
                 });
             }
         }

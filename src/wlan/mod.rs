@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use rand::{Rng, RngExt};
 
-pub use config::{ConfigError, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
+pub use config::{ConfigError, RateAdaptation, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
 use timing::{PhyMode, SIFS, SLOT};
 
 use crate::time::{Ts, Tsft};
@@ -181,6 +181,10 @@ pub struct WlanSim<R: Rng> {
     out: VecDeque<Delivery>,
     collisions: u64,
     contender_frames: u64,
+    /// Current PHY mode per station (moves under rate adaptation).
+    mode: Vec<timing::PhyMode>,
+    /// Next rate-adaptation step per station.
+    next_ra: Vec<Option<Ts>>,
 }
 
 impl<R: Rng> WlanSim<R> {
@@ -229,6 +233,8 @@ impl<R: Rng> WlanSim<R> {
             out: VecDeque::new(),
             collisions: 0,
             contender_frames: 0,
+            mode: cfg.modes.clone(),
+            next_ra: vec![None; n],
             cfg,
             rng,
         }
@@ -395,9 +401,9 @@ impl<R: Rng> WlanSim<R> {
         let mut end_after_ppdu = SIFS + timing::block_ack();
         let collision = (ap_tx as usize + cont_tx.len()) > 1;
         if ap_tx {
-            self.build_ampdu();
+            self.build_ampdu(t);
             let sta = self.ampdu_sta;
-            let mode = self.cfg.modes[sta];
+            let mode = self.mode[sta];
             let psdu: usize = self
                 .ampdu
                 .iter()
@@ -466,8 +472,35 @@ impl<R: Rng> WlanSim<R> {
         self.exchange = Some(ex);
     }
 
+    /// Rate adaptation: step the station's MCS once its dwell time has passed.
+    fn adapt_rate(&mut self, sta: usize, now: Ts) {
+        let Some(ra) = self.cfg.config().stations[sta].rate_adaptation.clone() else {
+            return;
+        };
+        let dwell = |rng: &mut R| Duration::from_nanos(exp_ns(rng, ra.dwell_ms * 1e6).min(u64::MAX / 4));
+        match self.next_ra[sta] {
+            None => self.next_ra[sta] = Some(now + dwell(&mut self.rng)),
+            Some(t) if now >= t => {
+                let ok = &self.cfg.ra_mcs[sta];
+                let cur = self.mode[sta].mcs;
+                let i = ok.iter().position(|&m| m == cur).unwrap_or(0);
+                let up = self.rng.random_bool(0.5);
+                let j = if up {
+                    (i + 1).min(ok.len().saturating_sub(1))
+                } else {
+                    i.saturating_sub(1)
+                };
+                if let Some(&m) = ok.get(j) {
+                    self.mode[sta].mcs = m;
+                }
+                self.next_ra[sta] = Some(now + dwell(&mut self.rng));
+            }
+            Some(_) => {}
+        }
+    }
+
     /// Take the next station's A-MPDU out of its queue (round robin over non-empty queues).
-    fn build_ampdu(&mut self) {
+    fn build_ampdu(&mut self, now: Ts) {
         let n = self.queues.len();
         let c = self.cfg.config();
         let (max_n, max_bytes, max_ppdu) = (
@@ -482,7 +515,8 @@ impl<R: Rng> WlanSim<R> {
         self.rr = (sta + 1) % n;
         self.ampdu_sta = sta;
         self.ampdu.clear();
-        let mode = self.cfg.modes[sta];
+        self.adapt_rate(sta, now);
+        let mode = self.mode[sta];
         let mut bytes = 0usize;
         while let Some(q) = self.queues[sta].front() {
             let sub = timing::subframe_len(q.pkt.len as usize);
@@ -513,7 +547,7 @@ impl<R: Rng> WlanSim<R> {
         let reference = self.next_ref;
         self.next_ref = self.next_ref.wrapping_add(1);
         let count = self.ampdu.iter().filter(|(_, ok)| *ok).count() as u16;
-        let mode = self.cfg.modes[sta];
+        let mode = self.mode[sta];
         let mut index = 0;
         for (q, ok) in &self.ampdu {
             if !ok {

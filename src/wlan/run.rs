@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::{bad, ConfigError, ValidWlanConfig, WlanConfig};
-use super::noise::{KernelNoise, NoNoise, NoiseModel, NoiseParams, NoisePreset};
+use super::noise::{model_for, NoiseModel, NoisePreset, Ppdu, RandomReceiver, ReceivePath, ValidReceivePath};
 use super::traffic::{Backhaul, BackhaulConfig, FlowConfig, Source};
 use super::{Delivery, Packet, StaId, StaStats, WlanSim};
 use crate::capture::writer::FrameSpec;
@@ -29,10 +29,12 @@ pub struct Scenario {
     pub flows: Vec<FlowConfig>,
     /// Optional backhaul link in front of the AP.
     pub backhaul: Option<BackhaulConfig>,
-    /// Kernel-noise preset.
+    /// Receive-path preset (`random`: drawn from `random_receiver` with the run's seed).
     pub noise_preset: NoisePreset,
-    /// Explicit noise parameters (replace the preset's).
-    pub noise: Option<NoiseParams>,
+    /// An explicit receive path (replaces the preset).
+    pub noise: Option<ReceivePath>,
+    /// Ranges that `noise_preset = "random"` draws from (default: [`RandomReceiver::default`]).
+    pub random_receiver: Option<RandomReceiver>,
 }
 
 impl Default for Scenario {
@@ -45,6 +47,7 @@ impl Default for Scenario {
             backhaul: None,
             noise_preset: NoisePreset::Phone,
             noise: None,
+            random_receiver: None,
         }
     }
 }
@@ -56,8 +59,9 @@ pub struct ValidScenario {
     pub scenario: Scenario,
     /// Checked WLAN.
     pub wlan: ValidWlanConfig,
-    /// Noise parameters in force (`None` = no noise).
-    pub noise: Option<NoiseParams>,
+    /// The receive path in force, the same for every station (`None` = host time is the PPDU
+    /// end).
+    pub noise: Option<ValidReceivePath>,
 }
 
 impl Scenario {
@@ -76,15 +80,21 @@ impl Scenario {
         if let Some(b) = &self.backhaul {
             b.check()?;
         }
-        let noise = match (&self.noise, self.noise_preset) {
+        let path = match (&self.noise, self.noise_preset) {
             (Some(p), _) => Some(p.clone()),
-            (None, NoisePreset::None) => None,
-            (None, preset) => Some(preset.params()),
+            (None, NoisePreset::Random) => {
+                if let Some(r) = &self.random_receiver {
+                    r.check()
+                        .map_err(|e| bad(format!("random_receiver.{}", e.field), e.value, e.allowed))?;
+                }
+                NoisePreset::Random.resolve(self.seed, self.random_receiver.as_ref())
+            }
+            (None, preset) => preset.path(),
         };
-        let noise = match noise {
+        let noise = match path {
             Some(p) => Some(
                 p.check()
-                    .map_err(|e| bad(format!("noise.{}", e.field), e.value, "a finite number >= 0"))?,
+                    .map_err(|e| bad(format!("noise.{}", e.field), e.value, e.allowed))?,
             ),
             None => None,
         };
@@ -132,6 +142,10 @@ pub struct RunSummary {
     pub stations: Vec<StaSummary>,
     /// Packets dropped by the backhaul queue.
     pub backhaul_dropped: u64,
+    /// Packets the stations' receive paths dropped (socket queue full).
+    pub receiver_dropped: u64,
+    /// The receive path in force (`None`: host time = PPDU end).
+    pub receiver: Option<ReceivePath>,
     /// Collisions with contending stations.
     pub collisions: u64,
     /// Virtual time simulated (s).
@@ -147,8 +161,12 @@ fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
 }
 
 /// Run a scenario, calling `sink(delivery, kernel_time)` for every received MPDU in order of
-/// MAC time, and `progress(virtual_now)` now and then.
-pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progress: impl FnMut(Ts)) -> RunSummary {
+/// MAC time (`None`: the receive path dropped it), and `progress(virtual_now)` now and then.
+pub fn run(
+    scn: &ValidScenario,
+    mut sink: impl FnMut(&Delivery, Option<Ts>),
+    mut progress: impl FnMut(Ts),
+) -> RunSummary {
     let s = &scn.scenario;
     let n_sta = scn.wlan.config().stations.len();
     let mut sim = WlanSim::new(scn.wlan.clone(), derive(s.seed, 1));
@@ -160,12 +178,7 @@ pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progres
         .collect();
     let mut backhaul = s.backhaul.as_ref().map(Backhaul::new);
     let mut noise: Vec<Box<dyn NoiseModel>> = (0..n_sta)
-        .map(|i| -> Box<dyn NoiseModel> {
-            match &scn.noise {
-                Some(p) => Box::new(KernelNoise::new(p.clone(), derive(s.seed, 100 + i as u64))),
-                None => Box::new(NoNoise),
-            }
-        })
+        .map(|i| model_for(scn.noise.as_ref(), derive(s.seed, 100 + i as u64)))
         .collect();
     let end = Ts((s.duration_s * 1e9) as u64);
     let hard_end = end + std::time::Duration::from_secs(2);
@@ -174,7 +187,7 @@ pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progres
     let mut max_agg = vec![0u16; n_sta];
     let mut pending: Option<(Ts, u16, Packet)> = None;
     let mut batch: Vec<Delivery> = Vec::new();
-    let mut hosts: Vec<Ts> = Vec::new();
+    let mut hosts: Vec<Option<Ts>> = Vec::new();
     let mut events = 0u64;
     let mut now = Ts::ZERO;
     loop {
@@ -218,7 +231,14 @@ pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progres
         super::for_each_ampdu(&batch, |ampdu| {
             let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
-            noise[sta].on_ppdu(d0.mac_time, ampdu.len(), &mut hosts);
+            noise[sta].on_ppdu(
+                Ppdu {
+                    start: d0.ppdu_start,
+                    end: d0.mac_time,
+                    n: ampdu.len(),
+                },
+                &mut hosts,
+            );
             max_agg[sta] = max_agg[sta].max(ampdu.len() as u16);
             for (d, h) in ampdu.iter().zip(&hosts) {
                 delay_sum[sta] += d.mac_time.saturating_since(d.packet.sent).as_secs_f64();
@@ -268,6 +288,8 @@ pub fn run(scn: &ValidScenario, mut sink: impl FnMut(&Delivery, Ts), mut progres
         delivered: stations.iter().map(|x| x.delivered).sum(),
         stations,
         backhaul_dropped: backhaul.map_or(0, |b| b.dropped),
+        receiver_dropped: noise.iter().map(|n| n.dropped()).sum(),
+        receiver: scn.noise.as_ref().map(|p| p.path().clone()),
         collisions: sim.collisions(),
         simulated_s: now.as_secs_f64(),
     }

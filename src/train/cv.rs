@@ -1,0 +1,495 @@
+//! Cross-validation drivers and scoring: contiguous k-fold CV on packets ([`packet_cv`]) and
+//! leave-one-receiver-out ([`receiver_cv`]), which holds out a whole receive path and compares the
+//! model trained without it with one trained on that receiver alone (its own contiguous CV).
+//!
+//! Inputs: a [`Dataset`] and a [`Fitter`]; outputs: typed reports ([`FoldReport`],
+//! [`RateReport`], [`ReceiverReport`]) that `report` renders. Progress goes through a
+//! [`Progress`] callback; nothing here prints or reads a clock.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    fit_logistic, fit_mlp, fit_threshold, levels_from_starts, Error, LogisticCv, Predict, SvmCv, ValidLogisticParams,
+    ValidMlpParams, ValidSvmParams,
+};
+use crate::dataset::{contiguous_folds, Dataset, FoldError, RowSet};
+use crate::model::EstimatorModel;
+use crate::report::{AggMetrics, BinaryMetrics};
+
+/// Progress of long work (the CLI draws bars from it).
+pub trait Progress {
+    /// A phase of `total` steps begins (`total = 0`: unknown length).
+    fn start(&mut self, what: &str, total: u64);
+    /// One step done.
+    fn inc(&mut self);
+    /// The phase is over.
+    fn finish(&mut self);
+}
+
+/// No progress display.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _: &str, _: u64) {}
+    fn inc(&mut self) {}
+    fn finish(&mut self) {}
+}
+
+/// Errors of the CV drivers.
+#[derive(Debug, thiserror::Error)]
+pub enum CvError {
+    /// Fitting failed.
+    #[error(transparent)]
+    Fit(#[from] Error),
+    /// Folds could not be made.
+    #[error(transparent)]
+    Folds(#[from] FoldError),
+    /// Receiver grouping is unusable.
+    #[error("{0}")]
+    Receivers(String),
+}
+
+/// What a CV fits.
+#[derive(Clone, Copy, Debug)]
+pub enum Fitter {
+    /// Logistic regression (folds start from the all-rows fit and read rows in place).
+    Logistic(ValidLogisticParams),
+    /// Linear SVM (folds start from the all-rows fit).
+    Svm(ValidSvmParams),
+    /// The m = 1 threshold on feature 0.
+    Threshold,
+    /// The perceptron.
+    Mlp(ValidMlpParams),
+}
+
+impl Fitter {
+    /// Fit on the rows `rows` of `data`.
+    pub fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<EstimatorModel, Error> {
+        let whole = rows.len() == data.len();
+        let sub;
+        let d = if whole {
+            data
+        } else {
+            let idx: Vec<usize> = rows.iter().collect();
+            sub = data.select(&idx);
+            &sub
+        };
+        Ok(match self {
+            Fitter::Logistic(p) => EstimatorModel::Logistic(fit_logistic(d, p)?),
+            Fitter::Svm(p) => EstimatorModel::LinearSvm(super::fit_linear_svm(d, p)?),
+            Fitter::Threshold => EstimatorModel::Threshold(fit_threshold(d)?),
+            Fitter::Mlp(p) => EstimatorModel::Mlp(fit_mlp(data, rows, p)?),
+        })
+    }
+}
+
+/// Metrics of one fold.
+#[derive(Clone, Debug, Serialize)]
+pub struct FoldReport {
+    /// Fold index.
+    pub fold: usize,
+    /// Test rows.
+    pub rows: u64,
+    /// F1 of "first of frame".
+    pub f1: f64,
+    /// Precision.
+    pub precision: f64,
+    /// Recall.
+    pub recall: f64,
+    /// Accuracy.
+    pub accuracy: f64,
+    /// Aggregation RMSE per packet.
+    pub agg_rmse: f64,
+}
+
+/// Slot metrics of one send rate (slot-SVR models): the packet model alone vs corrected.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotRateReport {
+    /// Send rate.
+    pub rate_mbps: f64,
+    /// Slots.
+    pub slots: u64,
+    /// RMSE of the packet model's mean level.
+    pub base_rmse: f64,
+    /// RMSE of the corrected level.
+    pub svr_rmse: f64,
+    /// Within ±1 (packet model).
+    pub base_acc_within1: f64,
+    /// Within ±1 (corrected).
+    pub svr_acc_within1: f64,
+    /// Mean true level.
+    pub true_mean_level: f64,
+}
+
+/// Metrics of one send rate.
+#[derive(Clone, Debug, Serialize)]
+pub struct RateReport {
+    /// Send rate (NaN: unknown).
+    pub rate_mbps: f64,
+    /// Rows.
+    pub rows: u64,
+    /// F1.
+    pub f1: f64,
+    /// Precision.
+    pub precision: f64,
+    /// Recall.
+    pub recall: f64,
+    /// Accuracy.
+    pub accuracy: f64,
+    /// Aggregation RMSE per packet.
+    pub agg_rmse: f64,
+    /// Exact aggregation level share.
+    pub agg_acc: f64,
+    /// Within ±1.
+    pub agg_acc_within1: f64,
+    /// Mean level error.
+    pub agg_mean_error: f64,
+    /// Slot-level metrics (slot SVR models only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<SlotRateReport>,
+}
+
+/// Metrics per send rate: (rate, labels, levels), keyed by rate in kb/s (−1: unknown).
+pub type PerRate = BTreeMap<i64, (f64, BinaryMetrics, AggMetrics)>;
+
+/// Predict the rows `idx` (contiguous per capture, in capture order) and score them: labels, and
+/// levels from predicted starts within each capture's block; also added into `per_rate`.
+pub fn score(
+    data: &Dataset,
+    idx: &[usize],
+    model: &impl Predict,
+    n_max: u16,
+    per_rate: &mut PerRate,
+) -> (BinaryMetrics, AggMetrics) {
+    let pred: Vec<bool> = idx.iter().map(|&i| model.predict_row(data.row(i))).collect();
+    score_predicted(data, idx, &pred, n_max, per_rate)
+}
+
+/// [`score`] for predictions already made (`pred[k]` for row `idx[k]`).
+pub fn score_predicted(
+    data: &Dataset,
+    idx: &[usize],
+    pred: &[bool],
+    n_max: u16,
+    per_rate: &mut PerRate,
+) -> (BinaryMetrics, AggMetrics) {
+    let truth: Vec<bool> = idx.iter().map(|&i| data.y[i]).collect();
+    let bm = BinaryMetrics::from_labels(&truth, pred);
+    let mut agg = AggMetrics::default();
+    let mut s = 0;
+    while s < idx.len() {
+        let g = data.group[idx[s]];
+        let e = (s..idx.len()).find(|&k| data.group[idx[k]] != g).unwrap_or(idx.len());
+        let lv = levels_from_starts(&pred[s..e], n_max);
+        let tl: Vec<u16> = idx[s..e].iter().map(|&i| data.level[i]).collect();
+        let am = AggMetrics::from_levels(&tl, &lv);
+        agg.add(&am);
+        let rate = data.rate_mbps[idx[s]];
+        let key = if rate.is_nan() { -1 } else { (rate * 1000.0) as i64 };
+        let entry = per_rate
+            .entry(key)
+            .or_insert((rate as f64, BinaryMetrics::default(), AggMetrics::default()));
+        entry.1.add(&BinaryMetrics::from_labels(&truth[s..e], &pred[s..e]));
+        entry.2.add(&am);
+        s = e;
+    }
+    (bm, agg)
+}
+
+/// Per-rate rows of a report.
+pub fn rate_reports(per_rate: &PerRate) -> Vec<RateReport> {
+    per_rate
+        .values()
+        .map(|(r, b, g)| RateReport {
+            rate_mbps: *r,
+            rows: b.tp + b.fp + b.tn + b.fn_,
+            f1: b.f1(),
+            precision: b.precision(),
+            recall: b.recall(),
+            accuracy: b.accuracy(),
+            agg_rmse: g.rmse(),
+            agg_acc: g.accuracy(),
+            agg_acc_within1: g.accuracy_within1(),
+            agg_mean_error: g.mean_error(),
+            slot: None,
+        })
+        .collect()
+}
+
+/// Result of the packet-level CV.
+pub struct PacketCv {
+    /// The model fitted on all rows.
+    pub final_model: EstimatorModel,
+    /// Per fold.
+    pub folds: Vec<FoldReport>,
+    /// Per send rate, over all folds.
+    pub per_rate: PerRate,
+    /// Out-of-fold predicted starts, per row.
+    pub oof: Vec<bool>,
+}
+
+/// Fit on all rows, then k contiguous folds (each capture cut into k blocks; fold i tests block
+/// i of every capture).
+pub fn packet_cv(
+    data: &Dataset,
+    k: usize,
+    n_max: u16,
+    fit: Fitter,
+    progress: &mut dyn Progress,
+) -> Result<PacketCv, CvError> {
+    let folds = contiguous_folds(&data.group, k)?;
+    // The model on all rows comes first: it is the result, and (logistic, SVM) the start of
+    // every fold, whose training rows are 95 % the same.
+    enum Warm<'d> {
+        Logistic(LogisticCv<'d>),
+        Svm(SvmCv<'d>),
+        Rows(Fitter),
+    }
+    progress.start("fitting on all rows", 0);
+    let warm = match fit {
+        Fitter::Logistic(p) => Warm::Logistic(LogisticCv::new(data, &p)?),
+        Fitter::Svm(p) => Warm::Svm(SvmCv::new(data, &p)?),
+        f => Warm::Rows(f),
+    };
+    let n = data.len();
+    let final_model = match &warm {
+        Warm::Logistic(cv) => EstimatorModel::Logistic(cv.model().clone()),
+        Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.model().clone()),
+        Warm::Rows(f) => f.fit(data, &RowSet::all(n))?,
+    };
+    progress.finish();
+    progress.start("cross-validating", folds.len() as u64);
+    let mut fold_reports = Vec::new();
+    let mut per_rate = PerRate::new();
+    let mut oof = vec![false; n];
+    for (fi, test) in folds.iter().enumerate() {
+        let model = match &warm {
+            Warm::Logistic(cv) => EstimatorModel::Logistic(cv.without(test)?),
+            Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.without(test)?),
+            Warm::Rows(f) => f.fit(data, &RowSet::from_indices(test).complement(n))?,
+        };
+        let (bm, agg) = score(data, test, &model, n_max, &mut per_rate);
+        for &i in test {
+            oof[i] = model.predict_row(data.row(i));
+        }
+        fold_reports.push(FoldReport {
+            fold: fi,
+            rows: test.len() as u64,
+            f1: bm.f1(),
+            precision: bm.precision(),
+            recall: bm.recall(),
+            accuracy: bm.accuracy(),
+            agg_rmse: agg.rmse(),
+        });
+        progress.inc();
+    }
+    progress.finish();
+    Ok(PacketCv {
+        final_model,
+        folds: fold_reports,
+        per_rate,
+        oof,
+    })
+}
+
+/// F1, precision and recall of one held-out evaluation.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Score {
+    /// F1.
+    pub f1: f64,
+    /// Precision.
+    pub precision: f64,
+    /// Recall.
+    pub recall: f64,
+    /// Aggregation RMSE per packet.
+    pub agg_rmse: f64,
+}
+
+impl Score {
+    fn of(b: &BinaryMetrics, a: &AggMetrics) -> Score {
+        Score {
+            f1: b.f1(),
+            precision: b.precision(),
+            recall: b.recall(),
+            agg_rmse: a.rmse(),
+        }
+    }
+}
+
+/// One held-out receiver at one send rate.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReceiverRate {
+    /// Send rate.
+    pub rate_mbps: f64,
+    /// Rows of this receiver at this rate.
+    pub rows: u64,
+    /// The model trained without this receiver.
+    pub held_out: Score,
+    /// The same model kind trained on this receiver alone (its own contiguous CV).
+    pub own: Score,
+    /// The m = 1 threshold trained without this receiver.
+    pub threshold_held_out: Score,
+    /// The m = 1 threshold on this receiver alone (own CV).
+    pub threshold_own: Score,
+}
+
+impl ReceiverRate {
+    /// What not having seen the receiver cost (own-CV F1 − held-out F1; negative: nothing).
+    pub fn loss(&self) -> f64 {
+        self.own.f1 - self.held_out.f1
+    }
+}
+
+/// Leave-one-receiver-out results of one receiver.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReceiverReport {
+    /// Receiver name.
+    pub receiver: String,
+    /// Per send rate.
+    pub per_rate: Vec<ReceiverRate>,
+}
+
+/// Leave-one-receiver-out: for each receiver (rows whose capture maps to it in
+/// `receiver_of_group`), fit `fit` (and the m = 1 threshold) on every other receiver's rows and
+/// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
+/// contiguous folds. No receiver's rows are ever in both a training and a test set.
+pub fn receiver_cv(
+    data: &Dataset,
+    receiver_of_group: &[u32],
+    names: &[String],
+    own_folds: usize,
+    n_max: u16,
+    fit: Fitter,
+    progress: &mut dyn Progress,
+) -> Result<Vec<ReceiverReport>, CvError> {
+    let n = data.len();
+    let recv_of_row = |i: usize| receiver_of_group.get(data.group[i] as usize).copied();
+    if (0..n).any(|i| recv_of_row(i).is_none_or(|r| r as usize >= names.len())) {
+        return Err(CvError::Receivers(
+            "a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)".into(),
+        ));
+    }
+    let mut present: Vec<u32> = (0..n).filter_map(recv_of_row).collect();
+    present.sort_unstable();
+    present.dedup();
+    if present.len() < 2 {
+        return Err(CvError::Receivers(format!(
+            "leave-one-receiver-out needs at least 2 receivers; the data has {}",
+            present.len()
+        )));
+    }
+    // The m = 1 threshold works on feature 0: the newest gap (µs, or its log in a context row;
+    // the log is monotone, so the threshold is the same rule).
+    let warm = match fit {
+        Fitter::Logistic(p) => Some(LogisticCv::new(data, &p)?),
+        _ => None,
+    };
+    progress.start("leaving one receiver out", present.len() as u64);
+    let mut out = Vec::new();
+    for &r in &present {
+        let test: Vec<usize> = (0..n).filter(|&i| recv_of_row(i) == Some(r)).collect();
+        let train = RowSet::from_indices(&test).complement(n);
+        let model = match &warm {
+            Some(cv) => EstimatorModel::Logistic(cv.without(&test)?),
+            None => fit.fit(data, &train)?,
+        };
+        let thr = Fitter::Threshold.fit(data, &train)?;
+        let mut held = PerRate::new();
+        score(data, &test, &model, n_max, &mut held);
+        let mut held_thr = PerRate::new();
+        score(data, &test, &thr, n_max, &mut held_thr);
+        // Own CV on this receiver alone.
+        let sub = data.select(&test);
+        let k = own_folds.max(2);
+        let folds = contiguous_folds(&sub.group, k)?;
+        let own_warm = match fit {
+            Fitter::Logistic(p) => Some(LogisticCv::new(&sub, &p)?),
+            _ => None,
+        };
+        let mut own = PerRate::new();
+        let mut own_thr = PerRate::new();
+        for f in &folds {
+            let tr = RowSet::from_indices(f).complement(sub.len());
+            let m = match &own_warm {
+                Some(cv) => EstimatorModel::Logistic(cv.without(f)?),
+                None => fit.fit(&sub, &tr)?,
+            };
+            score(&sub, f, &m, n_max, &mut own);
+            let t = Fitter::Threshold.fit(&sub, &tr)?;
+            score(&sub, f, &t, n_max, &mut own_thr);
+        }
+        let per_rate = held
+            .iter()
+            .map(|(key, (rate, b, a))| {
+                let get = |m: &PerRate| m.get(key).map(|(_, b, a)| Score::of(b, a)).unwrap_or_default();
+                ReceiverRate {
+                    rate_mbps: *rate,
+                    rows: b.tp + b.fp + b.tn + b.fn_,
+                    held_out: Score::of(b, a),
+                    own: get(&own),
+                    threshold_held_out: get(&held_thr),
+                    threshold_own: get(&own_thr),
+                }
+            })
+            .collect();
+        out.push(ReceiverReport {
+            receiver: names[r as usize].clone(),
+            per_rate,
+        });
+        progress.inc();
+    }
+    progress.finish();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::LogisticParams;
+
+    /// Two receivers with different gap scales; labels from the gap relative to the receiver.
+    fn two_receivers() -> (Dataset, Vec<u32>, Vec<String>) {
+        let mut d = Dataset::new(1);
+        for g in 0..4u32 {
+            let scale = if g < 2 { 1.0 } else { 10.0 };
+            for i in 0..400 {
+                let start = i % 5 == 0;
+                let gap = if start { 100.0 } else { 10.0 } * scale + (i % 7) as f64;
+                d.push(&[gap], start, g, if g % 2 == 0 { 100.0 } else { 200.0 }, 5);
+            }
+        }
+        (d, vec![0, 0, 1, 1], vec!["a".into(), "b".into()])
+    }
+
+    #[test]
+    fn receiver_folds_never_train_on_the_held_out_receiver() {
+        let (d, rog, names) = two_receivers();
+        let p = LogisticParams::default().check().unwrap();
+        let rep = receiver_cv(&d, &rog, &names, 2, 64, Fitter::Logistic(p), &mut NoProgress).unwrap();
+        assert_eq!(rep.len(), 2);
+        assert_eq!(rep[0].receiver, "a");
+        assert_eq!(rep[0].per_rate.len(), 2, "rates 100 and 200");
+        for r in &rep {
+            for pr in &r.per_rate {
+                assert_eq!(pr.rows, 400);
+                // Own CV learns each receiver's scale and separates it perfectly …
+                assert!(pr.own.f1 > 0.99 && pr.threshold_own.f1 > 0.99, "{r:?}");
+            }
+        }
+        // … while a gap threshold learnt on receiver b (starts at 1000 µs, others at 100 µs) calls
+        // no start on receiver a (starts at 100 µs): nothing leaks from the test receiver.
+        assert!(
+            rep[0].per_rate.iter().all(|p| p.threshold_held_out.f1 < 0.1),
+            "{:?}",
+            rep[0]
+        );
+        assert!(rep[0].per_rate[0].loss() > 0.9);
+        // One receiver only: refused.
+        let e = receiver_cv(&d, &[0, 0, 0, 0], &names, 2, 64, Fitter::Threshold, &mut NoProgress).unwrap_err();
+        assert!(e.to_string().contains("at least 2 receivers"), "{e}");
+        let e = receiver_cv(&d, &[0, 0], &names, 2, 64, Fitter::Threshold, &mut NoProgress).unwrap_err();
+        assert!(e.to_string().contains("no receiver"), "{e}");
+    }
+}

@@ -1,0 +1,382 @@
+//! Datasets that span receivers, leave-one-receiver-out training, and evaluation on a sniffer
+//! capture joined with a receiver's kernel log.
+
+mod common;
+
+use std::path::Path;
+
+use aggrate::capture::io::open_path;
+use common::{aggrate, text};
+
+const MANIFEST: &str = r#"
+name = "rx"
+seed = 40
+packets = 4000
+train_rates_mbps = [200, 500]
+
+[[receivers]]
+preset = "phone"
+
+[[receivers]]
+random = 2
+
+[[receivers]]
+name = "usb"
+stages = [
+  { kind = "timer_tick", period_us = 125.0, slack_us = 10.0 },
+  { kind = "per_packet", us = 2.0 },
+]
+
+[base.wlan]
+stations = [{ vht = true, mcs = 9, nss = 2, bw_mhz = 80, short_gi = true }]
+
+[[base.flows]]
+arrival = { kind = "cbr" }
+"#;
+
+fn build(dir: &Path) -> serde_json::Value {
+    std::fs::write(dir.join("rx.toml"), MANIFEST).unwrap();
+    let o = aggrate(dir, &["-q", "dataset", "build", "rx.toml", "--out", "rx"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    serde_json::from_str(&std::fs::read_to_string(dir.join("rx/manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_receivers_manifest_names_every_run_and_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let runs = built["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4 * 2, "4 receivers × 2 rates");
+    let names: Vec<&str> = runs.iter().map(|r| r["receiver"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "phone",
+            "phone",
+            "random-01",
+            "random-01",
+            "random-02",
+            "random-02",
+            "usb",
+            "usb"
+        ]
+    );
+    assert_ne!(
+        runs[2]["receiver_path"], runs[4]["receiver_path"],
+        "two different random draws"
+    );
+    assert_eq!(runs[6]["receiver_path"][0]["kind"], "timer_tick");
+    for r in runs {
+        let file = dir.path().join("rx").join(r["stations"][0]["file"].as_str().unwrap());
+        assert!(file.to_string_lossy().contains(r["receiver"].as_str().unwrap()));
+        // The capture says which receive path made it.
+        let f = open_path(&file).unwrap();
+        let c: serde_json::Value = serde_json::from_str(&f.reader.section_comments()[0]).unwrap();
+        assert_eq!(c["receiver"], r["receiver"]);
+        assert_eq!(c["receive_path"]["stages"], r["receiver_path"]);
+    }
+    // The same manifest builds the same bytes.
+    let again = tempfile::tempdir().unwrap();
+    build(again.path());
+    let f = runs[3]["stations"][0]["file"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("rx").join(f)).unwrap(),
+        std::fs::read(again.path().join("rx").join(f)).unwrap()
+    );
+}
+
+#[test]
+fn train_holds_out_whole_receivers() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    for (model, extra) in [
+        ("logistic", vec!["--m", "5"]),
+        (
+            "mlp",
+            vec![
+                "--m",
+                "4",
+                "--context",
+                "64",
+                "--epochs",
+                "1",
+                "--max-rows",
+                "4000",
+                "--hidden",
+                "4",
+            ],
+        ),
+    ] {
+        let mut args = vec![
+            "-q",
+            "train",
+            "--dataset",
+            "rx",
+            "--model",
+            model,
+            "--group-by",
+            "receiver",
+            "--own-folds",
+            "2",
+            "-o",
+            "out",
+        ];
+        args.extend(extra);
+        let o = aggrate(dir.path(), &args);
+        assert!(o.status.success(), "{model}: {}", text(&o).1);
+        let stem = if model == "logistic" {
+            "logistic_m5_sigma"
+        } else {
+            "mlp4_m4_ctx64"
+        };
+        let rep: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("out/{stem}.receivers.json"))).unwrap(),
+        )
+        .unwrap();
+        let recv = rep["receivers"].as_array().unwrap();
+        assert_eq!(recv.len(), 4);
+        for r in recv {
+            let per_rate = r["per_rate"].as_array().unwrap();
+            assert_eq!(per_rate.len(), 2);
+            for p in per_rate {
+                for key in ["held_out", "own", "threshold_held_out", "threshold_own"] {
+                    let f1 = p[key]["f1"].as_f64().unwrap();
+                    assert!((0.0..=1.0).contains(&f1), "{key}: {f1}");
+                }
+            }
+        }
+        assert_eq!(rep["verdicts"].as_array().unwrap().len(), 4);
+        let md = std::fs::read_to_string(dir.path().join(format!("out/{stem}.receivers.md"))).unwrap();
+        assert!(md.contains("receivers pass") && md.contains("| usb | model |"), "{md}");
+        assert!(dir.path().join(format!("out/{stem}.receivers.png")).exists());
+        // The final model (fitted on every receiver) loads and runs.
+        let m = aggrate::model::ModelFile::load(&dir.path().join(format!("out/{stem}.json"))).unwrap();
+        assert_eq!(m.model.kind(), model);
+        assert_eq!(m.metrics["group_by"], "receiver");
+    }
+    // A capture that names no receiver (the ns-3 sample has no pcapng comment) is refused clearly.
+    let ns3 = common::ns3_pcap(dir.path());
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "train",
+            "--dataset",
+            ns3.to_str().unwrap(),
+            "rx/rx_usb_200mbps.pcapng",
+            "--group-by",
+            "receiver",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = text(&o).1;
+    assert!(err.contains("which receiver") && err.contains("ns3.pcap"), "{err}");
+}
+
+/// `seq,host_ns` lines of a capture's flow.
+fn seq_log(path: &Path) -> Vec<(u32, u64)> {
+    open_path(path)
+        .unwrap()
+        .reader
+        .filter_map(|r| r.ok())
+        .filter_map(|r| r.payload_seq(0).map(|s| (s, r.host.as_nanos())))
+        .collect()
+}
+
+fn write_log(path: &Path, lines: &[(u32, u64)]) {
+    let mut s = String::from("seq,host_ns\n");
+    for (a, b) in lines {
+        s.push_str(&format!("{a},{b}\n"));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+#[test]
+fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/logistic_m20_sigma.json");
+    let model = model.to_str().unwrap();
+    // The same run seen by a sniffer (MAC times) and by a phone's kernel (noisy times).
+    for (name, noise) in [("sniff_400mbps.pcapng", "none"), ("phone_400mbps.pcapng", "phone")] {
+        let o = aggrate(
+            d,
+            &[
+                "-q",
+                "simulate",
+                "--rate-mbps",
+                "400",
+                "--duration",
+                "0.5",
+                "--seed",
+                "3",
+                "--noise",
+                noise,
+                "-o",
+                name,
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o).1);
+    }
+    let log = seq_log(&d.join("phone_400mbps.pcapng"));
+    write_log(&d.join("phone.csv"), &log);
+    let run = |args: &[&str]| {
+        let o = aggrate(d, args);
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, err) = run(&["-q", "eval", "--model", model, "phone_400mbps.pcapng", "-o", "direct"]);
+    assert!(ok, "{err}");
+    let (ok, err) = run(&[
+        "eval",
+        "--model",
+        model,
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "phone.csv",
+        "-o",
+        "joined",
+    ]);
+    assert!(ok, "{err}");
+    let read = |dir: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join(dir).join("logistic_m20_sigma.eval.json")).unwrap())
+            .unwrap()
+    };
+    let (a, b) = (read("direct"), read("joined"));
+    assert_eq!(a["rows"], b["rows"]);
+    assert_eq!(
+        a["per_rate"], b["per_rate"],
+        "joined kernel times score exactly like the receiver's own capture"
+    );
+    assert!(b["f1"].as_f64().unwrap() > 0.5);
+    assert!(d.join("joined/logistic_m20_sigma.eval.md").exists());
+    // A log of another flow (no sequence number in common) is refused, naming both files.
+    let shifted: Vec<(u32, u64)> = log.iter().map(|(s, t)| (s + 10_000_000, *t)).collect();
+    write_log(&d.join("other.csv"), &shifted);
+    let (ok, err) = run(&[
+        "eval",
+        "--model",
+        model,
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "other.csv",
+        "-o",
+        "x",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("no sequence number in common") && err.contains("other.csv") && err.contains("sniff_400mbps"),
+        "{err}"
+    );
+    // Partial overlap: scored, with the counts on stderr.
+    write_log(&d.join("half.csv"), &log[..log.len() / 2]);
+    let (ok, err) = run(&[
+        "eval",
+        "--model",
+        model,
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "half.csv",
+        "-o",
+        "h",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("without a kernel time"), "{err}");
+    // A folder of logs is paired by name; a missing one is named.
+    std::fs::create_dir(d.join("logs")).unwrap();
+    write_log(&d.join("logs/sniff_400mbps.csv"), &log);
+    let (ok, err) = run(&[
+        "-q",
+        "eval",
+        "--model",
+        model,
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "logs",
+        "-o",
+        "f",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(read("f")["per_rate"], a["per_rate"]);
+    let (ok, err) = run(&[
+        "eval",
+        "--model",
+        model,
+        "phone_400mbps.pcapng",
+        "--kernel",
+        "logs",
+        "-o",
+        "g",
+    ]);
+    assert!(!ok && err.contains("no log for"), "{err}");
+}
+
+#[test]
+fn train_and_eval_read_feature_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "simulate",
+            "--rate-mbps",
+            "300",
+            "--duration",
+            "1",
+            "--seed",
+            "5",
+            "-o",
+            "c_300mbps.pcapng",
+        ],
+    );
+    assert!(o.status.success());
+    for (out, extra) in [
+        ("t.parquet", vec!["--m", "5"]),
+        ("t.csv", vec!["--m", "5"]),
+        ("ctx.parquet", vec!["--m", "3", "--context", "64"]),
+    ] {
+        let mut args = vec!["-q", "features", "c_300mbps.pcapng", "-o", out];
+        args.extend(extra);
+        let o = aggrate(d, &args);
+        assert!(o.status.success(), "{}", text(&o).1);
+    }
+    // Training on the capture and on its table gives the same model.
+    for src in ["c_300mbps.pcapng", "t.parquet", "t.csv"] {
+        let o = aggrate(
+            d,
+            &[
+                "-q",
+                "train",
+                "--dataset",
+                src,
+                "--m",
+                "5",
+                "--folds",
+                "3",
+                "-o",
+                &format!("m_{src}"),
+            ],
+        );
+        assert!(o.status.success(), "{src}: {}", text(&o).1);
+    }
+    let w = |src: &str| {
+        let f = aggrate::model::ModelFile::load(&d.join(format!("m_{src}/logistic_m5_sigma.json"))).unwrap();
+        serde_json::to_value(&f.model).unwrap()
+    };
+    assert_eq!(w("c_300mbps.pcapng"), w("t.parquet"));
+    assert_eq!(w("t.parquet"), w("t.csv"));
+    // A table without the model's columns is refused, naming the column.
+    let o = aggrate(
+        d,
+        &[
+            "eval",
+            "--model",
+            "m_t.csv/logistic_m5_sigma.json",
+            "ctx.parquet",
+            "-o",
+            "e",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("no column `gap_us_1`"), "{}", text(&o).1);
+}

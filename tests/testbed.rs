@@ -1,0 +1,164 @@
+//! Real kernel receive paths in network namespaces: set-up, replay, and tear-down on every exit
+//! path (normal and panic). Needs root, as the test command runs in CI; elsewhere set
+//! AGGRATE_NO_ROOT_TESTS=1 to leave these out knowingly (they then fail loudly otherwise).
+
+mod common;
+
+use aggrate::testbed::{KernelPath, Testbed};
+use aggrate::Ts;
+
+/// Real-time replays: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn require_root() -> bool {
+    if aggrate::testbed::is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("AGGRATE_NO_ROOT_TESTS").is_some(),
+        "these tests need root (network namespaces); run as root or set AGGRATE_NO_ROOT_TESTS=1"
+    );
+    false
+}
+
+fn ours() -> Vec<String> {
+    let prefix = format!("aggrate-{}-", std::process::id());
+    Testbed::namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+/// A-MPDUs of `n` packets every `period_us`, for `frames` frames.
+fn schedule(frames: u64, n: u64, period_us: u64) -> Vec<Ts> {
+    (0..frames)
+        .flat_map(|f| std::iter::repeat_n(Ts::from_micros(1000 + f * period_us), n as usize))
+        .collect()
+}
+
+#[test]
+fn veth_paths_replay_and_tear_down() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for settings in ["veth", "gro,threaded", "rps,burner,tick=250"] {
+        let path: KernelPath = settings.parse().unwrap();
+        let due = schedule(200, 20, 600);
+        let (rep, names) = {
+            let bed = Testbed::create(&path).unwrap();
+            let names = ours();
+            assert!(names.contains(&bed.tx_ns) && names.contains(&bed.rx_ns), "{names:?}");
+            assert_eq!(
+                bed.applied["gro"].as_str().unwrap_or("").ends_with(": on"),
+                path.gro,
+                "{}",
+                bed.applied
+            );
+            if path.threaded_napi {
+                assert_eq!(bed.applied["threaded"], "1");
+            }
+            (bed.replay(&path, &due).unwrap(), names)
+        };
+        // Dropped: both namespaces (and the veth in them) are gone.
+        let left = ours();
+        assert!(names.iter().all(|n| !left.contains(n)), "{settings}: left {left:?}");
+        let got: Vec<Ts> = rep.host.iter().flatten().copied().collect();
+        assert!(
+            got.len() as f64 >= 0.95 * due.len() as f64,
+            "{settings}: {} of {}",
+            got.len(),
+            due.len()
+        );
+        // Kernel times follow the schedule: the gap before each A-MPDU is far larger than the
+        // gaps inside it (the kernel path adds µs, the schedule 600 µs between A-MPDUs).
+        let mut inside = Vec::new();
+        let mut starts = Vec::new();
+        for i in 1..due.len() {
+            if let (Some(a), Some(b)) = (rep.host[i - 1], rep.host[i]) {
+                let g = b.as_nanos().saturating_sub(a.as_nanos()) as f64 / 1e3;
+                if due[i] != due[i - 1] {
+                    starts.push(g);
+                } else {
+                    inside.push(g);
+                }
+            }
+        }
+        inside.sort_by(|a, b| a.total_cmp(b));
+        starts.sort_by(|a, b| a.total_cmp(b));
+        let med = |v: &[f64]| v[v.len() / 2];
+        if path.tick_us == 0 {
+            assert!(
+                med(&starts) > 10.0 * med(&inside),
+                "{settings}: {} vs {}",
+                med(&starts),
+                med(&inside)
+            );
+        } else {
+            // Released at 250 µs ticks: A-MPDUs 600 µs apart leave 500 or 750 µs apart.
+            assert!(med(&starts) > 400.0, "{settings}: {}", med(&starts));
+        }
+    }
+}
+
+#[test]
+fn namespaces_go_away_when_a_test_panics() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let bed = Testbed::create(&KernelPath::default()).unwrap();
+        tx.send(vec![bed.tx_ns.clone(), bed.rx_ns.clone()]).unwrap();
+        assert!(ours().contains(&bed.rx_ns));
+        panic!("on purpose, with the testbed alive");
+    });
+    assert!(h.join().is_err());
+    let names = rx.recv().unwrap();
+    let left = ours();
+    assert!(
+        names.iter().all(|n| !left.contains(n)),
+        "namespaces removed during unwinding: {left:?}"
+    );
+}
+
+#[test]
+fn simulate_records_the_kernel_path_in_the_capture() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "simulate",
+            "--rate-mbps",
+            "300",
+            "--duration",
+            "0.3",
+            "--veth",
+            "gro,threaded",
+            "-o",
+            "k_300mbps.pcapng",
+        ],
+    );
+    assert!(o.status.success(), "{}", common::text(&o).1);
+    let f = aggrate::capture::io::open_path(&dir.path().join("k_300mbps.pcapng")).unwrap();
+    let c: serde_json::Value = serde_json::from_str(&f.reader.section_comments()[0]).unwrap();
+    assert_eq!(c["replay"]["receiver"], "veth-gro-threaded");
+    assert_eq!(c["replay"]["kernel_path"]["threaded_napi"], true);
+    assert_eq!(c["replay"]["applied"]["threaded"], "1");
+    // Its labels and kernel times make rows like any capture.
+    let o = common::aggrate(dir.path(), &["-q", "features", "k_300mbps.pcapng", "-o", "k.csv"]);
+    assert!(o.status.success(), "{}", common::text(&o).1);
+    // Settings that cannot work are refused before anything is made.
+    let o = common::aggrate(
+        dir.path(),
+        &["simulate", "--duration", "0.1", "--veth", "threaded", "-o", "x.pcapng"],
+    );
+    assert!(!o.status.success());
+    assert!(common::text(&o).1.contains("gro"), "{}", common::text(&o).1);
+}
