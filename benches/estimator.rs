@@ -1,7 +1,9 @@
 //! Criterion: the online estimator's per-packet cost (target ≤ 50 ns per packet), with the
-//! shipped logistic model (m = 20 + σ) and in MAC-timestamp mode, on a realistic arrival
-//! pattern (A-MPDUs of 32 packets, 10 µs apart inside, ~600 µs between frames).
-//! Run: cargo bench --bench estimator
+//! shipped perceptron on receiver-context rows (the default model), the logistic model
+//! (m = 20 with σ) and in MAC-timestamp mode, on a realistic arrival pattern (A-MPDUs of 32
+//! packets, 10 µs apart inside, ~600 µs between frames).
+//!
+//! Run: `cargo bench --bench estimator`
 
 use std::time::Duration;
 
@@ -35,9 +37,26 @@ fn bench(c: &mut Criterion) {
         "models/logistic_m20_sigma.json",
     )
     .expect("shipped model");
+    let mlp = ModelFile::from_json(
+        include_str!("../models/mlp8_m5_ctx1024.json"),
+        "models/mlp8_m5_ctx1024.json",
+    )
+    .expect("shipped model");
     let pk = packets(100_000);
     let mut g = c.benchmark_group("estimator_push");
     g.throughput(Throughput::Elements(pk.len() as u64));
+    g.bench_function("mlp8_m5_ctx1024", |b| {
+        b.iter_batched_ref(
+            || OnlineEstimator::from_model(&mlp, Duration::from_millis(500)).unwrap(),
+            |e| {
+                for p in &pk {
+                    std::hint::black_box(e.push(p));
+                }
+                e.poll_report(Ts::from_millis(100_000))
+            },
+            BatchSize::LargeInput,
+        )
+    });
     g.bench_function("logistic_m20_sigma", |b| {
         b.iter_batched_ref(
             || OnlineEstimator::from_model(&model, Duration::from_millis(500)).unwrap(),
@@ -62,6 +81,45 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    g.finish();
+    // The models' decision alone, on one context row.
+    let mut g = c.benchmark_group("decision");
+    let row: Vec<f64> = (0..mlp.spec.width()).map(|i| 0.5 + i as f64 * 0.25).collect();
+    g.bench_function("mlp8_m5_ctx1024", |b| {
+        b.iter(|| aggrate::train::Predict::decision(&mlp.model, std::hint::black_box(&row)))
+    });
+    g.finish();
+    // The feature windows alone.
+    let mut g = c.benchmark_group("gap_window_push");
+    g.throughput(Throughput::Elements(pk.len() as u64));
+    for (name, spec) in [
+        ("m20_sigma", FeatureSpec::default()),
+        (
+            "m5_ctx1024",
+            FeatureSpec {
+                m: 5,
+                sigma: false,
+                context: 1024,
+                ..FeatureSpec::default()
+            },
+        ),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || aggrate::features::GapWindow::new(&spec),
+                |w| {
+                    let mut s = 0.0;
+                    for p in &pk {
+                        if let Some(r) = w.push(p.host) {
+                            s += r[0];
+                        }
+                    }
+                    s
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
 }
 

@@ -190,8 +190,10 @@ impl FeatureSpec {
     }
 }
 
-/// The receiver context of a [`GapWindow`]: a histogram of the last W gap bins with a Fenwick
-/// tree for ranks and quantiles, and their sum for the mean.
+/// The receiver context of a [`GapWindow`]: a histogram of the last W gap bins (counts and a
+/// Fenwick tree over them, for ranks and quantiles) and the sum of the gaps, for the mean. The
+/// quantiles and mean are refreshed every [`CONTEXT_REFRESH`] gaps (they move slowly over W ≥ 16
+/// gaps; refreshing them every packet would double the per-packet cost).
 #[derive(Clone, Debug)]
 struct Context {
     w: usize,
@@ -199,12 +201,22 @@ struct Context {
     gaps: Vec<u64>,
     head: usize,
     n: usize,
+    cnt: Vec<u32>,
     fen: Vec<u32>,
-    sum: u128,
+    sum: u64,
+    since_refresh: u32,
+    summary: [f64; CONTEXT_EXTRA],
     /// ln((W + 1) / (k/2 + 0.5)) for k = 0 ..= 2W (the rank once the horizon is full).
     rank_full: Vec<f64>,
     log_bin: Vec<f64>,
 }
+
+/// Gaps between refreshes of a context's quantiles and mean.
+pub const CONTEXT_REFRESH: u32 = 8;
+
+/// Longest gap a context's sum counts (larger gaps count as this: the sum of W gaps stays far
+/// from overflowing u64).
+const CONTEXT_GAP_CAP_NS: u64 = 1 << 40;
 
 impl Context {
     fn new(w: usize) -> Context {
@@ -214,8 +226,11 @@ impl Context {
             gaps: vec![0; w],
             head: 0,
             n: 0,
+            cnt: vec![0; GAP_BINS],
             fen: vec![0; GAP_BINS + 1],
             sum: 0,
+            since_refresh: 0,
+            summary: [0.0; CONTEXT_EXTRA],
             rank_full: (0..=2 * w)
                 .map(|k| ((w as f64 + 1.0) / (k as f64 / 2.0 + 0.5)).ln())
                 .collect(),
@@ -227,10 +242,13 @@ impl Context {
         self.head = 0;
         self.n = 0;
         self.sum = 0;
+        self.since_refresh = 0;
+        self.cnt.iter_mut().for_each(|c| *c = 0);
         self.fen.iter_mut().for_each(|f| *f = 0);
     }
 
     fn add(&mut self, bin: usize, delta: i32) {
+        self.cnt[bin] = self.cnt[bin].wrapping_add_signed(delta);
         let mut i = bin + 1;
         while i <= GAP_BINS {
             self.fen[i] = self.fen[i].wrapping_add_signed(delta);
@@ -269,38 +287,49 @@ impl Context {
     fn rank_and_push(&mut self, bin: usize, gap_ns: u64) -> f64 {
         let n = self.n as u32;
         let below = self.below(bin);
-        let upto = self.below(bin + 1);
+        let equal = self.cnt[bin];
         // Twice the mid-rank count of larger gaps: 2·(above) + (equal).
-        let k2 = (2 * (n - upto) + (upto - below)) as usize;
+        let k2 = (2 * (n - below - equal) + equal) as usize;
         let rank = if self.n == self.w {
             self.rank_full[k2]
         } else {
             ((n as f64 + 1.0) / (k2 as f64 / 2.0 + 0.5)).ln()
         };
+        let gap_ns = gap_ns.min(CONTEXT_GAP_CAP_NS);
         if self.n == self.w {
             let old = self.bins[self.head] as usize;
-            self.add(old, -1);
-            self.sum -= self.gaps[self.head] as u128;
+            if old != bin {
+                self.add(old, -1);
+                self.add(bin, 1);
+            }
+            self.sum -= self.gaps[self.head];
         } else {
             self.n += 1;
+            self.add(bin, 1);
         }
         self.bins[self.head] = bin as u8;
         self.gaps[self.head] = gap_ns;
-        self.sum += gap_ns as u128;
-        self.add(bin, 1);
-        self.head = (self.head + 1) % self.w;
+        self.sum += gap_ns;
+        self.head += 1;
+        if self.head == self.w {
+            self.head = 0;
+        }
         rank
     }
 
-    /// `[q50, q90, q99, lmean]` of the horizon.
-    fn summary(&self, out: &mut [f64]) {
-        let n = self.n as u32;
-        for (o, p) in out.iter_mut().zip([0.5, 0.9, 0.99]) {
-            let target = ((n as f64 - 1.0) * p).floor().max(0.0) as u32;
-            *o = self.log_bin[self.find(target)];
+    /// `[q50, q90, q99, lmean]` of the horizon, refreshed every [`CONTEXT_REFRESH`] gaps.
+    fn summary(&mut self, out: &mut [f64]) {
+        if self.since_refresh == 0 {
+            let n = self.n as u32;
+            for (k, p) in [0.5, 0.9, 0.99].into_iter().enumerate() {
+                let target = ((n as f64 - 1.0) * p).floor().max(0.0) as u32;
+                self.summary[k] = self.log_bin[self.find(target)];
+            }
+            let mean = if n > 0 { self.sum / n as u64 } else { 0 };
+            self.summary[3] = self.log_bin[gap_bin(mean)];
         }
-        let mean = if n > 0 { (self.sum / n as u128) as u64 } else { 0 };
-        out[3] = self.log_bin[gap_bin(mean)];
+        self.since_refresh = (self.since_refresh + 1) % CONTEXT_REFRESH;
+        out.copy_from_slice(&self.summary);
     }
 }
 
@@ -679,23 +708,26 @@ mod tests {
         t += 10_000;
         let next = w.push(Ts(t)).unwrap().to_vec();
         assert_eq!(next[3], row[2]);
-        // Now in the horizon: 1 of 16, above the 99th percentile's index (14); the mean moved up.
-        assert_eq!(&next[4..7], &[lg10, lg10, lg10]);
-        assert!(next[7] > lg10);
+        // The summary is refreshed every CONTEXT_REFRESH rows: after that many more, it has seen
+        // the 1 ms gap (1 of 16, above the 99th percentile's index 14); the mean moved up.
+        let mut last = next;
+        for _ in 0..CONTEXT_REFRESH {
+            t += 10_000;
+            last = w.push(Ts(t)).unwrap().to_vec();
+        }
+        assert_eq!(&last[4..7], &[lg10, lg10, lg10]);
+        assert!(last[7] > lg10 + 1.0, "{last:?}");
+        // A second 1 ms gap: ranked against one equal gap (mid-rank 0.5) …
         t += 1_000_000;
-        let next = w.push(Ts(t)).unwrap().to_vec();
-        t += 10_000;
-        let next2 = w.push(Ts(t)).unwrap().to_vec();
-        assert!(
-            (next[2] - (17.0f64 / 1.0).ln()).abs() < 1e-12,
-            "one equal gap before it: mid-rank 0.5"
-        );
-        assert_eq!(
-            next2[6],
-            bin_log_us(gap_bin(1_000_000)),
-            "two of 16: q99 is the large gap"
-        );
-        assert_eq!(next2[5], lg10);
+        let second = w.push(Ts(t)).unwrap().to_vec();
+        assert!((second[2] - 17f64.ln()).abs() < 1e-12, "{second:?}");
+        // … and two of 16 put q99 on it.
+        for _ in 0..CONTEXT_REFRESH {
+            t += 10_000;
+            last = w.push(Ts(t)).unwrap().to_vec();
+        }
+        assert_eq!(last[6], bin_log_us(gap_bin(1_000_000)));
+        assert_eq!(last[5], lg10);
         // σ cannot go with a context, nor a horizon below 16.
         assert!(FeatureSpec { sigma: true, ..spec }.check().is_err());
         assert!(FeatureSpec { context: 8, ..spec }.check().is_err());

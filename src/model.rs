@@ -174,6 +174,11 @@ pub enum Error {
     },
 }
 
+/// File name of the shipped model (models/ in the repository).
+pub const SHIPPED_NAME: &str = "mlp8_m5_ctx1024.json";
+/// The shipped model's JSON document.
+pub const SHIPPED_JSON: &str = include_str!("../models/mlp8_m5_ctx1024.json");
+
 impl ModelFile {
     /// A new file for `model`.
     pub fn new(spec: FeatureSpec, model: EstimatorModel, training: TrainingSummary) -> ModelFile {
@@ -281,6 +286,14 @@ impl ModelFile {
                 Ok(())
             }
         }
+    }
+
+    /// The shipped default estimator, embedded in the binary: the 8-unit perceptron on the last
+    /// 5 gaps and a 1024-gap receiver context, trained on 50 receive paths (presets, random
+    /// draws, real-kernel veth paths); models/README.md has its leave-one-receiver-out table.
+    /// (A test checks that the embedded document parses; the error is there for the type.)
+    pub fn shipped() -> Result<ModelFile, Error> {
+        ModelFile::from_json(SHIPPED_JSON, SHIPPED_NAME)
     }
 
     /// Read a model file.

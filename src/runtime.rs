@@ -142,6 +142,8 @@ pub struct OnlineEstimator {
     /// The model's decision folded to raw features, `w·x + b` (linear models): no scaler
     /// division per packet.
     folded: Option<(Vec<f64>, f64)>,
+    /// A perceptron's share of its slow inputs, kept while they stay the same.
+    mlp_base: Option<crate::model::mlp::MlpBase>,
     n_max: u16,
     gaps: GapWindow,
     slots: Option<FrameSlots>,
@@ -150,6 +152,8 @@ pub struct OnlineEstimator {
     last_tsft: Option<Tsft>,
     interval: Duration,
     period_start: Option<Ts>,
+    /// End of the open interval in ns (`u64::MAX` before the first packet).
+    period_end_ns: u64,
     acc: Acc,
     owd: Vec<f32>,
     next_seq: Option<u64>,
@@ -182,6 +186,7 @@ impl OnlineEstimator {
         };
         Ok(OnlineEstimator {
             folded,
+            mlp_base: None,
             mode,
             n_max: spec.n_max.max(1),
             gaps: GapWindow::new(&spec),
@@ -191,6 +196,7 @@ impl OnlineEstimator {
             last_tsft: None,
             interval,
             period_start: None,
+            period_end_ns: u64::MAX,
             acc: Acc::default(),
             owd: Vec::with_capacity(4096),
             next_seq: None,
@@ -205,12 +211,14 @@ impl OnlineEstimator {
 
     /// One received packet (in receive order). Returns the frame its arrival closed, if any.
     pub fn push(&mut self, p: &RxPacket) -> Option<FrameEstimate> {
-        self.roll(p.host);
+        if p.host.0 >= self.period_end_ns {
+            self.roll(p.host);
+        }
         if self.period_start.is_none() {
             // Intervals sit on a grid of Δ on the receive clock, so that a report polled at a
             // multiple of Δ covers exactly the Δ before it.
             let step = self.interval.as_nanos().max(1) as u64;
-            self.period_start = Some(Ts(p.host.as_nanos() - p.host.as_nanos() % step));
+            self.set_period(Ts(p.host.as_nanos() - p.host.as_nanos() % step));
         }
         let a = &mut self.acc;
         a.packets += 1;
@@ -220,11 +228,11 @@ impl OnlineEstimator {
             a.phy_n += 1;
         }
         if let Some(sent) = p.sent {
-            let d = p.host.saturating_since(sent);
-            a.owd_sum_ns += d.as_nanos();
+            let d_ns = p.host.0.saturating_sub(sent.0);
+            a.owd_sum_ns += d_ns as u128;
             a.owd_n += 1;
             if self.owd.len() < 1 << 20 {
-                self.owd.push(d.as_secs_f32() * 1e3);
+                self.owd.push(d_ns as f32 * 1e-6);
             }
         }
         if let Some(seq) = p.seq {
@@ -247,9 +255,19 @@ impl OnlineEstimator {
                 s
             }
             Mode::Model(m) => match self.gaps.push(p.host) {
-                Some(row) => match &self.folded {
-                    Some((w, b)) => row.iter().zip(w).fold(*b, |acc, (x, w)| acc + x * w) > 0.0,
-                    None => m.predict_row(row),
+                Some(row) => match (&self.folded, m.as_ref()) {
+                    (Some((w, b)), _) => row.iter().zip(w).fold(*b, |acc, (x, w)| acc + x * w) > 0.0,
+                    (None, EstimatorModel::Mlp(mlp)) => {
+                        // The same sums as `MlpModel::decision_f32`, keeping the slow inputs' share.
+                        let split = mlp.inputs.saturating_sub(mlp.slow_inputs).min(row.len());
+                        let (fast, slow) = row.split_at(split);
+                        let base = match &self.mlp_base {
+                            Some(b) if crate::model::mlp::MlpModel::base_fits(b, slow) => b,
+                            _ => self.mlp_base.insert(mlp.base(slow)),
+                        };
+                        mlp.finish(fast, base) > 0.0
+                    }
+                    (None, _) => m.predict_row(row),
                 },
                 // Until the window is full: the first packet starts a frame, the rest join it.
                 None => self.open.is_none(),
@@ -295,12 +313,19 @@ impl OnlineEstimator {
     }
 
     /// Close every interval that ended at or before `now`.
+    /// The interval now open starts at `start` (and ends Δ later: the per-packet fast path
+    /// compares against that end only).
+    fn set_period(&mut self, start: Ts) {
+        self.period_start = Some(start);
+        self.period_end_ns = (start + self.interval).0;
+    }
+
     fn roll(&mut self, now: Ts) {
         let Some(mut start) = self.period_start else {
             return;
         };
         if now < start + self.interval {
-            return; // the per-packet fast path
+            return;
         }
         // After a long silence, skip to the interval before `now` (empty ones beyond the kept
         // history would be dropped anyway).
@@ -308,7 +333,7 @@ impl OnlineEstimator {
         let behind = now.as_nanos().saturating_sub(start.as_nanos()) / step;
         if behind > READY_MAX as u64 + 1 {
             start = Ts(start.as_nanos() + (behind - READY_MAX as u64) * step);
-            self.period_start = Some(start);
+            self.set_period(start);
         }
         while start + self.interval <= now {
             let r = self.finish(start);
@@ -317,7 +342,7 @@ impl OnlineEstimator {
             }
             self.ready.push_back(r);
             start = start + self.interval;
-            self.period_start = Some(start);
+            self.set_period(start);
         }
     }
 

@@ -170,3 +170,45 @@ fn onnx_runtime_matches_our_slot_svr() {
         assert!((theirs - ours).abs() < 1e-5, "row {i}: ORT {theirs}, ours {ours}");
     }
 }
+
+#[test]
+fn onnx_runtime_matches_the_shipped_perceptron() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = ModelFile::shipped().unwrap();
+    assert_eq!(file.model.kind(), "mlp");
+    let data = rows(&file.spec);
+    assert!(data.len() > 5000);
+    let csv: String = (0..data.len())
+        .map(|i| {
+            data.row(i)
+                .iter()
+                .map(|v| format!("{v:.17e}"))
+                .collect::<Vec<_>>()
+                .join(",")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(dir.path().join("rows.csv"), csv).unwrap();
+    let path = dir.path().join("mlp.onnx");
+    std::fs::write(&path, onnx::export(&file).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/onnx_check.py"))
+        .arg(&path)
+        .arg(dir.path().join("rows.csv"))
+        .output()
+        .expect("running the ONNX Runtime check");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), data.len());
+    let (mut worst, mut flips) = (0.0f64, 0);
+    for (i, l) in lines.iter().enumerate() {
+        let theirs: f64 = l.split(',').next().unwrap().parse().unwrap();
+        let ours = file.model.decision(data.row(i));
+        worst = worst.max((theirs - ours).abs() / ours.abs().max(1.0));
+        flips += usize::from((theirs > 0.0) != (ours > 0.0) && ours.abs() > 1e-4);
+    }
+    // An f32 network: sums in another order differ in the last bits, never in a decision.
+    assert!(worst < 1e-4, "worst relative decision difference {worst}");
+    assert_eq!(flips, 0);
+}

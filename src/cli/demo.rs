@@ -2,7 +2,8 @@
 //! write its feature table, build the small emulator dataset, train and cross-validate the
 //! logistic estimator, the m = 1 baseline and the slot SVR on it, export the logistic model to
 //! ONNX (with `--features onnx`), run the closed loop on a virtual clock against a Cubic-like
-//! baseline, then a live closed loop over loopback UDP through `aggrate ap`.
+//! baseline, then a live closed loop over loopback UDP through `aggrate ap` — both loops
+//! estimating with the shipped model embedded in the binary.
 
 use std::path::PathBuf;
 
@@ -95,30 +96,38 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         argv.extend(extra.iter().map(|s| s.to_string()));
         super::train::run(ui, TrainArgs::from_argv(&argv)?)?;
     }
-    let logistic = models.join("logistic_m20_sigma.json");
     #[cfg(feature = "onnx")]
     {
+        let logistic = models.join("logistic_m20_sigma.json");
         ui.info("== 5. export the logistic model to ONNX");
         let f = aggrate::model::ModelFile::load(&logistic)?;
         let bytes = aggrate::model::onnx::export(&f)?;
         let p = models.join("logistic_m20_sigma.onnx");
         std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
     }
-    ui.info("== 6. closed loop on a virtual clock: aggrate vs a Cubic-like sender, 1 station, 30 s");
-    let mut argv: Vec<String> = ["sim", "--compare", "--duration", "30", "-o"]
+    // The closed loops use the shipped model (trained across receivers, embedded in the binary);
+    // the one trained above has seen a single receiver.
+    let shipped = models.join(aggrate::model::SHIPPED_NAME);
+    std::fs::write(&shipped, aggrate::model::SHIPPED_JSON).with_context(|| format!("writing {}", shipped.display()))?;
+    ui.info(format!(
+        "== 6. closed loop on a virtual clock: aggrate vs a Cubic-like sender, 1 station, 30 s, phone kernel noise, estimator {}",
+        shipped.display()
+    ));
+    let mut argv: Vec<String> = ["sim", "--compare", "--duration", "30", "--noise", "phone", "--model"]
         .map(String::from)
         .to_vec();
+    argv.push(shipped.display().to_string());
+    argv.push("-o".into());
     argv.push(a.out.join("sim").display().to_string());
     super::sim::run_cmd(ui, super::sim::SimArgs::from_argv(&argv)?)?;
     if a.live_seconds > 0.0 {
         ui.info(format!(
-            "== 7. live loop over loopback for {} s: sender → aggrate ap (VHT MCS 9) → receiver",
+            "== 7. live loop over loopback for {} s: sender → aggrate ap (VHT MCS 9) → receiver (shipped model)",
             a.live_seconds
         ));
-        let model = aggrate::model::ModelFile::load(&logistic)?;
         let rows = super::live::live_loop(
             ui,
-            Some(&model),
+            None,
             9,
             std::time::Duration::from_secs_f64(a.live_seconds),
             &a.out.join("live"),

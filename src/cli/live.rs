@@ -14,9 +14,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use aggrate::control::PiParams;
-use aggrate::features::FeatureSpec;
 use aggrate::model::ModelFile;
-use aggrate::runtime::{AggReport, Mode, OnlineEstimator};
+use aggrate::runtime::{AggReport, OnlineEstimator};
 use aggrate::transport::{io, Receiver, Sender};
 use aggrate::wlan::WlanConfig;
 
@@ -79,7 +78,7 @@ pub(crate) struct RecvArgs {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub(crate) listen: SocketAddr,
-    /// Model file (default: every packet gap decided by a 100 µs threshold).
+    /// Model file (default: the shipped model embedded in the binary, models/mlp8_m5_ctx1024.json).
     #[arg(long)]
     pub(crate) model: Option<std::path::PathBuf>,
     /// PHY rate to report as μ_R (Mb/s), e.g. what the OS says.
@@ -103,20 +102,8 @@ fn secs(d: f64) -> Result<Duration> {
 fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEstimator> {
     Ok(match model {
         Some(f) => OnlineEstimator::from_model(f, interval)?,
-        None => {
-            // No model: a fixed 100 µs gap threshold (the m = 1 baseline with a round number).
-            let t = aggrate::train::ThresholdModel { threshold_us: 100.0 };
-            let spec = FeatureSpec {
-                m: 1,
-                sigma: false,
-                ..FeatureSpec::default()
-            };
-            OnlineEstimator::new(
-                Mode::Model(Box::new(aggrate::model::EstimatorModel::Threshold(t))),
-                spec,
-                interval,
-            )?
-        }
+        // No model given: the shipped one, embedded in the binary (trained across receivers).
+        None => OnlineEstimator::from_model(&ModelFile::shipped()?, interval)?,
     })
 }
 

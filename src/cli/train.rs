@@ -101,6 +101,12 @@ pub(crate) struct TrainArgs {
     /// Perceptron: seed of the initial weights and the row order.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// Perceptron: decoupled weight decay per step (× step size).
+    #[arg(long, default_value_t = 1e-4)]
+    pub(crate) weight_decay: f64,
+    /// Perceptron: add a linear path from the inputs to the output.
+    #[arg(long)]
+    pub(crate) skip: bool,
     /// L2 penalty of the logistic regression.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) l2: f64,
@@ -221,6 +227,13 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         max_rows_per_epoch: a.max_rows,
         seed: a.seed,
         balanced: a.balanced,
+        weight_decay: a.weight_decay,
+        skip: a.skip,
+        slow_inputs: if spec.context > 0 {
+            aggrate::features::CONTEXT_EXTRA
+        } else {
+            0
+        },
         ..MlpParams::default()
     }
     .check()?;

@@ -1,13 +1,19 @@
-//! A small perceptron, the non-linear estimator: `decision = w2 · ReLU(x·W1 + b1) + b2` on the
-//! raw feature row x (the training scaler is folded into W1 and b1 when the model is made).
+//! A small perceptron, the non-linear estimator: `decision = w2 · ReLU(x·W1 + b1) + b2 (+ skip·x)`
+//! on the raw feature row x (the training scaler is folded into W1, b1 and the skip path when the
+//! model is made).
 //!
 //! Why non-linear: across receivers the gap that marks a frame start is not a fixed multiple of
 //! anything one line can express — a per-MPDU receiver with interrupt moderation has large gaps
 //! inside frames that a batching-free receiver never shows — so the model has to combine a
 //! gap's rank within its receiver's recent history with the receiver's load and scale
-//! (`features` module docs, context rows). Inference is f32, input-major so that the hidden
-//! layer is one contiguous multiply-add per input (vectorised by the compiler): ~20–30 ns for 16
-//! hidden units and 24 inputs.
+//! (`features` module docs, context rows).
+//!
+//! Inference is f32 and input-major, so the hidden layer is one contiguous multiply-add per input
+//! (vectorised by the compiler; 8 and 16 hidden units have paths laid out for it). The last
+//! `slow_inputs` inputs (a context row's horizon summary, refreshed every few packets) enter
+//! first, as a [`MlpBase`]: the online estimator keeps it while they stay the same and only adds
+//! the fast inputs per packet. The offline scorer computes the very same sums in the same order,
+//! so both decide identically.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +35,13 @@ pub struct MlpModel {
     pub w2: Vec<f32>,
     /// Output bias.
     pub b2: f32,
+    /// A linear path from the inputs straight to the output (empty: none): the decision is
+    /// `skip · x` plus the hidden layer's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip: Vec<f32>,
+    /// Trailing inputs that change slowly (summed first; see the module docs).
+    #[serde(default)]
+    pub slow_inputs: usize,
     /// Training epochs run.
     pub epochs: u32,
 }
@@ -36,26 +49,124 @@ pub struct MlpModel {
 /// Most hidden units (keeps inference within the per-packet budget and the stack buffer).
 pub const MAX_HIDDEN: usize = 64;
 
+/// The slow inputs' share of a decision: hidden pre-activations from the biases and the slow
+/// inputs, and their part of the skip path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlpBase {
+    /// The slow inputs it was computed from (their bits, `key_len` of them), to tell when it is
+    /// stale. No allocation: a base is remade every few packets online.
+    key: [u64; MAX_SLOW],
+    key_len: usize,
+    hid: [f32; MAX_HIDDEN],
+    lin: f32,
+}
+
+/// Most slow inputs.
+pub const MAX_SLOW: usize = 8;
+
 impl MlpModel {
+    /// The base for a row whose slow inputs (the last `slow_inputs` values) are `slow`.
+    pub fn base(&self, slow: &[f64]) -> MlpBase {
+        let h = self.hidden.min(MAX_HIDDEN);
+        let mut hid = [0f32; MAX_HIDDEN];
+        hid[..h].copy_from_slice(&self.b1[..h]);
+        let mut lin = 0f32;
+        let off = self.inputs.saturating_sub(slow.len());
+        for (i, &v) in slow.iter().enumerate() {
+            let j = off + i;
+            let v = v as f32;
+            if let Some(w) = self.w1.get(j * self.hidden..j * self.hidden + h) {
+                for (a, w) in hid[..h].iter_mut().zip(w) {
+                    *a += v * w;
+                }
+            }
+            lin += v * self.skip.get(j).copied().unwrap_or(0.0);
+        }
+        let mut key = [0u64; MAX_SLOW];
+        for (k, v) in key.iter_mut().zip(slow) {
+            *k = v.to_bits();
+        }
+        MlpBase {
+            key,
+            key_len: slow.len().min(MAX_SLOW),
+            hid,
+            lin,
+        }
+    }
+
+    /// Whether `base` was made from these slow inputs.
+    pub fn base_fits(base: &MlpBase, slow: &[f64]) -> bool {
+        base.key_len == slow.len() && base.key.iter().zip(slow).all(|(k, v)| *k == v.to_bits())
+    }
+
+    /// The decision from the fast inputs (the first `inputs − slow_inputs` values) and a base.
+    #[inline]
+    pub fn finish(&self, fast: &[f64], base: &MlpBase) -> f32 {
+        match self.hidden {
+            16 => self.finish_n::<4>(fast, base),
+            8 => self.finish_n::<2>(fast, base),
+            _ => self.finish_any(fast, base),
+        }
+    }
+
     /// Decision value in f32 (what both the offline scorer and the online estimator compute).
     #[inline]
     pub fn decision_f32(&self, x: &[f64]) -> f32 {
+        let split = self.inputs.saturating_sub(self.slow_inputs).min(x.len());
+        let base = self.base(&x[split..]);
+        self.finish(&x[..split], &base)
+    }
+
+    fn finish_any(&self, fast: &[f64], base: &MlpBase) -> f32 {
         let h = self.hidden.min(MAX_HIDDEN);
-        let mut acc = [0f32; MAX_HIDDEN];
-        let acc = &mut acc[..h];
-        acc.copy_from_slice(&self.b1[..h]);
-        for (j, &v) in x.iter().enumerate().take(self.inputs) {
+        let mut acc = base.hid;
+        for (&v, w) in fast.iter().zip(self.w1.chunks_exact(self.hidden.max(1))) {
             let v = v as f32;
-            let w = &self.w1[j * self.hidden..j * self.hidden + h];
-            for (a, w) in acc.iter_mut().zip(w) {
+            for (a, w) in acc[..h].iter_mut().zip(w) {
                 *a += v * w;
             }
         }
         let mut o = self.b2;
-        for (a, w) in acc.iter().zip(&self.w2) {
+        for (a, w) in acc[..h].iter().zip(&self.w2) {
             o += a.max(0.0) * w;
         }
-        o
+        o + self.fast_linear(fast) + base.lin
+    }
+
+    /// 4·G hidden units as G groups of 4 lanes (what the compiler maps onto SIMD registers
+    /// best: one multiply-add per group and input, no shuffles), and a tree for the output sum (a
+    /// serial sum of the products was half the cost).
+    #[inline]
+    fn finish_n<const G: usize>(&self, fast: &[f64], base: &MlpBase) -> f32 {
+        let h = 4 * G;
+        let mut a = [[0f32; 4]; G];
+        for (g, ag) in a.iter_mut().enumerate() {
+            ag.copy_from_slice(&base.hid[4 * g..4 * g + 4]);
+        }
+        for (&v, w) in fast.iter().zip(self.w1.chunks_exact(h)) {
+            let v = v as f32;
+            for (g, ag) in a.iter_mut().enumerate() {
+                for l in 0..4 {
+                    ag[l] += v * w[4 * g + l];
+                }
+            }
+        }
+        let mut s = [0f32; 4];
+        for (g, ag) in a.iter().enumerate() {
+            for l in 0..4 {
+                s[l] += ag[l].max(0.0) * self.w2.get(4 * g + l).copied().unwrap_or(0.0);
+            }
+        }
+        self.b2 + ((s[0] + s[1]) + (s[2] + s[3])) + self.fast_linear(fast) + base.lin
+    }
+
+    #[inline]
+    fn fast_linear(&self, fast: &[f64]) -> f32 {
+        let mut lin = [0f32; 2];
+        for (j, (&v, s)) in fast.iter().zip(&self.skip).enumerate() {
+            lin[j & 1] += v as f32 * s;
+        }
+        lin[0] + lin[1]
     }
 
     /// Shapes and numbers that must agree (for the model-file check).
@@ -66,17 +177,34 @@ impl MlpModel {
         if self.hidden == 0 || self.hidden > MAX_HIDDEN {
             return Err(format!("{} hidden units: 1..={MAX_HIDDEN}", self.hidden));
         }
-        if self.w1.len() != self.inputs * self.hidden || self.b1.len() != self.hidden || self.w2.len() != self.hidden {
+        if self.slow_inputs > self.inputs || self.slow_inputs > MAX_SLOW {
             return Err(format!(
-                "{} / {} / {} weights for {} inputs × {} hidden units",
+                "{} slow inputs of {} (at most {MAX_SLOW})",
+                self.slow_inputs, self.inputs
+            ));
+        }
+        if self.w1.len() != self.inputs * self.hidden
+            || self.b1.len() != self.hidden
+            || self.w2.len() != self.hidden
+            || !(self.skip.is_empty() || self.skip.len() == self.inputs)
+        {
+            return Err(format!(
+                "{} / {} / {} / {} weights for {} inputs × {} hidden units",
                 self.w1.len(),
                 self.b1.len(),
                 self.w2.len(),
+                self.skip.len(),
                 self.inputs,
                 self.hidden
             ));
         }
-        let finite = self.w1.iter().chain(&self.b1).chain(&self.w2).chain([&self.b2]);
+        let finite = self
+            .w1
+            .iter()
+            .chain(&self.b1)
+            .chain(&self.w2)
+            .chain(&self.skip)
+            .chain([&self.b2]);
         if !finite.into_iter().all(|v| v.is_finite()) {
             return Err("non-finite weight".into());
         }
@@ -94,18 +222,24 @@ impl Predict for MlpModel {
 mod tests {
     use super::*;
 
-    #[test]
-    fn computes_relu_layers_input_major() {
+    fn small() -> MlpModel {
         // Two inputs, two hidden units: h0 = relu(x0 − x1), h1 = relu(x1 − 1); out = h0 − 2·h1 + 0.5.
-        let m = MlpModel {
+        MlpModel {
             inputs: 2,
             hidden: 2,
             w1: vec![1.0, 0.0, -1.0, 1.0],
             b1: vec![0.0, -1.0],
             w2: vec![1.0, -2.0],
             b2: 0.5,
+            skip: Vec::new(),
+            slow_inputs: 0,
             epochs: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn computes_relu_layers_input_major() {
+        let m = small();
         assert_eq!(m.decision_f32(&[3.0, 1.0]), 2.0 + 0.0 + 0.5);
         assert_eq!(m.decision_f32(&[1.0, 3.0]), 0.0 - 4.0 + 0.5);
         assert!(m.predict_row(&[3.0, 1.0]) && !m.predict_row(&[1.0, 3.0]));
@@ -116,5 +250,46 @@ mod tests {
             ..m.clone()
         };
         assert!(bad.check(2).is_err());
+        let with_skip = MlpModel {
+            skip: vec![0.25, 0.0],
+            ..m.clone()
+        };
+        assert_eq!(with_skip.decision_f32(&[3.0, 1.0]), 2.5 + 0.75);
+        // The second input as a slow one: same decisions, and a base is reusable.
+        let slow = MlpModel {
+            slow_inputs: 1,
+            ..with_skip.clone()
+        };
+        assert_eq!(slow.decision_f32(&[3.0, 1.0]), with_skip.decision_f32(&[3.0, 1.0]));
+        let base = slow.base(&[1.0]);
+        assert!(MlpModel::base_fits(&base, &[1.0]) && !MlpModel::base_fits(&base, &[1.5]));
+        assert_eq!(slow.finish(&[3.0], &base), slow.decision_f32(&[3.0, 1.0]));
+        assert_eq!(slow.finish(&[2.0], &base), slow.decision_f32(&[2.0, 1.0]));
+    }
+
+    #[test]
+    fn unrolled_widths_agree_with_the_general_path() {
+        for h in [8usize, 16, 5] {
+            let d = 7;
+            let m = MlpModel {
+                inputs: d,
+                hidden: h,
+                w1: (0..d * h).map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0).collect(),
+                b1: (0..h).map(|i| (i as f32 - 2.0) / 3.0).collect(),
+                w2: (0..h).map(|i| ((i * 5 % 7) as f32 - 3.0) / 4.0).collect(),
+                b2: 0.1,
+                skip: (0..d).map(|i| i as f32 / 10.0).collect(),
+                slow_inputs: 3,
+                epochs: 0,
+            };
+            for r in 0..50 {
+                let x: Vec<f64> = (0..d).map(|j| ((r * 13 + j * 7) % 17) as f64 / 3.0 - 2.0).collect();
+                let split = d - 3;
+                let base = m.base(&x[split..]);
+                let fast = m.finish_any(&x[..split], &base);
+                let unrolled = m.finish(&x[..split], &base);
+                assert!((fast - unrolled).abs() < 1e-4, "h {h}: {fast} vs {unrolled}");
+            }
+        }
     }
 }

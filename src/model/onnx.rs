@@ -232,11 +232,18 @@ fn svr_graph(m: &crate::train::SvrModel) -> GraphProto {
 fn mlp_graph(m: &crate::model::MlpModel) -> GraphProto {
     let (d, h) = (m.inputs as i64, m.hidden as i64);
     let f = |v: &[f32]| v.iter().map(|x| *x as f64).collect::<Vec<f64>>();
+    let skip = if m.skip.is_empty() {
+        vec![0.0; m.inputs]
+    } else {
+        f(&m.skip)
+    };
     GraphProto {
         node: vec![
             node("Gemm", &["x", "W1", "B1"], "pre"),
             node("Relu", &["pre"], "hid"),
-            node("Gemm", &["hid", "W2", "B2"], "decision"),
+            node("Gemm", &["hid", "W2", "B2"], "deep"),
+            node("MatMul", &["x", "SKIP"], "wide"),
+            node("Add", &["deep", "wide"], "decision"),
             node("Sigmoid", &["decision"], "probability"),
         ],
         name: "aggrate_mlp".into(),
@@ -245,6 +252,7 @@ fn mlp_graph(m: &crate::model::MlpModel) -> GraphProto {
             tensor("B1", &[h], f(&m.b1)),
             tensor("W2", &[h, 1], f(&m.w2)),
             tensor("B2", &[1], vec![m.b2 as f64]),
+            tensor("SKIP", &[d, 1], skip),
         ],
         input: vec![tensor_info("x", [None, Some(d)])],
         output: vec![

@@ -34,6 +34,12 @@ pub struct MlpParams {
     pub max_rows_per_epoch: usize,
     /// Seed of the initial weights and the row order.
     pub seed: u64,
+    /// Add a linear path from the inputs to the output (not decayed): the hidden layer then
+    /// models what a line misses.
+    pub skip: bool,
+    /// Trailing inputs that change slowly (a context row's horizon summary), recorded in the
+    /// model so the online estimator can keep their share (see [`MlpModel`]).
+    pub slow_inputs: usize,
 }
 
 impl Default for MlpParams {
@@ -47,6 +53,8 @@ impl Default for MlpParams {
             balanced: false,
             max_rows_per_epoch: 1_000_000,
             seed: 1,
+            skip: false,
+            slow_inputs: 0,
         }
     }
 }
@@ -143,9 +151,10 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
         (1.0, 1.0)
     };
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
-    // Parameters in one vector: W1 (unit-major, h × d), b1 (h), w2 (h), b2 (1).
+    // Parameters in one vector: W1 (unit-major, h × d), b1 (h), w2 (h), b2 (1), skip (d or 0).
     let (o_b1, o_w2, o_b2) = (h * d, h * d + h, h * d + 2 * h);
-    let np = o_b2 + 1;
+    let o_skip = o_b2 + 1;
+    let np = o_skip + if p.skip { d } else { 0 };
     let mut w = vec![0f32; np];
     let lim1 = (6.0 / d as f64).sqrt();
     for x in &mut w[..o_b1] {
@@ -183,6 +192,9 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
                     *a = *b as f32;
                 }
                 let mut out = w[o_b2];
+                for (a, b) in w[o_skip..].iter().zip(&z) {
+                    out += a * b;
+                }
                 for k in 0..h {
                     let wk = &w[k * d..(k + 1) * d];
                     let mut s = w[o_b1 + k];
@@ -196,6 +208,9 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
                 let prob = 1.0 / (1.0 + (-out).exp());
                 let g = (prob - if y { 1.0 } else { 0.0 }) * if y { w_pos } else { w_neg };
                 grad[o_b2] += g;
+                for (a, b) in grad[o_skip..].iter_mut().zip(&z) {
+                    *a += g * b;
+                }
                 for k in 0..h {
                     if pre[k] > 0.0 {
                         grad[o_w2 + k] += g * pre[k];
@@ -228,13 +243,24 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
         }
         b1[k] = b as f32;
     }
+    let mut b2 = w[o_b2] as f64;
+    let mut skip = Vec::new();
+    if p.skip {
+        for j in 0..d {
+            let wf = w[o_skip + j] as f64 / scaler.std[j];
+            skip.push(wf as f32);
+            b2 -= wf * scaler.mean[j];
+        }
+    }
     let model = MlpModel {
         inputs: d,
         hidden: h,
         w1,
         b1,
         w2: w[o_w2..o_b2].to_vec(),
-        b2: w[o_b2],
+        b2: b2 as f32,
+        skip,
+        slow_inputs: p.slow_inputs.min(d),
         epochs: p.epochs,
     };
     if model.check(d).is_err() {
