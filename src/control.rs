@@ -47,9 +47,10 @@ impl Rate {
     pub fn bps(self) -> f64 {
         self.mbps * 1e6
     }
-    /// Time to send `bytes` at this rate (at least 1 ns; a zero rate sends nothing: 1 s).
+    /// Time to send `bytes` at this rate (at least 1 ns; a zero, negative or NaN rate sends
+    /// nothing: 1 s).
     pub fn interval(self, bytes: u32) -> Duration {
-        if self.mbps <= 0.0 {
+        if self.mbps.is_nan() || self.mbps <= 0.0 {
             return Duration::from_secs(1);
         }
         Duration::from_nanos(((bytes as f64 * 8.0 / self.bps()) * 1e9).max(1.0) as u64)
@@ -271,8 +272,11 @@ impl PiController {
         self.startup
     }
 
-    /// Apply one update from a level μ_N (MPDUs).
+    /// Apply one update from a level μ_N (MPDUs). A level that is not finite changes nothing.
     pub fn step(&mut self, level: f64) {
+        if !level.is_finite() {
+            return;
+        }
         if self.startup && level < self.p.target / 2.0 {
             self.set(self.x * self.p.startup_factor);
             return;
@@ -283,9 +287,11 @@ impl PiController {
         self.x = x.clamp(self.p.min_mbps, self.p.max_mbps);
     }
 
-    /// Set the rate directly (clamped).
+    /// Set the rate directly (clamped; NaN changes nothing).
     pub fn set(&mut self, mbps: f64) {
-        self.x = mbps.clamp(self.p.min_mbps, self.p.max_mbps);
+        if !mbps.is_nan() {
+            self.x = mbps.clamp(self.p.min_mbps, self.p.max_mbps);
+        }
     }
 }
 
@@ -309,7 +315,11 @@ impl RateController for PiController {
                 // queue drains. Later ones (the class is held for a few reports): hold.
                 if self.since_backhaul != 0 {
                     let rx = r.rx_rate_bps / 1e6;
-                    let held = if rx > 0.0 { rx.min(self.x) } else { self.x };
+                    let held = if rx > 0.0 && rx.is_finite() {
+                        rx.min(self.x)
+                    } else {
+                        self.x
+                    };
                     self.set(held * (1.0 - self.p.backhaul_probe));
                 }
                 self.since_backhaul = 0;
@@ -353,7 +363,8 @@ impl AirtimeSplit {
     /// One report per station (same interval). Reports without μ_R keep the last known μ_R.
     pub fn on_reports(&mut self, now: Ts, reports: &[AggReport]) {
         for (i, r) in reports.iter().enumerate().take(self.phy.len()) {
-            if let Some(phy) = r.phy_rate_bps {
+            // Only a finite, positive μ_R counts (inf / inf would make the split NaN).
+            if let Some(phy) = r.phy_rate_bps.filter(|v| v.is_finite() && *v > 0.0) {
                 self.phy[i] = phy;
             }
         }
@@ -376,12 +387,15 @@ impl AirtimeSplit {
     fn spread(&mut self) {
         let x = self.loop_.rate().mbps;
         let r_star = self.phy[self.driven];
+        let (lo, hi) = (self.loop_.p.min_mbps, self.loop_.p.max_mbps);
         for (j, rate) in self.rates.iter_mut().enumerate() {
-            *rate = if r_star > 0.0 && self.phy[j] > 0.0 {
+            let share = if r_star > 0.0 && self.phy[j] > 0.0 {
                 x * self.phy[j] / r_star
             } else {
                 x
             };
+            // Within the clamps whatever the reports said (a NaN share falls back to x).
+            *rate = if share.is_nan() { x } else { share.clamp(lo, hi) };
         }
     }
 

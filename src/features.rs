@@ -43,6 +43,9 @@ pub enum Error {
     /// Slot length out of range.
     #[error("slot length must be 1 ms..=60 s, got {0:?}")]
     BadSlot(Duration),
+    /// N_max out of range.
+    #[error("n_max (largest aggregation level) must be 1..=1024, got {0}")]
+    BadNMax(u16),
     /// Context horizon out of range, or combined with σ.
     #[error("context (receiver horizon in gaps) must be 0 or {min}..={max} and without sigma, got {context} (sigma {sigma})")]
     BadContext {
@@ -154,6 +157,9 @@ impl FeatureSpec {
         }
         if !(1_000_000..=60_000_000_000).contains(&self.slot_ns) {
             return Err(Error::BadSlot(Duration::from_nanos(self.slot_ns)));
+        }
+        if !(1..=1024).contains(&self.n_max) {
+            return Err(Error::BadNMax(self.n_max));
         }
         if self.context != 0 && (self.sigma || !(16..=MAX_CONTEXT).contains(&self.context)) {
             return Err(Error::BadContext {

@@ -238,21 +238,34 @@ impl ModelFile {
     fn validate(&self) -> Result<(), (&'static str, String)> {
         let spec = self.spec.check().map_err(|e| ("spec", e.to_string()))?;
         let w = spec.width();
-        let linear = |field, scaler: &crate::train::Scaler, coef: &[f64], b: f64| {
-            if scaler.mean.len() != w || scaler.std.len() != w || coef.len() != w {
+        // Every scaler: the width of its spec, finite means, finite stds > 0 (a zero std makes
+        // every standardised value inf or NaN).
+        let scaler = |field: &'static str, sc: &crate::train::Scaler, width: usize| {
+            if sc.mean.len() != width || sc.std.len() != width {
                 return Err((
                     field,
                     format!(
-                        "{} weights / {} scaler entries for a spec of {w} features",
-                        coef.len(),
-                        scaler.mean.len()
+                        "{} means / {} stds for a spec of {width} features",
+                        sc.mean.len(),
+                        sc.std.len()
                     ),
                 ));
             }
-            if !coef.iter().chain(&scaler.mean).chain([&b]).all(|v| v.is_finite())
-                || !scaler.std.iter().all(|s| s.is_finite() && *s > 0.0)
-            {
-                return Err((field, "non-finite weight or non-positive scale".to_string()));
+            if let Some(i) = sc.mean.iter().position(|v| !v.is_finite()) {
+                return Err((field, format!("mean[{i}] = {} is not finite", sc.mean[i])));
+            }
+            if let Some(i) = sc.std.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+                return Err((field, format!("std[{i}] = {}: must be finite and > 0", sc.std[i])));
+            }
+            Ok(())
+        };
+        let linear = |field, sc: &crate::train::Scaler, coef: &[f64], b: f64| {
+            scaler("model.scaler", sc, w)?;
+            if coef.len() != w {
+                return Err((field, format!("{} weights for a spec of {w} features", coef.len())));
+            }
+            if !coef.iter().chain([&b]).all(|v| v.is_finite()) {
+                return Err((field, "non-finite weight".to_string()));
             }
             Ok(())
         };
@@ -268,7 +281,8 @@ impl ModelFile {
                 linear("model.base.w", &m.base.scaler, &m.base.w, m.base.b)?;
                 let sw = 3 * spec.d;
                 let s = &m.svr;
-                if s.scaler.mean.len() != sw || s.scaler.std.len() != sw || s.support.len() != s.coef.len() * sw {
+                scaler("model.svr.scaler", &s.scaler, sw)?;
+                if s.support.len() != s.coef.len() * sw {
                     return Err((
                         "model.svr.support",
                         format!(
@@ -382,5 +396,38 @@ mod tests {
         v["spec"]["m"] = 0.into();
         let e = ModelFile::from_json(&v.to_string(), "m0.json").unwrap_err().to_string();
         assert!(e.contains("spec"), "{e}");
+    }
+
+    #[test]
+    fn every_scaler_and_n_max_are_checked_and_named() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/slot_svr_m20_sigma_d5.json"
+        ))
+        .unwrap();
+        let good: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(ModelFile::from_json(&text, "svr.json").is_ok());
+        let refuse = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            ModelFile::from_json(&v.to_string(), "svr.json")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = refuse(&|v| v["model"]["svr"]["scaler"]["std"][2] = 0.0.into());
+        assert!(
+            e.contains("svr.json") && e.contains("model.svr.scaler") && e.contains("std[2] = 0"),
+            "{e}"
+        );
+        let e = refuse(&|v| v["model"]["svr"]["scaler"]["std"][0] = (-1.0).into());
+        assert!(e.contains("model.svr.scaler") && e.contains("std[0] = -1"), "{e}");
+        let e = refuse(&|v| {
+            v["model"]["svr"]["scaler"]["mean"].as_array_mut().unwrap().pop();
+        });
+        assert!(e.contains("14 means / 15 stds for a spec of 15 features"), "{e}");
+        let e = refuse(&|v| v["model"]["base"]["scaler"]["std"][20] = 0.0.into());
+        assert!(e.contains("model.scaler") && e.contains("std[20]"), "{e}");
+        let e = refuse(&|v| v["spec"]["n_max"] = 0.into());
+        assert!(e.contains("n_max") && e.contains("got 0"), "{e}");
     }
 }

@@ -157,8 +157,14 @@ pub struct OnlineEstimator {
     acc: Acc,
     owd: Vec<f32>,
     next_seq: Option<u64>,
+    seq_jumps: u64,
     ready: std::collections::VecDeque<AggReport>,
 }
+
+/// A sequence number further than this ahead of (or behind) the expected one is a jump — a
+/// restarted or misbehaving sender — not that many losses: counted in
+/// [`OnlineEstimator::seq_jumps`], and the expectation restarts from it.
+pub const SEQ_WINDOW: u64 = 1 << 20;
 
 /// Finished reports kept when the caller does not poll (oldest dropped first).
 const READY_MAX: usize = 64;
@@ -200,6 +206,7 @@ impl OnlineEstimator {
             acc: Acc::default(),
             owd: Vec::with_capacity(4096),
             next_seq: None,
+            seq_jumps: 0,
             ready: std::collections::VecDeque::with_capacity(READY_MAX),
         })
     }
@@ -207,6 +214,16 @@ impl OnlineEstimator {
     /// Report interval Δ.
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    /// Forget the expected sequence number (a new session numbers from 1 again).
+    pub fn reset_sequence(&mut self) {
+        self.next_seq = None;
+    }
+
+    /// Sequence jumps beyond [`SEQ_WINDOW`] seen so far.
+    pub fn seq_jumps(&self) -> u64 {
+        self.seq_jumps
     }
 
     /// One received packet (in receive order). Returns the frame its arrival closed, if any.
@@ -236,13 +253,19 @@ impl OnlineEstimator {
             }
         }
         if let Some(seq) = p.seq {
+            // Checked sequence arithmetic with a window: no wrapping sums, no overflow at 2^64.
             match self.next_seq {
-                Some(n) if seq > n => a.lost += seq - n,
-                _ => {}
-            }
-            // Reordered or duplicate packets do not move the expectation back.
-            if self.next_seq.is_none_or(|n| seq + 1 > n) {
-                self.next_seq = Some(seq + 1);
+                Some(n) if seq >= n && seq - n <= SEQ_WINDOW => {
+                    a.lost += seq - n;
+                    self.next_seq = seq.checked_add(1);
+                }
+                // Reordered or duplicate packets do not move the expectation back.
+                Some(n) if seq < n && n - seq <= SEQ_WINDOW => {}
+                Some(_) => {
+                    self.seq_jumps += 1;
+                    self.next_seq = seq.checked_add(1);
+                }
+                None => self.next_seq = seq.checked_add(1),
             }
         }
         let start = match &self.mode {

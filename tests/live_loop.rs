@@ -16,10 +16,35 @@ fn port() -> u16 {
 #[test]
 fn sender_ap_receiver_processes_close_the_loop() {
     let bin = env!("CARGO_BIN_EXE_aggrate");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    // A key made by `keygen` (mode 600, never over an existing file); no key, no run.
+    let o = aggrate(dir.path(), &["-q", "keygen", "key"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let hex = std::fs::read_to_string(&key).unwrap();
+    assert_eq!(hex.trim().len(), 64);
+    assert!(
+        !aggrate(dir.path(), &["-q", "keygen", "key"]).status.success(),
+        "keygen never overwrites"
+    );
+    let o = Command::new(bin)
+        .args(["-q", "recv", "--duration", "1"])
+        .env_remove("AGGRATE_KEY")
+        .env_remove("AGGRATE_KEY_FILE")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("aggrate keygen"), "{}", text(&o).1);
     let (ap, rx) = (port(), port());
     let spawn = |args: Vec<String>| {
         Command::new(bin)
             .args(args)
+            // The receiver takes the key from the environment, the sender from the file.
+            .env("AGGRATE_KEY", hex.trim())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -52,6 +77,8 @@ fn sender_ap_receiver_processes_close_the_loop() {
         "send",
         "--to",
         &format!("127.0.0.1:{ap}"),
+        "--key-file",
+        key.to_str().unwrap(),
         "--duration",
         "4",
     ]));
@@ -72,6 +99,7 @@ fn sender_ap_receiver_processes_close_the_loop() {
         "reports every 0.5 s came back: {tx}"
     );
     assert_eq!(tx["feedback_dropped"], 0, "{tx}");
+    assert_eq!(tx["sessions"], 1, "one handshake: {tx}");
     assert!(
         ap["ampdus"].as_u64().unwrap() > 0 && ap["data_out"].as_u64().unwrap() > 0,
         "{ap}"

@@ -6,7 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use aggrate::control::PiParams;
 use aggrate::model::ModelFile;
 use aggrate::runtime::{AggReport, OnlineEstimator};
+use aggrate::transport::wire::Psk;
 use aggrate::transport::{io, Receiver, Sender};
 use aggrate::wlan::WlanConfig;
 
@@ -25,12 +26,11 @@ use super::Exit;
 /// Settings shared by `send` and `recv`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SessionArgs {
-    /// Session id (both ends must agree).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) session: u32,
-    /// Feedback key (both ends must agree; anyone who knows it can steer the sender).
-    #[arg(long, default_value = "aggrate-demo-key")]
-    pub(crate) key: String,
+    /// File with the pre-shared key, hex (`aggrate keygen FILE` writes one; both ends use the
+    /// same). Without it, the key is read from the AGGRATE_KEY environment variable (hex).
+    /// There is no default key, and a key is never taken as an argument (it would show in `ps`).
+    #[arg(long, env = "AGGRATE_KEY_FILE")]
+    pub(crate) key_file: Option<PathBuf>,
     /// Seconds to run.
     #[arg(long, default_value_t = 20.0)]
     pub(crate) duration: f64,
@@ -88,6 +88,61 @@ pub(crate) struct RecvArgs {
     pub(crate) session: SessionArgs,
 }
 
+/// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
+pub(crate) fn load_key(a: &SessionArgs) -> Result<Psk> {
+    if let Some(p) = &a.key_file {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading the key file {}", p.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(m) = std::fs::metadata(p) {
+                if m.permissions().mode() & 0o077 != 0 {
+                    eprintln!(
+                        "warning: key file {} is readable by others (mode {:o}); chmod 600 it",
+                        p.display(),
+                        m.permissions().mode() & 0o777
+                    );
+                }
+            }
+        }
+        return Psk::from_hex(&text).with_context(|| format!("key file {}", p.display()));
+    }
+    match std::env::var("AGGRATE_KEY") {
+        Ok(v) => Psk::from_hex(&v).context("AGGRATE_KEY"),
+        Err(_) => bail!(
+            "no key: give --key-file FILE (or AGGRATE_KEY_FILE) or set AGGRATE_KEY to hex; `aggrate keygen FILE` writes a random one, and both ends need the same"
+        ),
+    }
+}
+
+/// `aggrate keygen FILE`: 32 random bytes as hex, mode 0600, never over an existing file.
+pub(crate) fn keygen(ui: &Ui, a: KeygenArgs) -> Result<Exit> {
+    use std::io::Write;
+    let key = io::entropy()?;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let mut f = o
+        .open(&a.file)
+        .with_context(|| format!("creating {} (it must not exist yet)", a.file.display()))?;
+    writeln!(f, "{}", Psk::to_hex(&key)).with_context(|| format!("writing {}", a.file.display()))?;
+    ui.info(format!(
+        "wrote a 256-bit key to {} (mode 600); copy it to the other end over a channel you trust",
+        a.file.display()
+    ));
+    Ok(Exit::Ok)
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct KeygenArgs {
+    /// Where to write the key (must not exist).
+    pub(crate) file: PathBuf,
+}
+
 fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
     Ok(WlanConfig::vht_stations(&super::sim::mcs_per_station(mcs, n)?).check()?)
 }
@@ -120,8 +175,9 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
 }
 
 pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
-    if !(28..=65_000).contains(&a.size) {
-        bail!("--size = {}: 28..=65000", a.size);
+    let min = aggrate::transport::wire::DATA_HEADER_LEN;
+    if !(min..=65_000).contains(&a.size) {
+        bail!("--size = {}: {min}..=65000", a.size);
     }
     let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
     let interval = Duration::from_millis(a.session.interval_ms);
@@ -130,10 +186,10 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         ..PiParams::default()
     };
     let mut tx = Sender::new(
-        a.session.session,
-        a.session.key.as_bytes(),
+        load_key(&a.session)?,
+        io::entropy()?,
         a.to.len(),
-        a.size - 28,
+        a.size - aggrate::transport::wire::DATA_HEADER_LEN,
         control,
         interval,
         io::realtime(),
@@ -155,8 +211,8 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let model = a.model.as_deref().map(ModelFile::load).transpose()?;
     let interval = Duration::from_millis(a.session.interval_ms);
     let mut rx = Receiver::new(
-        a.session.session,
-        a.session.key.as_bytes(),
+        load_key(&a.session)?,
+        io::entropy()?,
         estimator(model.as_ref(), interval)?,
     );
     rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
@@ -203,8 +259,9 @@ pub(crate) fn live_loop(
     let interval = Duration::from_millis(500);
     let (ap_port, rx_addr) = (free_port()?, free_port()?);
     let rx_sock = io::timestamped_socket(rx_addr)?;
-    let key = b"aggrate-demo-key";
-    let mut rx = Receiver::new(1, key, estimator(model, interval)?);
+    // A fresh key for this run only: both ends live in this process.
+    let key = Psk::new(&io::entropy()?)?;
+    let mut rx = Receiver::new(key.clone(), io::entropy()?, estimator(model, interval)?);
     let stop = Arc::new(AtomicBool::new(false));
     let reports: Arc<Mutex<Vec<AggReport>>> = Arc::new(Mutex::new(Vec::new()));
     let rates: Arc<Mutex<Vec<(f64, f64)>>> = Arc::new(Mutex::new(Vec::new()));
@@ -240,7 +297,15 @@ pub(crate) fn live_loop(
         let txh = sc.spawn(move || -> Result<aggrate::transport::SenderStats> {
             std::thread::sleep(Duration::from_millis(50));
             let sock = UdpSocket::bind("127.0.0.1:0").context("binding the sender")?;
-            let mut tx = Sender::new(1, key, 1, 1472 - 28, PiParams::default(), interval, io::realtime())?;
+            let mut tx = Sender::new(
+                key,
+                io::entropy()?,
+                1,
+                1472 - aggrate::transport::wire::DATA_HEADER_LEN,
+                PiParams::default(),
+                interval,
+                io::realtime(),
+            )?;
             Ok(io::run_sender(
                 &sock,
                 &[ap_port],

@@ -64,6 +64,8 @@ pub(crate) enum Command {
     Send(live::SendArgs),
     /// Reference receiver (kernel timestamps → estimator → feedback).
     Recv(live::RecvArgs),
+    /// Write a random pre-shared key for `send` and `recv` (hex, mode 600).
+    Keygen(live::KeygenArgs),
     /// Closed loop on a virtual clock: sender → emulated WLAN → estimator → controller.
     Sim(sim::SimArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
@@ -174,6 +176,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Ap(a) => live::ap(&ui, a),
         Command::Send(a) => live::send(&ui, a),
         Command::Recv(a) => live::recv(&ui, a),
+        Command::Keygen(a) => live::keygen(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),

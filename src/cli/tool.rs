@@ -209,12 +209,12 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
     if !(mbps > 0.0 && mbps <= 100_000.0 && seconds > 0.0 && seconds <= 60.0) {
         anyhow::bail!("--mbps in (0, 100000], --seconds in (0, 60]");
     }
-    let sink = UdpSocket::bind("127.0.0.1:0")?;
+    // The sink is a real receiver (handshake, tags verified), reading as fast as it can.
+    let sink = io::timestamped_socket("127.0.0.1:0".parse()?)?;
     let _ = nix::sys::socket::setsockopt(&sink, nix::sys::socket::sockopt::RcvBuf, &(16 << 20));
-    sink.set_read_timeout(Some(Duration::from_millis(100)))?;
     let addr = sink.local_addr()?;
     let stop = AtomicBool::new(false);
-    let got = AtomicU64::new(0);
+    let key = aggrate::transport::wire::Psk::new(&io::entropy()?)?;
     // The rate is pinned (min = max) and reports are not expected for a minute.
     let p = PiParams {
         initial_mbps: mbps,
@@ -222,18 +222,26 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
         max_mbps: mbps,
         ..PiParams::default()
     };
-    let mut tx = Sender::new(1, b"k", 1, 1472 - 28, p, Duration::from_secs(60), io::realtime())?;
+    let payload = 1472 - aggrate::transport::wire::DATA_HEADER_LEN;
+    let mut tx = Sender::new(
+        key.clone(),
+        io::entropy()?,
+        1,
+        payload,
+        p,
+        Duration::from_secs(60),
+        io::realtime(),
+    )?;
+    let est = aggrate::runtime::OnlineEstimator::new(
+        aggrate::runtime::Mode::Mac,
+        aggrate::features::FeatureSpec::default(),
+        Duration::from_secs(60),
+    )?;
+    let mut rx = aggrate::transport::Receiver::new(key, io::entropy()?, est);
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     let start = std::time::Instant::now();
-    let stats = std::thread::scope(|sc| {
-        sc.spawn(|| {
-            let mut buf = [0u8; 2048];
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = sink.recv(&mut buf) {
-                    got.fetch_add(n as u64 + 28, Ordering::Relaxed);
-                }
-            }
-        });
+    let (stats, rstats) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| io::run_receiver(&sink, &mut rx, Duration::from_secs_f64(seconds + 1.0), &stop, |_| {}));
         let r = io::run_sender(
             &sock,
             &[addr],
@@ -244,8 +252,11 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
         );
         std::thread::sleep(Duration::from_millis(150));
         stop.store(true, Ordering::Relaxed);
-        r
-    })?;
+        (r, h.join())
+    });
+    let stats = stats?;
+    let rstats = rstats.map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+    let got = AtomicU64::new(rstats.received * 1500);
     let secs = start.elapsed().as_secs_f64().min(seconds).max(1e-9);
     let sent_mbps = stats.sent as f64 * 1500.0 * 8.0 / seconds / 1e6;
     let recv_mbps = got.load(Ordering::Relaxed) as f64 * 8.0 / secs / 1e6;

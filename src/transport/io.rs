@@ -43,6 +43,16 @@ pub fn realtime() -> Ts {
         .as_nanos() as u64)
 }
 
+/// 32 bytes of OS entropy (`getrandom`) to seed a [`Sender`]'s or [`Receiver`]'s nonces.
+pub fn entropy() -> Result<[u8; 32], IoError> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| IoError {
+        what: "reading OS entropy".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(b)
+}
+
 /// A UDP socket with kernel receive timestamps turned on and a large receive buffer.
 pub fn timestamped_socket(bind: SocketAddr) -> Result<UdpSocket, IoError> {
     let s = UdpSocket::bind(bind).map_err(io(format!("binding {bind}")))?;
@@ -81,8 +91,8 @@ pub fn recv_timestamped(s: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, 
     }
 }
 
-/// Run a receiver on `sock` until `stop` or `duration`: data in, feedback back to the data's
-/// source. `on_report` sees every report sent.
+/// Run a receiver on `sock` until `stop` or `duration`: hellos and data in, hello-acks and
+/// feedback back to the session's peer only. `on_report` sees every report sent.
 pub fn run_receiver(
     sock: &UdpSocket,
     rx: &mut Receiver,
@@ -94,19 +104,17 @@ pub fn run_receiver(
         .map_err(io("receiver timeout"))?;
     let deadline = Instant::now() + duration;
     let mut buf = vec![0u8; 65_536];
-    let mut peer: Option<SocketAddr> = None;
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         if let Some((n, from, host)) = recv_timestamped(sock, &mut buf)? {
-            if rx.handle_data(host, &buf[..n]).is_ok() {
-                peer = Some(from);
-            }
+            // Refused datagrams are counted in the receiver's stats.
+            let _ = rx.handle_datagram(host, from, &buf[..n]);
         }
-        while let Some(n) = rx.poll_transmit(realtime()) {
-            if let Some(p) = peer {
-                let _ = sock.send_to(&rx.buffer()[..n], p);
-            }
-            if let Some(r) = rx.last_report() {
-                on_report(r);
+        while let Some((n, to)) = rx.poll_transmit(realtime()) {
+            let _ = sock.send_to(&rx.buffer()[..n], to);
+            if n == super::wire::FEEDBACK_LEN {
+                if let Some(r) = rx.last_report() {
+                    on_report(r);
+                }
             }
         }
     }
@@ -114,7 +122,7 @@ pub fn run_receiver(
 }
 
 /// Run a sender on `sock` to `to[i]` (station i) until `stop` or `duration`; feedback is read
-/// from the same socket and matched to stations by source address. `on_tick` is called about
+/// from the same socket and matched to stations by source address (hello-acks too). `on_tick` is called about
 /// every 100 ms with the sender (rates, counters).
 pub fn run_sender(
     sock: &UdpSocket,
@@ -144,12 +152,9 @@ pub fn run_sender(
         loop {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
-                    if let Some(i) = to.iter().position(|a| *a == from) {
-                        let _ = tx.handle_feedback(realtime(), i, &buf[..n]);
-                    } else {
-                        // Not from a station we send to: counted as dropped feedback.
-                        let _ = tx.handle_feedback(realtime(), usize::MAX, &buf[..n]);
-                    }
+                    // Not from a station we send to: refused and counted as dropped feedback.
+                    let i = to.iter().position(|a| *a == from).unwrap_or(usize::MAX);
+                    let _ = tx.handle_datagram(realtime(), i, &buf[..n]);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,

@@ -1,48 +1,80 @@
-//! The reference protocol's packets: checked parse and emit that never panic.
+//! The reference protocol's packets (version 2): checked parse and emit that never panic, every
+//! packet authenticated.
 //!
 //! Every packet starts with a 12-byte header (big endian):
 //!
 //! | bytes | field |
 //! | --- | --- |
 //! | 0..2 | magic `0xA6 0x67` |
-//! | 2 | version (1) |
-//! | 3 | kind: 1 = data, 2 = feedback |
-//! | 4..8 | session id |
-//! | 8..12 | reserved (0) |
+//! | 2 | version (2) |
+//! | 3 | kind: 1 = data, 2 = feedback, 3 = hello, 4 = hello-ack |
+//! | 4..8 | session id (chosen by the sender per handshake) |
+//! | 8..12 | station index |
+//!
+//! **Hello** (sender → receiver, kind 3), 64 bytes: `12..44` the sender's nonce, `44..48` zero,
+//! `48..64` tag. **Hello-ack** (receiver → sender, kind 4), 96 bytes: `12..44` the sender's
+//! nonce echoed, `44..76` the receiver's nonce, `76..80` zero, `80..96` tag. Both tags are
+//! HMAC-SHA-256 under the handshake key (derived from the pre-shared key), so only holders of the
+//! key can start a session, and an ack answers exactly one hello. Both sides then derive the
+//! session's keys with HKDF-SHA-256 from the pre-shared key, salted with both nonces, one per
+//! direction and station ([`SessionKeys`]): nothing recorded in one session verifies in another.
 //!
 //! **Data** (kind 1): `12..20` sequence number (u64), `20..28` send time (ns on the sender's
-//! clock, u64), then the payload (any length, may be empty).
+//! clock, u64), `28..44` tag over the whole datagram (with the tag bytes taken as zero) under the
+//! session's data key, then the payload (any length, may be empty).
 //!
 //! **Feedback** (kind 2), 128 bytes: `12..16` report number (u32), `16..24` highest sequence
 //! received (u64), then the report: start, end (ns, u64), frames, packets, lost (u64 each),
 //! μ_N, corrected μ_N, receive rate, mean and p95 one-way delay (ms), μ_R (f64 each; NaN = none),
-//! then a 16-byte tag: HMAC-SHA-256 under the session key of bytes `0..112`, truncated. A
-//! feedback whose tag does not verify is refused: an off-path host that does not know the key
-//! cannot change the sender's rate.
+//! then the tag under the session's feedback key. A verified report is then range-checked
+//! ([`check_report`]): a key holder with a bug cannot steer the sender outside what a receiver
+//! can measure either.
+//!
+//! Tags are the first 16 bytes of HMAC-SHA-256, checked with the `hmac` crate's constant-time
+//! `verify_truncated_left`.
 
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::runtime::AggReport;
 use crate::time::Ts;
 
+type HmacSha256 = Hmac<Sha256>;
+
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = [0xA6, 0x67];
 /// Protocol version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Header bytes.
 pub const HEADER_LEN: usize = 12;
-/// Data header bytes (before the payload).
-pub const DATA_HEADER_LEN: usize = 28;
+/// Tag bytes.
+pub const TAG_LEN: usize = 16;
+/// Data header bytes (before the payload), tag included.
+pub const DATA_HEADER_LEN: usize = 44;
 /// Feedback bytes, tag included.
 pub const FEEDBACK_LEN: usize = 128;
-const TAG_LEN: usize = 16;
+/// Hello bytes.
+pub const HELLO_LEN: usize = 64;
+/// Hello-ack bytes.
+pub const HELLO_ACK_LEN: usize = 96;
+/// Nonce bytes.
+pub const NONCE_LEN: usize = 32;
+/// Shortest pre-shared key (bytes).
+pub const MIN_KEY_LEN: usize = 16;
+/// Longest pre-shared key (bytes).
+pub const MAX_KEY_LEN: usize = 1024;
+/// The fastest 802.11 PHY rate (HE, 8 spatial streams, 160 MHz, MCS 11, 0.8 µs GI: 9,607.8
+/// Mb/s): no receive or PHY rate in a report may exceed it.
+pub const MAX_RATE_BPS: f64 = 9.6078e9;
+/// Largest one-way delay a report may carry (ms): an hour.
+pub const MAX_OWD_MS: f64 = 3.6e6;
 
 /// Why a packet was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum WireError {
-    /// Shorter than its kind needs.
-    #[error("packet of {len} bytes is too short: {what} needs {need}")]
+    /// Shorter (or, for fixed-size kinds, longer) than its kind needs.
+    #[error("packet of {len} bytes: {what} needs {need}")]
     Short {
         /// Bytes given.
         len: usize,
@@ -55,10 +87,10 @@ pub enum WireError {
     #[error("bad magic at byte 0: {0:02x}{1:02x}")]
     Magic(u8, u8),
     /// Another version.
-    #[error("unsupported version {0} at byte 2 (this is version 1)")]
+    #[error("unsupported version {0} at byte 2 (this is version 2)")]
     Version(u8),
-    /// Unknown kind.
-    #[error("unknown packet kind {0} at byte 3")]
+    /// Unknown or unexpected kind.
+    #[error("packet kind {0} at byte 3 is not expected here")]
     Kind(u8),
     /// Another session.
     #[error("session {got:#010x} at byte 4, expected {want:#010x}")]
@@ -68,16 +100,170 @@ pub enum WireError {
         /// Ours.
         want: u32,
     },
-    /// Feedback tag does not verify.
-    #[error("feedback tag at byte 112 does not verify (forged or corrupted)")]
-    Tag,
+    /// Another station.
+    #[error("station {got} at byte 8, expected {want}")]
+    Station {
+        /// In the packet.
+        got: u32,
+        /// Ours.
+        want: u32,
+    },
+    /// The tag does not verify.
+    #[error("tag at byte {at} does not verify (forged, corrupted, or from another session)")]
+    Tag {
+        /// Offset of the tag.
+        at: usize,
+    },
+    /// A verified report with a field out of its range.
+    #[error("report field {field} = {value} out of range ({range})")]
+    Field {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+        /// The range it must lie in.
+        range: &'static str,
+    },
+    /// Not from the peer that completed the handshake.
+    #[error("datagram from an address other than the session's peer")]
+    Peer,
+    /// No session yet (no handshake completed).
+    #[error("no session: the handshake has not completed")]
+    NoSession,
+    /// A report number not above the last one accepted.
+    #[error("report number {got} at byte 12 is not above the last accepted, {last} (replay or late duplicate)")]
+    Stale {
+        /// In the packet.
+        got: u32,
+        /// Last accepted.
+        last: u32,
+    },
+    /// More reports than the interval allows.
+    #[error("report refused: more than the allowed reports per interval")]
+    Flood,
+}
+
+/// A pre-shared key is unusable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Too short or too long.
+    #[error("key of {0} bytes: {MIN_KEY_LEN}..={MAX_KEY_LEN} random bytes needed (`aggrate keygen FILE` writes one)")]
+    Length(usize),
+    /// Every byte the same (an unset or zeroed key).
+    #[error("key of {0} bytes that are all equal: not a random key (`aggrate keygen FILE` writes one)")]
+    Constant(usize),
+    /// Not hex text.
+    #[error("key text is not hex at character {0} (`aggrate keygen FILE` writes 64 hex digits)")]
+    Hex(usize),
+}
+
+/// The pre-shared key both ends hold, with the handshake key derived from it.
+#[derive(Clone)]
+pub struct Psk {
+    ikm: Vec<u8>,
+    handshake: HmacSha256,
+}
+
+impl std::fmt::Debug for Psk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Psk({} bytes)", self.ikm.len())
+    }
+}
+
+fn hkdf_key(ikm: &[u8], salt: &[u8], info: &[&[u8]]) -> HmacSha256 {
+    let hk = Hkdf::<Sha256>::new(Some(salt), ikm);
+    let mut okm = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA-256's limit (255 × 32): `expand_multi_info` cannot fail.
+    let _ = hk.expand_multi_info(info, &mut okm);
+    keyed(&okm)
+}
+
+fn keyed(key: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length: `new_from_slice` cannot fail; the fallback is never taken.
+    <HmacSha256 as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| <HmacSha256 as hmac::digest::KeyInit>::new(&Default::default()))
+}
+
+impl Psk {
+    /// A key from raw bytes: 16..=1024 bytes, not all equal.
+    pub fn new(bytes: &[u8]) -> Result<Psk, KeyError> {
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&bytes.len()) {
+            return Err(KeyError::Length(bytes.len()));
+        }
+        if bytes.iter().all(|&b| b == bytes[0]) {
+            return Err(KeyError::Constant(bytes.len()));
+        }
+        Ok(Psk {
+            ikm: bytes.to_vec(),
+            handshake: hkdf_key(bytes, b"aggrate v2", &[b"handshake"]),
+        })
+    }
+
+    /// A key from hex text (what `aggrate keygen` writes; surrounding whitespace ignored).
+    pub fn from_hex(text: &str) -> Result<Psk, KeyError> {
+        let t = text.trim();
+        let digits: Vec<u8> = t.bytes().collect();
+        let mut bytes = Vec::with_capacity(digits.len() / 2);
+        for (i, pair) in digits.chunks(2).enumerate() {
+            let d = |k: usize| -> Result<u8, KeyError> {
+                let c = *pair.get(k).ok_or(KeyError::Hex(2 * i + k))?;
+                (c as char)
+                    .to_digit(16)
+                    .map(|v| v as u8)
+                    .ok_or(KeyError::Hex(2 * i + k))
+            };
+            bytes.push(d(0)? << 4 | d(1)?);
+        }
+        Psk::new(&bytes)
+    }
+
+    /// Hex text of `bytes` (for `aggrate keygen`).
+    pub fn to_hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The keys of one session and station, derived from the pre-shared key and both nonces.
+#[derive(Clone)]
+pub struct SessionKeys {
+    /// Session id.
+    pub session: u32,
+    /// Station index.
+    pub station: u32,
+    data: HmacSha256,
+    feedback: HmacSha256,
+}
+
+impl std::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SessionKeys(session {:#010x}, station {})",
+            self.session, self.station
+        )
+    }
+}
+
+impl SessionKeys {
+    /// HKDF-SHA-256(salt = sender nonce ‖ receiver nonce, key = the pre-shared key), one key per
+    /// direction, bound to the session id and station.
+    pub fn derive(psk: &Psk, session: u32, station: u32, nonce_s: &[u8; NONCE_LEN], nonce_r: &[u8; NONCE_LEN]) -> Self {
+        let mut salt = [0u8; 2 * NONCE_LEN];
+        salt[..NONCE_LEN].copy_from_slice(nonce_s);
+        salt[NONCE_LEN..].copy_from_slice(nonce_r);
+        let (s, t) = (session.to_be_bytes(), station.to_be_bytes());
+        SessionKeys {
+            session,
+            station,
+            data: hkdf_key(&psk.ikm, &salt, &[b"aggrate v2 data", &s, &t]),
+            feedback: hkdf_key(&psk.ikm, &salt, &[b"aggrate v2 feedback", &s, &t]),
+        }
+    }
 }
 
 /// A data packet's header fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Data {
-    /// Session.
-    pub session: u32,
     /// Sequence number.
     pub seq: u64,
     /// Send time.
@@ -87,14 +273,32 @@ pub struct Data {
 /// A feedback packet's fields.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Feedback {
-    /// Session.
-    pub session: u32,
     /// Report number (increments per report).
     pub number: u32,
     /// Highest sequence number received so far.
     pub highest_seq: u64,
     /// The receiver's report.
     pub report: AggReport,
+}
+
+/// A hello's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Session the sender proposes.
+    pub session: u32,
+    /// Station index.
+    pub station: u32,
+    /// The sender's nonce.
+    pub nonce_s: [u8; NONCE_LEN],
+}
+
+/// A hello-ack's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelloAck {
+    /// The hello it answers.
+    pub hello: Hello,
+    /// The receiver's nonce.
+    pub nonce_r: [u8; NONCE_LEN],
 }
 
 /// Kind of a packet after the header check.
@@ -104,6 +308,10 @@ pub enum Kind {
     Data,
     /// Feedback.
     Feedback,
+    /// Hello.
+    Hello,
+    /// Hello-ack.
+    HelloAck,
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -118,8 +326,14 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_be_bytes(a)
 }
 
-/// Check the common header; returns the kind and session.
-pub fn peek(b: &[u8]) -> Result<(Kind, u32), WireError> {
+fn nonce_at(b: &[u8], o: usize) -> [u8; NONCE_LEN] {
+    let mut a = [0u8; NONCE_LEN];
+    a.copy_from_slice(&b[o..o + NONCE_LEN]);
+    a
+}
+
+/// The common header: kind, session and station.
+pub fn peek(b: &[u8]) -> Result<(Kind, u32, u32), WireError> {
     if b.len() < HEADER_LEN {
         return Err(WireError::Short {
             len: b.len(),
@@ -136,65 +350,140 @@ pub fn peek(b: &[u8]) -> Result<(Kind, u32), WireError> {
     let kind = match b[3] {
         1 => Kind::Data,
         2 => Kind::Feedback,
+        3 => Kind::Hello,
+        4 => Kind::HelloAck,
         k => return Err(WireError::Kind(k)),
     };
-    Ok((kind, u32_at(b, 4)))
+    Ok((kind, u32_at(b, 4), u32_at(b, 8)))
 }
 
-fn header(out: &mut Vec<u8>, kind: u8, session: u32) {
+fn header(out: &mut Vec<u8>, kind: u8, session: u32, station: u32) {
+    out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
     out.push(kind);
     out.extend_from_slice(&session.to_be_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&station.to_be_bytes());
 }
 
-/// Append a data packet with `payload_len` zero bytes of payload to `out` (cleared first).
-pub fn emit_data(out: &mut Vec<u8>, d: &Data, payload_len: usize) {
-    out.clear();
-    header(out, 1, d.session);
+/// Tag of `b` with the `TAG_LEN` bytes at `at` taken as zero.
+fn tag(key: &HmacSha256, b: &[u8], at: usize) -> [u8; TAG_LEN] {
+    let mut mac = key.clone();
+    mac.update(&b[..at]);
+    mac.update(&[0u8; TAG_LEN]);
+    mac.update(&b[at + TAG_LEN..]);
+    let full = mac.finalize().into_bytes();
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&full[..TAG_LEN]);
+    t
+}
+
+fn verify(key: &HmacSha256, b: &[u8], at: usize) -> Result<(), WireError> {
+    let mut mac = key.clone();
+    mac.update(&b[..at]);
+    mac.update(&[0u8; TAG_LEN]);
+    mac.update(&b[at + TAG_LEN..]);
+    mac.verify_truncated_left(&b[at..at + TAG_LEN])
+        .map_err(|_| WireError::Tag { at })
+}
+
+fn expect(b: &[u8], want: Kind, len: usize, exact: bool, what: &'static str) -> Result<(u32, u32), WireError> {
+    let (kind, session, station) = peek(b)?;
+    if kind != want {
+        return Err(WireError::Kind(b[3]));
+    }
+    if b.len() < len || (exact && b.len() != len) {
+        return Err(WireError::Short {
+            len: b.len(),
+            need: len,
+            what,
+        });
+    }
+    Ok((session, station))
+}
+
+fn same_session(keys: &SessionKeys, session: u32, station: u32) -> Result<(), WireError> {
+    if session != keys.session {
+        return Err(WireError::Session {
+            got: session,
+            want: keys.session,
+        });
+    }
+    if station != keys.station {
+        return Err(WireError::Station {
+            got: station,
+            want: keys.station,
+        });
+    }
+    Ok(())
+}
+
+/// Write a hello to `out` (cleared first).
+pub fn emit_hello(out: &mut Vec<u8>, psk: &Psk, h: &Hello) {
+    header(out, 3, h.session, h.station);
+    out.extend_from_slice(&h.nonce_s);
+    out.resize(HELLO_LEN, 0);
+    let t = tag(&psk.handshake, out, HELLO_LEN - TAG_LEN);
+    out[HELLO_LEN - TAG_LEN..].copy_from_slice(&t);
+}
+
+/// Parse and verify a hello.
+pub fn parse_hello(b: &[u8], psk: &Psk) -> Result<Hello, WireError> {
+    let (session, station) = expect(b, Kind::Hello, HELLO_LEN, true, "a hello (exactly)")?;
+    verify(&psk.handshake, b, HELLO_LEN - TAG_LEN)?;
+    Ok(Hello {
+        session,
+        station,
+        nonce_s: nonce_at(b, 12),
+    })
+}
+
+/// Write a hello-ack to `out` (cleared first).
+pub fn emit_hello_ack(out: &mut Vec<u8>, psk: &Psk, a: &HelloAck) {
+    header(out, 4, a.hello.session, a.hello.station);
+    out.extend_from_slice(&a.hello.nonce_s);
+    out.extend_from_slice(&a.nonce_r);
+    out.resize(HELLO_ACK_LEN, 0);
+    let t = tag(&psk.handshake, out, HELLO_ACK_LEN - TAG_LEN);
+    out[HELLO_ACK_LEN - TAG_LEN..].copy_from_slice(&t);
+}
+
+/// Parse and verify a hello-ack.
+pub fn parse_hello_ack(b: &[u8], psk: &Psk) -> Result<HelloAck, WireError> {
+    let (session, station) = expect(b, Kind::HelloAck, HELLO_ACK_LEN, true, "a hello-ack (exactly)")?;
+    verify(&psk.handshake, b, HELLO_ACK_LEN - TAG_LEN)?;
+    Ok(HelloAck {
+        hello: Hello {
+            session,
+            station,
+            nonce_s: nonce_at(b, 12),
+        },
+        nonce_r: nonce_at(b, 44),
+    })
+}
+
+/// Write a data packet with `payload_len` zero bytes of payload to `out` (cleared first).
+pub fn emit_data(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload_len: usize) {
+    header(out, 1, keys.session, keys.station);
     out.extend_from_slice(&d.seq.to_be_bytes());
     out.extend_from_slice(&d.sent.as_nanos().to_be_bytes());
     out.resize(DATA_HEADER_LEN + payload_len, 0);
+    let t = tag(&keys.data, out, 28);
+    out[28..DATA_HEADER_LEN].copy_from_slice(&t);
 }
 
-/// Parse a data packet of session `session`; returns its fields and payload length.
-pub fn parse_data(b: &[u8], session: u32) -> Result<(Data, usize), WireError> {
-    let (kind, s) = peek(b)?;
-    if kind != Kind::Data {
-        return Err(WireError::Kind(b[3]));
-    }
-    if b.len() < DATA_HEADER_LEN {
-        return Err(WireError::Short {
-            len: b.len(),
-            need: DATA_HEADER_LEN,
-            what: "a data packet",
-        });
-    }
-    if s != session {
-        return Err(WireError::Session { got: s, want: session });
-    }
+/// Parse and verify a data packet of the session `keys`; returns its fields and payload length.
+pub fn parse_data(b: &[u8], keys: &SessionKeys) -> Result<(Data, usize), WireError> {
+    let (session, station) = expect(b, Kind::Data, DATA_HEADER_LEN, false, "a data packet")?;
+    same_session(keys, session, station)?;
+    verify(&keys.data, b, 28)?;
     Ok((
         Data {
-            session: s,
             seq: u64_at(b, 12),
             sent: Ts(u64_at(b, 20)),
         },
         b.len() - DATA_HEADER_LEN,
     ))
-}
-
-fn tag(key: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
-    // HMAC accepts keys of any length: `new_from_slice` cannot fail for it.
-    let mut mac = match <Hmac<Sha256> as Mac>::new_from_slice(key) {
-        Ok(m) => m,
-        Err(_) => return [0; TAG_LEN],
-    };
-    mac.update(body);
-    let full = mac.finalize().into_bytes();
-    let mut t = [0u8; TAG_LEN];
-    t.copy_from_slice(&full[..TAG_LEN]);
-    t
 }
 
 fn opt(v: Option<f64>) -> f64 {
@@ -205,10 +494,9 @@ fn back(v: f64) -> Option<f64> {
     (!v.is_nan()).then_some(v)
 }
 
-/// Append a feedback packet to `out` (cleared first), tagged with `key`.
-pub fn emit_feedback(out: &mut Vec<u8>, f: &Feedback, key: &[u8]) {
-    out.clear();
-    header(out, 2, f.session);
+/// Write a feedback packet to `out` (cleared first).
+pub fn emit_feedback(out: &mut Vec<u8>, keys: &SessionKeys, f: &Feedback) {
+    header(out, 2, keys.session, keys.station);
     out.extend_from_slice(&f.number.to_be_bytes());
     out.extend_from_slice(&f.highest_seq.to_be_bytes());
     let r = &f.report;
@@ -225,53 +513,31 @@ pub fn emit_feedback(out: &mut Vec<u8>, f: &Feedback, key: &[u8]) {
     ] {
         out.extend_from_slice(&v.to_bits().to_be_bytes());
     }
-    let t = tag(key, out);
-    out.extend_from_slice(&t);
+    out.resize(FEEDBACK_LEN, 0);
+    let t = tag(&keys.feedback, out, FEEDBACK_LEN - TAG_LEN);
+    out[FEEDBACK_LEN - TAG_LEN..].copy_from_slice(&t);
 }
 
-/// Parse and verify a feedback packet of session `session` under `key`.
-pub fn parse_feedback(b: &[u8], session: u32, key: &[u8]) -> Result<Feedback, WireError> {
-    let (kind, s) = peek(b)?;
-    if kind != Kind::Feedback {
-        return Err(WireError::Kind(b[3]));
-    }
-    if b.len() != FEEDBACK_LEN {
-        return Err(WireError::Short {
-            len: b.len(),
-            need: FEEDBACK_LEN,
-            what: "a feedback packet (exactly)",
-        });
-    }
-    if s != session {
-        return Err(WireError::Session { got: s, want: session });
-    }
-    let body = &b[..FEEDBACK_LEN - TAG_LEN];
-    let want = tag(key, body);
-    // Constant-time comparison: no early exit on the first differing byte.
-    let diff = want
-        .iter()
-        .zip(&b[FEEDBACK_LEN - TAG_LEN..])
-        .fold(0u8, |a, (x, y)| a | (x ^ y));
-    if diff != 0 {
-        return Err(WireError::Tag);
-    }
+/// Parse and verify a feedback packet of the session `keys` (the report's ranges are checked
+/// separately, by [`check_report`]).
+pub fn parse_feedback(b: &[u8], keys: &SessionKeys) -> Result<Feedback, WireError> {
+    let (session, station) = expect(b, Kind::Feedback, FEEDBACK_LEN, true, "a feedback packet (exactly)")?;
+    same_session(keys, session, station)?;
+    verify(&keys.feedback, b, FEEDBACK_LEN - TAG_LEN)?;
     let f = |o: usize| f64::from_bits(u64_at(b, o));
-    let loss_den = u64_at(b, 56) + u64_at(b, 48);
+    let (packets, lost) = (u64_at(b, 48), u64_at(b, 56));
+    // In f64: the sum of two u64 cannot overflow there.
+    let den = packets as f64 + lost as f64;
     Ok(Feedback {
-        session: s,
         number: u32_at(b, 12),
         highest_seq: u64_at(b, 16),
         report: AggReport {
             start: Ts(u64_at(b, 24)),
             end: Ts(u64_at(b, 32)),
             frames: u64_at(b, 40),
-            packets: u64_at(b, 48),
-            lost: u64_at(b, 56),
-            loss_rate: if loss_den > 0 {
-                u64_at(b, 56) as f64 / loss_den as f64
-            } else {
-                0.0
-            },
+            packets,
+            lost,
+            loss_rate: if den > 0.0 { lost as f64 / den } else { 0.0 },
             mean_agg: f(64),
             corrected_agg: back(f(72)),
             rx_rate_bps: f(80),
@@ -282,12 +548,77 @@ pub fn parse_feedback(b: &[u8], session: u32, key: &[u8]) -> Result<Feedback, Wi
     })
 }
 
+fn range(field: &'static str, v: f64, lo: f64, hi: f64, text: &'static str) -> Result<(), WireError> {
+    if v.is_finite() && v >= lo && v <= hi {
+        Ok(())
+    } else {
+        Err(WireError::Field {
+            field,
+            value: v,
+            range: text,
+        })
+    }
+}
+
+/// Every field of a report within what a receiver can measure: levels finite in `[0, n_max]`,
+/// rates finite in `[0, MAX_RATE_BPS]` (μ_R > 0), delays finite in `[0, MAX_OWD_MS]`,
+/// `start ≤ end`, `frames ≤ packets`.
+pub fn check_report(r: &AggReport, n_max: f64) -> Result<(), WireError> {
+    range("mean_agg", r.mean_agg, 0.0, n_max, "finite, 0 ≤ μ_N ≤ N_max")?;
+    if let Some(v) = r.corrected_agg {
+        range("corrected_agg", v, 0.0, n_max, "finite, 0 ≤ μ_N ≤ N_max")?;
+    }
+    range(
+        "rx_rate_bps",
+        r.rx_rate_bps,
+        0.0,
+        MAX_RATE_BPS,
+        "finite, 0 ≤ rate ≤ the fastest PHY",
+    )?;
+    if let Some(v) = r.phy_rate_bps {
+        range(
+            "phy_rate_bps",
+            v,
+            1.0,
+            MAX_RATE_BPS,
+            "finite, 0 < μ_R ≤ the fastest PHY",
+        )?;
+    }
+    if let Some(v) = r.owd_mean_ms {
+        range("owd_mean_ms", v, 0.0, MAX_OWD_MS, "finite, 0 ≤ delay ≤ 1 h")?;
+    }
+    if let Some(v) = r.owd_p95_ms {
+        range("owd_p95_ms", v, 0.0, MAX_OWD_MS, "finite, 0 ≤ delay ≤ 1 h")?;
+    }
+    if r.end < r.start {
+        return Err(WireError::Field {
+            field: "end",
+            value: r.end.as_nanos() as f64,
+            range: "end ≥ start",
+        });
+    }
+    if r.frames > r.packets {
+        return Err(WireError::Field {
+            field: "frames",
+            value: r.frames as f64,
+            range: "frames ≤ packets",
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const KEY: &[u8] = b"session key of the test";
+    fn psk() -> Psk {
+        Psk::new(b"0123456789abcdef-test-key").unwrap()
+    }
+
+    fn keys(nonce: u8) -> SessionKeys {
+        SessionKeys::derive(&psk(), 7, 0, &[nonce; NONCE_LEN], &[2; NONCE_LEN])
+    }
 
     fn report() -> AggReport {
         AggReport {
@@ -307,69 +638,162 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_checked() {
+        assert_eq!(Psk::new(b"short").unwrap_err(), KeyError::Length(5));
+        assert_eq!(Psk::new(&[0u8; 32]).unwrap_err(), KeyError::Constant(32));
+        assert!(Psk::from_hex(&Psk::to_hex(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16])).is_ok());
+        assert_eq!(
+            Psk::from_hex("00112233445566778899aabbccddeefg").unwrap_err(),
+            KeyError::Hex(31)
+        );
+        assert_eq!(Psk::from_hex("0011223344556677889").unwrap_err(), KeyError::Hex(19));
+        assert!(
+            format!("{:?}", psk()).contains("25 bytes"),
+            "Debug never prints key bytes"
+        );
+    }
+
+    #[test]
     fn round_trips() {
+        let k = keys(1);
         let mut b = Vec::new();
         let d = Data {
-            session: 7,
             seq: 1 << 40,
             sent: Ts(123_456_789),
         };
-        emit_data(&mut b, &d, 1000);
-        assert_eq!(b.len(), 1028);
-        assert_eq!(parse_data(&b, 7).unwrap(), (d, 1000));
-        assert!(matches!(parse_data(&b, 8), Err(WireError::Session { got: 7, want: 8 })));
+        emit_data(&mut b, &k, &d, 1000);
+        assert_eq!(b.len(), DATA_HEADER_LEN + 1000);
+        assert_eq!(parse_data(&b, &k).unwrap(), (d, 1000));
         let f = Feedback {
-            session: 7,
             number: 9,
             highest_seq: 16_003,
             report: report(),
         };
-        emit_feedback(&mut b, &f, KEY);
+        emit_feedback(&mut b, &k, &f);
         assert_eq!(b.len(), FEEDBACK_LEN);
-        let back = parse_feedback(&b, 7, KEY).unwrap();
-        assert_eq!(back, f);
+        assert_eq!(parse_feedback(&b, &k).unwrap(), f);
+        let h = Hello {
+            session: 7,
+            station: 3,
+            nonce_s: [9; NONCE_LEN],
+        };
+        emit_hello(&mut b, &psk(), &h);
+        assert_eq!(parse_hello(&b, &psk()).unwrap(), h);
+        let a = HelloAck {
+            hello: h,
+            nonce_r: [4; NONCE_LEN],
+        };
+        emit_hello_ack(&mut b, &psk(), &a);
+        assert_eq!(parse_hello_ack(&b, &psk()).unwrap(), a);
     }
 
     #[test]
-    fn forged_or_damaged_feedback_is_refused() {
+    fn every_changed_byte_and_every_other_key_is_refused() {
+        let k = keys(1);
         let mut b = Vec::new();
-        let f = Feedback {
-            session: 7,
-            number: 1,
-            highest_seq: 5,
-            report: report(),
-        };
-        emit_feedback(&mut b, &f, KEY);
-        assert_eq!(parse_feedback(&b, 7, b"another key"), Err(WireError::Tag));
-        for i in 12..FEEDBACK_LEN {
+        emit_data(&mut b, &k, &Data { seq: 5, sent: Ts(9) }, 40);
+        for i in 0..b.len() {
             let mut c = b.clone();
             c[i] ^= 1;
-            assert_eq!(parse_feedback(&c, 7, KEY), Err(WireError::Tag), "byte {i}");
+            assert!(parse_data(&c, &k).is_err(), "data byte {i}");
         }
-        assert!(matches!(parse_feedback(&b[..50], 7, KEY), Err(WireError::Short { .. })));
-        let mut c = b.clone();
-        c[2] = 2;
-        assert_eq!(parse_feedback(&c, 7, KEY), Err(WireError::Version(2)));
+        assert_eq!(
+            parse_data(&b, &keys(3)),
+            Err(WireError::Tag { at: 28 }),
+            "another session's keys"
+        );
+        emit_feedback(
+            &mut b,
+            &k,
+            &Feedback {
+                number: 1,
+                highest_seq: 5,
+                report: report(),
+            },
+        );
+        for i in 0..FEEDBACK_LEN {
+            let mut c = b.clone();
+            c[i] ^= 0x80;
+            assert!(parse_feedback(&c, &k).is_err(), "feedback byte {i}");
+        }
+        let other = Psk::new(b"another key of the test").unwrap();
+        assert_eq!(
+            parse_feedback(&b, &SessionKeys::derive(&other, 7, 0, &[1; NONCE_LEN], &[2; NONCE_LEN])),
+            Err(WireError::Tag { at: 112 })
+        );
+        emit_hello(
+            &mut b,
+            &psk(),
+            &Hello {
+                session: 1,
+                station: 0,
+                nonce_s: [1; NONCE_LEN],
+            },
+        );
+        assert_eq!(parse_hello(&b, &other), Err(WireError::Tag { at: 48 }));
         assert_eq!(
             peek(&[1, 2, 3]).unwrap_err().to_string(),
-            "packet of 3 bytes is too short: a header needs 12"
+            "packet of 3 bytes: a header needs 12"
         );
+    }
+
+    #[test]
+    fn reports_out_of_range_are_named() {
+        let ok = report();
+        assert_eq!(check_report(&ok, 64.0), Ok(()));
+        let bad = |r: AggReport| check_report(&r, 64.0).unwrap_err().to_string();
+        assert!(bad(AggReport {
+            mean_agg: f64::NAN,
+            ..ok
+        })
+        .starts_with("report field mean_agg = NaN"));
+        assert!(bad(AggReport { mean_agg: -1e9, ..ok }).starts_with("report field mean_agg"));
+        assert!(bad(AggReport { mean_agg: 65.0, ..ok }).starts_with("report field mean_agg"));
+        assert!(bad(AggReport {
+            corrected_agg: Some(f64::INFINITY),
+            ..ok
+        })
+        .starts_with("report field corrected_agg"));
+        assert!(bad(AggReport {
+            phy_rate_bps: Some(f64::INFINITY),
+            ..ok
+        })
+        .starts_with("report field phy_rate_bps = inf"));
+        assert!(bad(AggReport {
+            rx_rate_bps: 1e12,
+            ..ok
+        })
+        .starts_with("report field rx_rate_bps"));
+        assert!(bad(AggReport {
+            owd_p95_ms: Some(-1.0),
+            ..ok
+        })
+        .starts_with("report field owd_p95_ms"));
+        assert!(bad(AggReport { end: Ts(0), ..ok }).starts_with("report field end"));
+        assert!(bad(AggReport { frames: 20_000, ..ok }).starts_with("report field frames"));
     }
 
     proptest! {
         #[test]
-        fn parsers_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200), session in any::<u32>()) {
+        fn parsers_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let (k, p) = (keys(1), psk());
             let _ = peek(&b);
-            let _ = parse_data(&b, session);
-            let _ = parse_feedback(&b, session, KEY);
+            let _ = parse_data(&b, &k);
+            let _ = parse_feedback(&b, &k);
+            let _ = parse_hello(&b, &p);
+            let _ = parse_hello_ack(&b, &p);
         }
 
         #[test]
-        fn valid_prefixes_never_panic(cut in 0usize..FEEDBACK_LEN + 4) {
+        fn valid_prefixes_never_panic(cut in 0usize..HELLO_ACK_LEN + 4) {
+            let (k, p) = (keys(1), psk());
             let mut b = Vec::new();
-            emit_feedback(&mut b, &Feedback { session: 1, number: 2, highest_seq: 3, report: report() }, KEY);
-            b.resize(cut.max(1), 0);
-            let _ = parse_feedback(&b[..cut.min(b.len())], 1, KEY);
+            emit_feedback(&mut b, &k, &Feedback { number: 2, highest_seq: 3, report: report() });
+            let _ = parse_feedback(&b[..cut.min(b.len())], &k);
+            emit_hello_ack(&mut b, &p, &HelloAck { hello: Hello { session: 1, station: 0, nonce_s: [1; 32] }, nonce_r: [2; 32] });
+            let _ = parse_hello_ack(&b[..cut.min(b.len())], &p);
+            emit_data(&mut b, &k, &Data { seq: 1, sent: Ts(2) }, 10);
+            let _ = parse_data(&b[..cut.min(b.len())], &k);
         }
     }
 }

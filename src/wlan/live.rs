@@ -168,7 +168,15 @@ pub struct ApStats {
     pub feedback: u64,
     /// A-MPDUs released.
     pub ampdus: u64,
+    /// Stored datagrams overwritten before the emulator released or dropped them (the store
+    /// holds at most [`AP_STORE_CAP`]).
+    pub evicted: u64,
 }
+
+/// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
+/// 64 KB in the worst case, ≈ 100 MB at 1,500 B). The emulator's queues hold far fewer; packets
+/// it drops without delivering are overwritten here rather than kept forever.
+pub const AP_STORE_CAP: usize = 1 << 16;
 
 /// The emulator as a real-time bottleneck on UDP: station i's data arrives on `listen[i]`
 /// (from the sender), is queued in the [`WlanSim`](super::WlanSim) at its arrival time, and
@@ -184,7 +192,6 @@ pub fn run_ap(
     stop: &AtomicBool,
 ) -> Result<ApStats, ReplayError> {
     use rand::SeedableRng;
-    use std::collections::HashMap;
     if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
         return Err(ReplayError::Io {
             what: "live AP: one listen address and one station address per configured station",
@@ -203,7 +210,9 @@ pub fn run_ap(
     let mut sim = super::WlanSim::new(wlan, rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let start = Instant::now();
     let vnow = || Ts(start.elapsed().as_nanos() as u64);
-    let mut store: HashMap<u32, Vec<u8>> = HashMap::new();
+    // A ring indexed by packet id: bounded whatever the emulator drops.
+    let mut store: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
+    store.resize_with(AP_STORE_CAP, || None);
     let mut next_id = 0u32;
     let mut sender: Option<std::net::SocketAddr> = None;
     let mut stats = ApStats::default();
@@ -232,7 +241,11 @@ pub fn run_ap(
                     sent: now,
                 };
                 if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
-                    store.insert(next_id, buf[..n].to_vec());
+                    let slot = &mut store[next_id as usize % AP_STORE_CAP];
+                    if slot.is_some() {
+                        stats.evicted += 1;
+                    }
+                    *slot = Some((next_id, buf[..n].to_vec()));
                 } else {
                     stats.dropped += 1;
                 }
@@ -248,7 +261,8 @@ pub fn run_ap(
                 stats.ampdus += 1;
                 last_ref = d.ampdu_ref;
             }
-            if let Some(bytes) = store.remove(&d.packet.seq) {
+            let slot = &mut store[d.packet.seq as usize % AP_STORE_CAP];
+            if let Some((_, bytes)) = slot.take_if(|(id, _)| *id == d.packet.seq) {
                 let i = d.sta.0 as usize;
                 let _ = socks[i].send_to(&bytes, stations[i]);
                 stats.data_out += 1;
