@@ -45,15 +45,26 @@ pub struct Join {
     pub unmatched_truth: u64,
     /// Truth packets with a kernel time.
     pub matched: u64,
+    /// Log entries beyond [`MAX_JOIN_ENTRIES`], not kept.
+    pub over_cap: u64,
 }
 
+/// Kernel-log entries a [`Join`] holds at most (≈ 70 MB; 40 minutes at 600 Mb/s).
+pub const MAX_JOIN_ENTRIES: usize = 1 << 21;
+
 impl Join {
-    /// From `(seq, host_ns)` pairs (later duplicates of a sequence number win).
+    /// From `(seq, host_ns)` pairs (later duplicates of a sequence number win); at most
+    /// [`MAX_JOIN_ENTRIES`] are kept, the rest counted in [`Join::over_cap`].
     pub fn new(pairs: impl IntoIterator<Item = (u32, u64)>) -> Join {
-        Join {
-            map: pairs.into_iter().map(|(s, t)| (s, (t, false))).collect(),
-            ..Join::default()
+        let mut j = Join::default();
+        for (s, t) in pairs {
+            if j.map.len() >= MAX_JOIN_ENTRIES && !j.map.contains_key(&s) {
+                j.over_cap += 1;
+            } else {
+                j.map.insert(s, (t, false));
+            }
         }
+        j
     }
     /// Kernel time of `seq`, marking it used.
     pub fn lookup(&mut self, seq: Option<u32>) -> Option<Ts> {
@@ -83,6 +94,10 @@ impl Join {
     }
 }
 
+/// Rows of one open frame kept at most before the frame is closed anyway (a real A-MPDU has
+/// ≤ 256 MPDUs; a capture whose frames never close would otherwise grow without bound).
+pub const MAX_PENDING_ROWS: usize = 16_384;
+
 /// Streams one flow's packets into labelled rows.
 pub struct RowExtractor {
     spec: FeatureSpec,
@@ -98,6 +113,8 @@ pub struct RowExtractor {
     pub rows_out: u64,
     /// Frames closed.
     pub frames: u64,
+    /// Frames closed at [`MAX_PENDING_ROWS`] rows instead of at their end.
+    pub forced_closes: u64,
 }
 
 impl RowExtractor {
@@ -114,12 +131,18 @@ impl RowExtractor {
             packets_in: 0,
             rows_out: 0,
             frames: 0,
+            forced_closes: 0,
         })
     }
 
     /// Retransmitted duplicates dropped so far.
     pub fn duplicates_dropped(&self) -> u64 {
         self.dedup.dropped
+    }
+
+    /// Packets of transmitter × TID streams beyond the filter's cap (not de-duplicated).
+    pub fn dedup_untracked(&self) -> u64 {
+        self.dedup.untracked
     }
 
     /// Whether any packet carried ground truth.
@@ -151,6 +174,12 @@ impl RowExtractor {
                 level: 0,
                 phy_rate_bps: None, // the frame's rate, filled in when it closes
             });
+            if self.pending_meta.len() >= MAX_PENDING_ROWS {
+                if let Some(f) = self.labeler.finish() {
+                    self.forced_closes += 1;
+                    self.flush(f.level, f.phy_rate_bps, sink);
+                }
+            }
         }
     }
 

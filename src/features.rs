@@ -427,7 +427,7 @@ impl GapWindow {
             return Some(&self.row);
         }
         if self.count == self.m {
-            let old = self.ring[self.head] as u128;
+            let old = self.ring[self.head].min(SIGMA_GAP_MAX_NS) as u128;
             self.sum -= old;
             self.sumsq -= old * old;
         } else {
@@ -435,8 +435,11 @@ impl GapWindow {
         }
         self.ring[self.head] = gap;
         self.head = (self.head + 1) % self.m;
-        self.sum += gap as u128;
-        self.sumsq += gap as u128 * gap as u128;
+        // σ's moments count a gap as at most 2^40 ns (18 min): with m ≤ MAX_M gaps, n·Σg² stays
+        // below 2^100, so the sums cannot overflow whatever the timestamps.
+        let g = gap.min(SIGMA_GAP_MAX_NS) as u128;
+        self.sum += g;
+        self.sumsq += g * g;
         // Shift the row right by one and put the newest gap first.
         self.row.copy_within(0..self.m - 1, 1);
         self.row[0] = gap as f64 * 1e-3;
@@ -459,6 +462,9 @@ impl GapWindow {
         (num as f64).sqrt() / n as f64 * 1e-3
     }
 }
+
+/// Longest gap σ's running moments count (larger gaps count as this).
+pub const SIGMA_GAP_MAX_NS: u64 = 1 << 40;
 
 /// One slot-feature row.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -632,6 +638,21 @@ mod tests {
             sigma,
             ..FeatureSpec::default()
         }
+    }
+
+    #[test]
+    fn sigma_cannot_overflow_on_extreme_timestamps() {
+        let mut w = GapWindow::new(&spec(3, true));
+        let mut last = None;
+        for t in [0, u64::MAX / 2, u64::MAX - 5, u64::MAX - 4, u64::MAX] {
+            last = w.push(Ts(t)).map(|r| r.to_vec());
+        }
+        // Gaps (newest first): 4 ns, 1 ns, ~2^63 ns counted as 2^40 ns in σ's moments.
+        let r = last.unwrap();
+        assert!(r[3].is_finite() && r[3] > 0.0, "σ {}", r[3]);
+        let g = SIGMA_GAP_MAX_NS as f64;
+        let want = ((g * g + 1.0 + 16.0) / 3.0 - ((g + 5.0) / 3.0).powi(2)).sqrt() * 1e-3;
+        assert!((r[3] - want).abs() / want < 1e-9, "{} vs {want}", r[3]);
     }
 
     #[test]

@@ -204,9 +204,14 @@ pub fn label_frames(pkts: &[PacketRecord], n_max: u16) -> Result<FrameLabels, Er
     Ok(out)
 }
 
+/// Transmitter × TID streams the retransmission filter tracks at most (2.5 KB each: 10 MB);
+/// packets of further streams are kept without de-duplication and counted.
+pub const DEDUP_MAX_STREAMS: usize = 4096;
+
 /// Drops 802.11 retransmissions of MPDUs already seen: a packet with the retry flag whose
 /// (transmitter, TID, sequence number) is among the last 1024 sequence numbers seen from that
-/// transmitter and TID. O(1) per packet (a 4096-bit bitmap and a ring per transmitter/TID).
+/// transmitter and TID. O(1) per packet (a 4096-bit bitmap and a ring per transmitter/TID), at
+/// most [`DEDUP_MAX_STREAMS`] streams.
 #[derive(Clone, Debug, Default)]
 pub struct Dedup {
     index: HashMap<(Mac, u8), usize>,
@@ -215,6 +220,8 @@ pub struct Dedup {
     last: Option<((Mac, u8), usize)>,
     /// Packets dropped as duplicates.
     pub dropped: u64,
+    /// Packets of streams beyond the cap, kept without de-duplication.
+    pub untracked: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -269,10 +276,18 @@ impl Dedup {
             Some((k, i)) if k == key => i,
             _ => {
                 let n = self.sets.len();
-                let i = *self.index.entry(key).or_insert(n);
-                if i == n {
-                    self.sets.push(SeqSet::new());
-                }
+                let i = match self.index.get(&key) {
+                    Some(&i) => i,
+                    None if n >= DEDUP_MAX_STREAMS => {
+                        self.untracked += 1;
+                        return true;
+                    }
+                    None => {
+                        self.index.insert(key, n);
+                        self.sets.push(SeqSet::new());
+                        n
+                    }
+                };
                 self.last = Some((key, i));
                 i
             }

@@ -64,7 +64,12 @@ impl FlowFilter {
 pub struct FlowCounts {
     flows: HashMap<FiveTuple, (u64, u64)>,
     last: Option<(FiveTuple, u64, u64)>,
+    /// Packets of flows first seen after [`MAX_COUNTED_FLOWS`] were counted (not in any flow).
+    pub over_cap_packets: u64,
 }
+
+/// Distinct 5-tuples counted at most (≈ 100 B each: 6.5 MB).
+pub const MAX_COUNTED_FLOWS: usize = 1 << 16;
 
 impl FlowCounts {
     /// Count one packet.
@@ -77,9 +82,13 @@ impl FlowCounts {
             }
             last => {
                 if let Some((f, p, b)) = last.replace((l3.flow, 1, l3.ip_len as u64)) {
-                    let e = self.flows.entry(f).or_default();
-                    e.0 += p;
-                    e.1 += b;
+                    if self.flows.len() >= MAX_COUNTED_FLOWS && !self.flows.contains_key(&f) {
+                        self.over_cap_packets += p;
+                    } else {
+                        let e = self.flows.entry(f).or_default();
+                        e.0 += p;
+                        e.1 += b;
+                    }
                 }
             }
         }

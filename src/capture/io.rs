@@ -71,6 +71,10 @@ pub enum OpenError {
 
 const BUF: usize = 1 << 16;
 
+/// Memory the xz decoder may use (enough for `xz -9`, 65 MiB; a stream that asks for more is
+/// refused with "Memory usage limit reached").
+pub const XZ_MEMLIMIT: u64 = 96 << 20;
+
 /// Open a pcap/pcapng file, gzip- or xz-compressed or plain (detected by magic bytes).
 pub fn open_path(path: &Path) -> Result<CaptureFile, OpenError> {
     let io_err = |source| OpenError::Io {
@@ -98,10 +102,20 @@ pub fn open_path(path: &Path) -> Result<CaptureFile, OpenError> {
     let reader: Box<dyn BufRead + Send> = match compression {
         Compression::None => Box::new(raw),
         Compression::Gzip => Box::new(BufReader::with_capacity(BUF, flate2::bufread::MultiGzDecoder::new(raw))),
-        Compression::Xz => Box::new(BufReader::with_capacity(
-            BUF,
-            xz2::bufread::XzDecoder::new_multi_decoder(raw),
-        )),
+        Compression::Xz => {
+            // A memory limit for the decoder: a hostile header can ask for a 1.5 GiB dictionary.
+            let stream =
+                xz2::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, xz2::stream::CONCATENATED).map_err(|e| {
+                    OpenError::Io {
+                        path: path.to_path_buf(),
+                        source: std::io::Error::other(format!("xz decoder: {e}")),
+                    }
+                })?;
+            Box::new(BufReader::with_capacity(
+                BUF,
+                xz2::bufread::XzDecoder::new_stream(raw, stream),
+            ))
+        }
     };
     let reader = open_capture(reader).map_err(|source| OpenError::Capture {
         path: path.to_path_buf(),
@@ -137,7 +151,20 @@ pub enum LogError {
         /// The offending text (first 60 chars).
         text: String,
     },
+    /// More entries, or a longer line, than a log may have.
+    #[error("{path}:{line}: {what} (cap); split the log")]
+    Cap {
+        /// Path.
+        path: PathBuf,
+        /// 1-based line.
+        line: u64,
+        /// Which cap.
+        what: String,
+    },
 }
+
+/// Longest line of a kernel log (bytes).
+pub const LOG_MAX_LINE: usize = 4096;
 
 /// Read a CSV log of `seq,host_ns` lines (an optional header line starting with a letter and
 /// `#` comments are skipped).
@@ -150,13 +177,31 @@ pub fn read_seq_log(path: &Path) -> Result<Vec<(u32, u64)>, LogError> {
 }
 
 /// [`read_seq_log`] over any reader (`path` only names the source in errors).
-pub fn parse_seq_log<R: BufRead>(r: R, path: &Path) -> Result<Vec<(u32, u64)>, LogError> {
+pub fn parse_seq_log<R: BufRead>(mut r: R, path: &Path) -> Result<Vec<(u32, u64)>, LogError> {
+    use std::io::Read;
     let mut out = Vec::new();
-    for (i, line) in r.lines().enumerate() {
-        let line = line.map_err(|source| LogError::Io {
+    let mut line = String::new();
+    for i in 0.. {
+        line.clear();
+        // A bounded read per line: a log without newlines cannot grow the buffer without end.
+        let n = (&mut r)
+            .take(LOG_MAX_LINE as u64 + 1)
+            .read_line(&mut line)
+            .map_err(|source| LogError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        let cap = |what: String| LogError::Cap {
             path: path.to_path_buf(),
-            source,
-        })?;
+            line: i as u64 + 1,
+            what,
+        };
+        if n > LOG_MAX_LINE && !line.ends_with('\n') {
+            return Err(cap(format!("line longer than {LOG_MAX_LINE} bytes")));
+        }
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') || (i == 0 && t.starts_with(|c: char| c.is_ascii_alphabetic())) {
             continue;
@@ -169,6 +214,9 @@ pub fn parse_seq_log<R: BufRead>(r: R, path: &Path) -> Result<Vec<(u32, u64)>, L
         let (a, b) = t.split_once(',').ok_or_else(bad)?;
         let seq = a.trim().parse::<u32>().map_err(|_| bad())?;
         let ns = b.trim().parse::<u64>().map_err(|_| bad())?;
+        if out.len() >= crate::dataset::MAX_JOIN_ENTRIES {
+            return Err(cap(format!("more than {} entries", crate::dataset::MAX_JOIN_ENTRIES)));
+        }
         out.push((seq, ns));
     }
     Ok(out)
@@ -177,6 +225,18 @@ pub fn parse_seq_log<R: BufRead>(r: R, path: &Path) -> Result<Vec<(u32, u64)>, L
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_line_without_end_is_refused_at_the_cap() {
+        let long = "1".repeat(LOG_MAX_LINE + 10);
+        let e = parse_seq_log(std::io::Cursor::new(format!("1,5\n{long}")), Path::new("k.csv")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("k.csv:2: line longer than {LOG_MAX_LINE} bytes (cap); split the log")
+        );
+        let ok = parse_seq_log(std::io::Cursor::new("seq,host_ns\n1,5\n2,7"), Path::new("k.csv")).unwrap();
+        assert_eq!(ok, vec![(1, 5), (2, 7)]);
+    }
 
     #[test]
     fn seq_log_parses_and_names_bad_lines() {

@@ -68,6 +68,14 @@ pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFil
     let mut counts = FlowCounts::default();
     let out = for_each_record(ui, path, flow.keep_going, |r| counts.push(r))?;
     let picked = largest_udp_flow(&counts, &filter);
+    if counts.over_cap_packets > 0 {
+        ui.warn(format!(
+            "{}: cap hit: more than {} distinct flows; {} packets of later flows not counted when picking the largest",
+            path.display(),
+            aggrate::capture::filter::MAX_COUNTED_FLOWS,
+            counts.over_cap_packets
+        ));
+    }
     match picked {
         Some(f) => {
             ui.info(format!("{}: selected flow {f} (largest UDP flow)", path.display()));
@@ -195,6 +203,22 @@ fn one_capture(
         ex.duplicates_dropped(),
         rate.map(|r| format!(", rate tag {r} Mb/s")).unwrap_or_default()
     ));
+    if ex.forced_closes > 0 {
+        ui.warn(format!(
+            "{}: cap hit: {} frames still open after {} rows were closed there (a frame that never ends)",
+            path.display(),
+            ex.forced_closes,
+            aggrate::dataset::MAX_PENDING_ROWS
+        ));
+    }
+    if ex.dedup_untracked() > 0 {
+        ui.warn(format!(
+            "{}: cap hit: more than {} transmitter × TID streams; {} packets kept without the retransmission filter",
+            path.display(),
+            aggrate::label::DEDUP_MAX_STREAMS,
+            ex.dedup_untracked()
+        ));
+    }
     outcome.into_result()?;
     if ex.packets_in == 0 {
         return Err(InputError(format!("{}: no packets of the selected flow", path.display())).into());

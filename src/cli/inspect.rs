@@ -81,9 +81,15 @@ struct Report {
     received_mbps: f64,
     duration_s: f64,
     duplicates_dropped: u64,
+    /// Caps on state that were hit (each named with its limit and what it cost).
+    caps_hit: Vec<String>,
     complete: bool,
     error: Option<String>,
 }
+
+/// Flows `inspect` summarises at most when no flow is selected (each holds a labeller and a
+/// level histogram); later flows are still counted.
+pub(crate) const MAX_FLOW_STATES: usize = 4096;
 
 pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     let filter = a.flow.filter();
@@ -94,6 +100,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     let mut per_flow: HashMap<FiveTuple, usize> = HashMap::new();
     let mut states: Vec<FlowState> = Vec::new();
     let mut last: Option<(FiveTuple, usize)> = None;
+    let mut unsummarised = 0u64;
     let mut single = FlowState::new(n_max)?;
     let mut state_err: Option<anyhow::Error> = None;
     let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| {
@@ -107,16 +114,24 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
                     Some((f, i)) if f == flow => i,
                     _ => {
                         let n = states.len();
-                        let i = *per_flow.entry(flow).or_insert(n);
-                        if i == n {
-                            match FlowState::new(n_max) {
-                                Ok(s) => states.push(s),
+                        let i = match per_flow.get(&flow) {
+                            Some(&i) => i,
+                            None if n >= MAX_FLOW_STATES => {
+                                unsummarised += 1;
+                                return;
+                            }
+                            None => match FlowState::new(n_max) {
+                                Ok(s) => {
+                                    states.push(s);
+                                    per_flow.insert(flow, n);
+                                    n
+                                }
                                 Err(err) => {
                                     state_err = Some(err);
                                     return;
                                 }
-                            }
-                        }
+                            },
+                        };
                         last = Some((flow, i));
                         i
                     }
@@ -154,6 +169,29 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         None => (None, false),
     };
     let sorted = counts.sorted();
+    let mut caps_hit = Vec::new();
+    if unsummarised > 0 {
+        caps_hit.push(format!(
+            "flows summarised: {MAX_FLOW_STATES} (packets of later flows not summarised: {unsummarised}; select one with --port/--ip)"
+        ));
+    }
+    if counts.over_cap_packets > 0 {
+        caps_hit.push(format!(
+            "flows counted: {} (packets of later flows not counted: {})",
+            aggrate::capture::filter::MAX_COUNTED_FLOWS,
+            counts.over_cap_packets
+        ));
+    }
+    if dedup.untracked > 0 {
+        caps_hit.push(format!(
+            "retransmission filter: {} transmitter × TID streams (packets kept unfiltered: {})",
+            aggrate::label::DEDUP_MAX_STREAMS,
+            dedup.untracked
+        ));
+    }
+    for c in &caps_hit {
+        ui.warn(format!("{}: cap hit: {c}", a.capture.display()));
+    }
     let report = Report {
         file: a.capture.display().to_string(),
         format: format!("{:?}", outcome.format).to_lowercase(),
@@ -183,6 +221,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         received_mbps: summary.as_ref().map_or(0.0, |s| s.received_mbps),
         duration_s: summary.as_ref().map_or(0.0, |s| s.duration_s),
         duplicates_dropped: dedup.dropped,
+        caps_hit,
         complete: outcome.error.is_none(),
         error: outcome.error.clone(),
     };

@@ -91,7 +91,7 @@ enum Writer {
     Csv(polars::io::csv::write::BatchedWriter<File>),
 }
 
-const BATCH: usize = 1 << 16;
+const BATCH: usize = 1 << 14;
 
 /// Column buffers for one batch.
 #[derive(Default)]

@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -41,6 +41,19 @@ pub(crate) enum ToolCommand {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Write a hostile (valid, but state-hungry) radiotap capture, xz-compressed, for the
+    /// memory benchmark `benches/hostile.sh`: `streams` (a new transmitter × TID per frame),
+    /// `flows` (a new UDP 5-tuple per packet) or `open-frame` (one A-MPDU that never closes).
+    Hostile {
+        /// streams, flows or open-frame.
+        kind: String,
+        /// Packets.
+        #[arg(short, default_value_t = 500_000)]
+        n: u32,
+        /// Output (.pcap.xz).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Redraw Figure 13 (a) from a sweep.json.
     ReplotSweep {
         /// sweep.json.
@@ -73,6 +86,7 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
+        ToolCommand::Hostile { kind, n, output } => hostile(ui, &kind, n, &output),
         ToolCommand::ReplotSweep { json, output } => {
             super::sweep::replot(&json, &output)?;
             Ok(Exit::Ok)
@@ -270,5 +284,61 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
             "datagrams": stats.sent,
         })
     );
+    Ok(Exit::Ok)
+}
+
+/// A hostile capture (see [`ToolCommand::Hostile`]).
+fn hostile(ui: &Ui, kind: &str, n: u32, output: &Path) -> Result<Exit> {
+    use aggrate::capture::writer::{build_frame, CaptureWriter, FrameSpec, OutFormat};
+    if !matches!(kind, "streams" | "flows" | "open-frame") {
+        anyhow::bail!("hostile kind {kind:?}: streams, flows or open-frame");
+    }
+    let f = File::create(output).with_context(|| format!("creating {}", output.display()))?;
+    let xz = xz2::write::XzEncoder::new(f, 6);
+    let mut w = CaptureWriter::new(std::io::BufWriter::new(xz), OutFormat::Pcap, 256)?;
+    let mut buf = Vec::new();
+    for i in 0..n {
+        let k = i as u64;
+        let mut spec = FrameSpec {
+            tsft_us: 1000 + k * 100,
+            ampdu_ref: i,
+            last: true,
+            vht: true,
+            mcs: 9,
+            nss: 2,
+            bw_mhz: 80,
+            short_gi: true,
+            channel_mhz: 5180,
+            sta: [2, 0, 0, 0, 0, 1],
+            bssid: [2, 0, 0, 0, 0, 2],
+            dot11_seq: (i & 0x0fff) as u16,
+            retry: false,
+            ip_src: [10, 0, 0, 1],
+            ip_dst: [10, 0, 0, 2],
+            sport: 5000,
+            dport: 5001,
+            ip_len: 1500,
+            seq: i,
+            sent_ns: k * 100_000,
+        };
+        match kind {
+            // A new transmitter per packet (the TID stays): one filter stream each.
+            "streams" => spec.bssid = [2, (i >> 24) as u8, (i >> 16) as u8, (i >> 8) as u8, i as u8, 3],
+            "flows" => {
+                spec.ip_src = [10, (i >> 16) as u8, (i >> 8) as u8, i as u8];
+                spec.sport = (i % 60_000) as u16 + 1024;
+            }
+            // One A-MPDU reference and TSFT, never the last subframe.
+            _ => {
+                spec.tsft_us = 1000;
+                spec.ampdu_ref = 7;
+                spec.last = false;
+            }
+        }
+        let len = build_frame(&spec, 256, &mut buf);
+        w.write(aggrate::Ts(1_000_000_000 + k * 10_000), &buf, len as u32)?;
+    }
+    w.finish()?.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?.finish()?;
+    ui.info(format!("wrote {n} packets ({kind}) to {}", output.display()));
     Ok(Exit::Ok)
 }
