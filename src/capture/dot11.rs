@@ -51,7 +51,7 @@ pub struct Dot11 {
 }
 
 /// Why an 802.11 header could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, thiserror::Error)]
 #[error("802.11 {what} header needs {need} bytes, {have} captured")]
 pub struct Dot11Error {
     /// Which header.

@@ -27,7 +27,7 @@ use pcap_file::pcap::{PcapReadError, PcapReader};
 use pcap_file::pcapng::{Block, PcapNgReadError, PcapNgReader};
 
 use crate::time::{Ts, Tsft};
-pub use dot11::{Dot11, Mac};
+pub use dot11::{Dot11, Dot11Error, Mac};
 pub use net::{FiveTuple, L3};
 pub use radiotap::Radiotap;
 
@@ -115,6 +115,10 @@ pub struct PacketRecord {
     pub dot11: Option<Dot11>,
     /// IP + transport, when present and not encrypted.
     pub l3: Option<L3>,
+    /// Why the frame was skipped without being decoded to the end, when it was: an 802.11
+    /// frame that cannot carry the flow (control or management with a short header, or cut by
+    /// the snap length). Counted by `inspect`, never fatal.
+    pub skipped: Option<Dot11Error>,
 }
 
 impl PacketRecord {
@@ -130,6 +134,7 @@ impl PacketRecord {
             radio: None,
             dot11: None,
             l3: None,
+            skipped: None,
         }
     }
     /// Radio TSFT.
@@ -253,8 +258,15 @@ impl Error {
 }
 
 enum Inner<R: BufRead> {
-    Pcap { r: PcapReader<R>, link: LinkType },
-    PcapNg { r: PcapNgReader<R> },
+    Pcap {
+        r: PcapReader<R>,
+        link: LinkType,
+        /// FCS bytes at the end of every packet, from the header's link-type field.
+        fcs: u32,
+    },
+    PcapNg {
+        r: PcapNgReader<R>,
+    },
 }
 
 /// Streaming capture reader: `Iterator<Item = Result<PacketRecord, Error>>`.
@@ -284,12 +296,16 @@ pub fn open_capture<R: BufRead>(mut src: R) -> Result<CaptureReader<R>, Error> {
         0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 => {
             let r = PcapReader::new(src).map_err(|e| header_error(Format::Pcap, e.to_string(), &e))?;
             let dl = r.header().datalink;
-            let n = u32::from(dl);
+            let raw = u32::from(dl);
+            // As libpcap reads the field: the link type in the low 16 bits; bit 26 says the top
+            // four bits hold the FCS length in 16-bit words.
+            let n = raw & 0xFFFF;
+            let fcs = if raw & 0x0400_0000 != 0 { (raw >> 28) * 2 } else { 0 };
             let link = LinkType::from_number(n).ok_or_else(|| Error::UnsupportedFileLinkType {
                 linktype: n,
-                name: format!("{dl:?}"),
+                name: format!("{:?}", pcap_file::DataLink::from(n)),
             })?;
-            Inner::Pcap { r, link }
+            Inner::Pcap { r, link, fcs }
         }
         0x0a0d0d0a => {
             let r = PcapNgReader::new(src).map_err(|e| header_error(Format::PcapNg, e.to_string(), &e))?;
@@ -418,7 +434,7 @@ impl<R: BufRead> CaptureReader<R> {
             let offset = self.offset();
             let (link, host, caplen, len, data): (LinkType, Ts, u32, u32, &[u8]);
             match &mut self.inner {
-                Inner::Pcap { r, link: l } => match r.next_packet() {
+                Inner::Pcap { r, link: l, fcs } => match r.next_packet() {
                     None => return None,
                     Some(Ok(p)) => {
                         link = *l;
@@ -426,8 +442,14 @@ impl<R: BufRead> CaptureReader<R> {
                         len = p.orig_len();
                         caplen = p.data().len() as u32;
                         self.offset += 16 + caplen as u64;
+                        // The header's FCS length (radiotap says it per packet in its flags):
+                        // trailing FCS bytes of a packet captured whole are not frame bytes.
+                        let mut d = p.data();
+                        if *fcs > 0 && link != LinkType::Radiotap && caplen == len {
+                            d = &d[..d.len().saturating_sub(*fcs as usize)];
+                        }
                         // SAFETY-free lifetime juggling: decode before the next read.
-                        let res = decode_into(rec, self.number + 1, offset, link, host, caplen, len, p.data());
+                        let res = decode_into(rec, self.number + 1, offset, link, host, caplen, len, d);
                         self.number += 1;
                         self.last_host = host;
                         return Some(res);
@@ -542,6 +564,7 @@ pub fn decode_into(
         radio: None,
         dot11: None,
         l3: None,
+        skipped: None,
     };
     let err = |source: DecodeError| Error::Decode { number, offset, source };
     let (ethertype, rest) = match link {
@@ -563,7 +586,16 @@ pub fn decode_into(
             if fcs {
                 frame = &frame[..frame.len().saturating_sub(4)];
             }
-            let d = Dot11::parse(frame).map_err(|e| err(e.into()))?;
+            let d = match Dot11::parse(frame) {
+                Ok(d) => d,
+                // A frame that cannot carry the flow — not a data frame, too short to say, or
+                // cut by the snap length — is skipped and counted, never fatal.
+                Err(e) if frame.len() < 10 || (frame[0] >> 2) & 3 != 2 || caplen < len => {
+                    rec.skipped = Some(e);
+                    return Ok(());
+                }
+                Err(e) => return Err(err(e.into())),
+            };
             rec.dot11 = Some(d);
             if !d.has_data_body() || d.protected() || d.amsdu || d.frag != 0 {
                 return Ok(());

@@ -227,6 +227,16 @@ fn one_capture(
         return Err(aggrate::label::Error::NoGroundTruth { packets: ex.packets_in })
             .with_context(|| format!("{}", path.display()));
     }
+    if ex.rows_out == 0 {
+        let need = spec.m + 1;
+        return Err(InputError(format!(
+            "{}: the selected flow has {} packets, too short for one row: m = {} needs at least {need}",
+            path.display(),
+            ex.packets_in,
+            spec.m
+        ))
+        .into());
+    }
     Ok(())
 }
 

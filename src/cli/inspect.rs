@@ -13,7 +13,7 @@ use aggrate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder};
 
 use super::ingest::for_each_record;
 use super::progress::Ui;
-use super::{Exit, FlowArgs, InputError};
+use super::{Exit, FlowArgs};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct InspectArgs {
@@ -59,6 +59,14 @@ struct FlowRow {
     bytes: u64,
 }
 
+#[derive(Default, serde::Serialize)]
+struct FrameTypes {
+    data: u64,
+    management: u64,
+    control: u64,
+    extension: u64,
+}
+
 #[derive(serde::Serialize)]
 struct Report {
     file: String,
@@ -81,6 +89,14 @@ struct Report {
     received_mbps: f64,
     duration_s: f64,
     duplicates_dropped: u64,
+    /// 802.11 frames by type (records without an 802.11 header are not counted).
+    frame_types: FrameTypes,
+    /// Frames skipped undecoded because they cannot carry a flow (short control or management
+    /// frames, frames cut by the snap length).
+    frames_skipped: u64,
+    /// Records with TSFT / with A-MPDU status in their radiotap header.
+    tsft_records: u64,
+    ampdu_records: u64,
     /// Caps on state that were hit (each named with its limit and what it cost).
     caps_hit: Vec<String>,
     complete: bool,
@@ -101,10 +117,25 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     let mut states: Vec<FlowState> = Vec::new();
     let mut last: Option<(FiveTuple, usize)> = None;
     let mut unsummarised = 0u64;
+    let mut types = FrameTypes::default();
+    let (mut skipped, mut tsft_records, mut ampdu_records) = (0u64, 0u64, 0u64);
     let mut single = FlowState::new(n_max)?;
     let mut state_err: Option<anyhow::Error> = None;
     let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| {
         counts.push(r);
+        use aggrate::capture::dot11::FrameType;
+        match r.dot11.map(|d| d.ftype) {
+            Some(FrameType::Data) => types.data += 1,
+            Some(FrameType::Mgmt) => types.management += 1,
+            Some(FrameType::Ctrl) => types.control += 1,
+            Some(FrameType::Ext) => types.extension += 1,
+            None => {}
+        }
+        skipped += u64::from(r.skipped.is_some());
+        if let Some(rt) = &r.radio {
+            tsft_records += u64::from(rt.tsft.is_some());
+            ampdu_records += u64::from(rt.ampdu.is_some());
+        }
         if !dedup.keep(r) {
             return;
         }
@@ -221,6 +252,10 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         received_mbps: summary.as_ref().map_or(0.0, |s| s.received_mbps),
         duration_s: summary.as_ref().map_or(0.0, |s| s.duration_s),
         duplicates_dropped: dedup.dropped,
+        frame_types: types,
+        frames_skipped: skipped,
+        tsft_records,
+        ampdu_records,
         caps_hit,
         complete: outcome.error.is_none(),
         error: outcome.error.clone(),
@@ -238,17 +273,17 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     out.flush()?;
     drop(out);
     outcome.into_result()?;
+    // A readable capture is described and is not an error, whatever it holds.
     if report.packets == 0 {
-        return Err(InputError(format!(
+        ui.info(format!(
             "{}: {}",
             report.file,
             if report.records == 0 {
                 "the capture holds no packets".to_string()
             } else {
-                format!("no packets to summarise ({})", report.selection)
+                format!("no aggregation summary ({})", report.selection)
             }
-        ))
-        .into());
+        ));
     }
     Ok(Exit::Ok)
 }
@@ -293,6 +328,14 @@ fn print_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             String::new()
         }
     )?;
+    let t = &r.frame_types;
+    if t.data + t.management + t.control + t.extension > 0 || r.frames_skipped > 0 {
+        writeln!(
+            out,
+            "802.11       {} data, {} management, {} control frames; {} skipped (cannot carry a flow); TSFT on {}, A-MPDU status on {} records",
+            t.data, t.management, t.control, r.frames_skipped, r.tsft_records, r.ampdu_records
+        )?;
+    }
     writeln!(
         out,
         "flows        {} IP flows{}",

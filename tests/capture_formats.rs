@@ -1,0 +1,146 @@
+//! Captures real tools write that are valid but were refused: no UDP flow, a header-only file,
+//! the FCS-length bits in the pcap link-type field, short control frames beside a flow, and a
+//! flow shorter than one window. Fixtures are hand-packed here; tshark checks the record counts.
+
+mod common;
+
+use std::path::Path;
+
+use common::{aggrate, pcap_bytes, radiotap_udp, text, tshark_fields};
+
+fn inspect_json(d: &Path, f: &str) -> serde_json::Value {
+    let o = aggrate(d, &["inspect", "--json", f]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    serde_json::from_str(text(&o).0.trim()).unwrap()
+}
+
+fn tshark_records(p: &Path) -> usize {
+    tshark_fields(p, &["frame.number"]).len()
+}
+
+/// A 12-byte 802.11 ACK (10-byte header + 2 stray bytes) behind a radiotap header whose Flags
+/// say the frame ends in an FCS: 8 bytes after removing it, too short for any header.
+fn short_ack() -> Vec<u8> {
+    let mut f = vec![0u8, 0, 9, 0, 0x02, 0, 0, 0, 0x10];
+    f.extend_from_slice(&[0xd4, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0]);
+    f
+}
+
+#[test]
+fn a_header_only_capture_is_described_and_features_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("hollow.pcap"), pcap_bytes(127, &[])).unwrap();
+    let o = aggrate(d, &["inspect", "hollow.pcap"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    assert!(text(&o).1.contains("holds no packets"));
+    let o = aggrate(d, &["features", "hollow.pcap", "-o", "x.csv"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o).1);
+}
+
+#[test]
+fn a_capture_without_a_udp_flow_is_described_with_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Only control frames: two short ACKs.
+    std::fs::write(
+        d.join("acks.pcap"),
+        pcap_bytes(127, &[(1, &short_ack()), (2, &short_ack())]),
+    )
+    .unwrap();
+    let j = inspect_json(d, "acks.pcap");
+    assert_eq!(j["records"], 2);
+    assert_eq!(
+        j["records"].as_u64().unwrap() as usize,
+        tshark_records(&d.join("acks.pcap"))
+    );
+    assert_eq!(j["frames_skipped"], 2, "{j}");
+    assert_eq!(j["selected_flow"], serde_json::Value::Null);
+    assert_eq!(j["selection"], "no UDP flow in the capture");
+}
+
+#[test]
+fn a_short_control_frame_beside_the_flow_is_skipped_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..30u32)
+        .map(|i| radiotap_udp(100 * (i as u64 / 5), Some(i / 5), i, i as u16, false))
+        .collect();
+    let mut pk: Vec<(u64, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i as u64 * 10, &f[..]))
+        .collect();
+    let ack = short_ack();
+    pk.insert(7, (65, &ack));
+    std::fs::write(d.join("mixed.pcap"), pcap_bytes(127, &pk)).unwrap();
+    let j = inspect_json(d, "mixed.pcap");
+    assert_eq!(j["records"], 31);
+    assert_eq!(tshark_records(&d.join("mixed.pcap")), 31);
+    assert_eq!(j["frames_skipped"], 1);
+    assert_eq!(j["packets"], 30);
+    assert_eq!(j["frames"], 6);
+    assert_eq!(j["complete"], true);
+    let o = aggrate(d, &["features", "mixed.pcap", "--m", "5", "-o", "rows.csv"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+}
+
+#[test]
+fn the_link_type_field_is_masked_and_its_fcs_length_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 0x3000007F: radiotap with bits above the low 16 set (airodump-ng writes such headers;
+    // libpcap and tshark read the low 16 bits, the FCS length needs bit 26).
+    let frames: Vec<Vec<u8>> = (0..10u32)
+        .map(|i| radiotap_udp(100, Some(1), i, i as u16, false))
+        .collect();
+    let pk: Vec<(u64, &[u8])> = frames.iter().map(|f| (1, &f[..])).collect();
+    std::fs::write(d.join("rt.pcap"), pcap_bytes(0x3000_007F, &pk)).unwrap();
+    let j = inspect_json(d, "rt.pcap");
+    assert!(j["link_type"].as_str().unwrap().contains("127"), "{j}");
+    assert_eq!(j["packets"], 10);
+    assert_eq!(tshark_records(&d.join("rt.pcap")), 10);
+    // 802.11 (105) with "FCS present, 2 × 16 bits": each packet ends in 4 FCS bytes that are not
+    // frame bytes; the UDP flow is read the same with or without them.
+    let bare: Vec<Vec<u8>> = frames
+        .iter()
+        .map(|f| {
+            let rt = u16::from_le_bytes([f[2], f[3]]) as usize;
+            let mut v = f[rt..].to_vec();
+            v.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+            v
+        })
+        .collect();
+    let pk: Vec<(u64, &[u8])> = bare.iter().map(|f| (1, &f[..])).collect();
+    std::fs::write(d.join("fcs.pcap"), pcap_bytes(105 | 0x0400_0000 | 2 << 28, &pk)).unwrap();
+    let j = inspect_json(d, "fcs.pcap");
+    assert!(j["link_type"].as_str().unwrap().contains("105"), "{j}");
+    assert_eq!(j["flows"][0]["packets"], 10, "{j}");
+    let ts = tshark_fields(&d.join("fcs.pcap"), &["udp.dstport"]);
+    assert_eq!(ts.len(), 10);
+    assert!(ts.iter().all(|r| r[0] == "5001"), "{ts:?}");
+}
+
+#[test]
+fn features_refuses_a_flow_shorter_than_one_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..8u32)
+        .map(|i| radiotap_udp(100 * i as u64, Some(i), i, i as u16, false))
+        .collect();
+    let pk: Vec<(u64, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i as u64 * 10, &f[..]))
+        .collect();
+    std::fs::write(d.join("short.pcap"), pcap_bytes(127, &pk)).unwrap();
+    let o = aggrate(d, &["features", "short.pcap", "-o", "rows.csv"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o).1);
+    assert!(
+        text(&o)
+            .1
+            .contains("has 8 packets, too short for one row: m = 20 needs at least 21"),
+        "{}",
+        text(&o).1
+    );
+}
