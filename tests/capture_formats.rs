@@ -144,3 +144,55 @@ fn features_refuses_a_flow_shorter_than_one_window() {
         text(&o).1
     );
 }
+
+#[test]
+fn a_fraction_of_a_second_past_one_is_carried_as_tshark_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..30u32)
+        .map(|i| radiotap_udp(100 * i as u64, Some(i), i, i as u16, false))
+        .collect();
+    // Microsecond field 1,000,046 on record 3 (as airodump-ng writes): pcap_bytes takes µs.
+    let mut bytes = pcap_bytes(127, &frames.iter().map(|f| (10_000_000, &f[..])).collect::<Vec<_>>());
+    let rec3 = 24 + 2 * (16 + frames[0].len());
+    bytes[rec3 + 4..rec3 + 8].copy_from_slice(&1_000_046u32.to_le_bytes());
+    std::fs::write(d.join("airodump.pcap"), &bytes).unwrap();
+    let j = inspect_json(d, "airodump.pcap");
+    assert_eq!(j["records"], 30);
+    assert_eq!(j["timestamps_fixed"], 1);
+    assert_eq!(j["complete"], true);
+    // tshark reads every record and takes the record as 1.000046 s after the one before (it
+    // prints seconds and nanoseconds as they are: "0.1000046000" is 0 s + 1,000,046,000 ns).
+    let ts = tshark_fields(&d.join("airodump.pcap"), &["frame.time_delta"]);
+    assert_eq!(ts.len(), 30);
+    let (sec, ns) = ts[2][0].split_once('.').unwrap();
+    let delta = sec.parse::<f64>().unwrap() + ns.parse::<f64>().unwrap() * 1e-9;
+    assert!((delta - 1.000046).abs() < 1e-9, "{:?}", ts[2]);
+    // Our time for it is the same instant (src/capture/pcap.rs checks the value itself).
+    let mut r = aggrate::capture::io::open_path(&d.join("airodump.pcap"))
+        .unwrap()
+        .reader;
+    let times: Vec<u64> = (&mut r).map(|x| x.unwrap().host.as_nanos()).collect();
+    assert_eq!(times[2] - times[1], 1_000_046_000);
+}
+
+#[test]
+fn keep_going_says_incomplete_when_reading_stopped_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..30u32)
+        .map(|i| radiotap_udp(100 * i as u64, Some(i), i, i as u16, false))
+        .collect();
+    let mut bytes = pcap_bytes(127, &frames.iter().map(|f| (1, &f[..])).collect::<Vec<_>>());
+    // Record 11 claims 100 MB: container damage.
+    let rec11 = 24 + 10 * (16 + frames[0].len());
+    bytes[rec11 + 8..rec11 + 12].copy_from_slice(&100_000_000u32.to_le_bytes());
+    std::fs::write(d.join("damaged.pcap"), &bytes).unwrap();
+    let o = aggrate(d, &["inspect", "--json", "--keep-going", "damaged.pcap"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let j: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    assert_eq!(j["records"], 10);
+    assert_eq!(j["complete"], false, "{j}");
+    assert!(j["unread_bytes"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("packet 11"), "{j}");
+}

@@ -2,6 +2,7 @@
 //! model builds an estimator and decides a row without panicking.
 #![no_main]
 use aggrate::model::ModelFile;
+use aggrate::train::Predict;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

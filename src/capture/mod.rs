@@ -18,12 +18,12 @@ pub mod filter;
 pub mod io;
 pub(crate) mod le;
 pub mod net;
+pub mod pcap;
 pub mod radiotap;
 pub mod writer;
 
 use std::io::BufRead;
 
-use pcap_file::pcap::{PcapReadError, PcapReader};
 use pcap_file::pcapng::{Block, PcapNgReadError, PcapNgReader};
 
 use crate::time::{Ts, Tsft};
@@ -259,7 +259,7 @@ impl Error {
 
 enum Inner<R: BufRead> {
     Pcap {
-        r: PcapReader<R>,
+        r: pcap::PcapRecords<R>,
         link: LinkType,
         /// FCS bytes at the end of every packet, from the header's link-type field.
         fcs: u32,
@@ -294,9 +294,11 @@ pub fn open_capture<R: BufRead>(mut src: R) -> Result<CaptureReader<R>, Error> {
     let magic = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
     let inner = match magic {
         0xa1b2c3d4 | 0xd4c3b2a1 | 0xa1b23c4d | 0x4d3cb2a1 => {
-            let r = PcapReader::new(src).map_err(|e| header_error(Format::Pcap, e.to_string(), &e))?;
-            let dl = r.header().datalink;
-            let raw = u32::from(dl);
+            let r = pcap::PcapRecords::new(src).map_err(|what| Error::BadHeader {
+                format: Format::Pcap,
+                what,
+            })?;
+            let raw = r.header().linktype;
             // As libpcap reads the field: the link type in the low 16 bits; bit 26 says the top
             // four bits hold the FCS length in 16-bit words.
             let n = raw & 0xFFFF;
@@ -395,6 +397,14 @@ impl<R: BufRead> CaptureReader<R> {
         }
     }
 
+    /// Records whose timestamp fraction was a second or more, normalised (pcap only).
+    pub fn timestamps_fixed(&self) -> u64 {
+        match &self.inner {
+            Inner::Pcap { r, .. } => r.ts_fixed,
+            Inner::PcapNg { .. } => 0,
+        }
+    }
+
     /// Packets returned so far (including ones that failed to decode).
     pub fn packets_read(&self) -> u64 {
         self.number
@@ -434,39 +444,33 @@ impl<R: BufRead> CaptureReader<R> {
             let offset = self.offset();
             let (link, host, caplen, len, data): (LinkType, Ts, u32, u32, &[u8]);
             match &mut self.inner {
-                Inner::Pcap { r, link: l, fcs } => match r.next_packet() {
+                Inner::Pcap { r, link: l, fcs } => match r.next_record() {
                     None => return None,
                     Some(Ok(p)) => {
                         link = *l;
-                        host = Ts::from_duration(p.timestamp());
-                        len = p.orig_len();
-                        caplen = p.data().len() as u32;
+                        host = p.ts;
+                        len = p.orig_len;
+                        caplen = p.data.len() as u32;
                         self.offset += 16 + caplen as u64;
                         // The header's FCS length (radiotap says it per packet in its flags):
                         // trailing FCS bytes of a packet captured whole are not frame bytes.
-                        let mut d = p.data();
+                        let mut d = p.data;
                         if *fcs > 0 && link != LinkType::Radiotap && caplen == len {
                             d = &d[..d.len().saturating_sub(*fcs as usize)];
                         }
-                        // SAFETY-free lifetime juggling: decode before the next read.
                         let res = decode_into(rec, self.number + 1, offset, link, host, caplen, len, d);
                         self.number += 1;
                         self.last_host = host;
                         return Some(res);
                     }
-                    Some(Err(e)) => {
-                        let eof = matches!(&e, PcapReadError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
-                        if let PcapReadError::Io(io) = &e {
-                            if !eof {
-                                self.done = true;
-                                return Some(Err(Error::Io {
-                                    offset,
-                                    source: std::io::Error::new(io.kind(), io.to_string()),
-                                }));
-                            }
-                        }
-                        return Some(Err(self.container_error(eof, describe(&e))));
+                    Some(Err(pcap::RecordError::Io(io))) => {
+                        self.done = true;
+                        return Some(Err(Error::Io { offset, source: io }));
                     }
+                    Some(Err(pcap::RecordError::Truncated)) => {
+                        return Some(Err(self.container_error(true, String::new())))
+                    }
+                    Some(Err(pcap::RecordError::Corrupt(what))) => return Some(Err(self.container_error(false, what))),
                 },
                 Inner::PcapNg { r } => match r.next_block() {
                     None => return None,

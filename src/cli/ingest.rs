@@ -24,6 +24,12 @@ pub(crate) struct Outcome {
     pub(crate) skipped: u64,
     /// What stopped the read early, if anything (already prefixed with the path).
     pub(crate) error: Option<String>,
+    /// With --keep-going: the container damage reading stopped at (prefixed with the path).
+    pub(crate) stopped: Option<String>,
+    /// Bytes of the file not read when reading stopped early.
+    pub(crate) unread_bytes: u64,
+    /// Records whose timestamp fraction was a second or more, normalised as tshark does.
+    pub(crate) timestamps_fixed: u64,
 }
 
 impl Outcome {
@@ -55,6 +61,9 @@ pub(crate) fn for_each_record(
         records: 0,
         skipped: 0,
         error: None,
+        stopped: None,
+        unread_bytes: 0,
+        timestamps_fixed: 0,
     };
     let mut rec = aggrate::capture::PacketRecord::empty();
     while let Some(r) = file.reader.next_into(&mut rec) {
@@ -77,6 +86,7 @@ pub(crate) fn for_each_record(
             }
             Err(e) if keep_going => {
                 ui.warn(format!("{}: {e}; stopped reading this file there", path.display()));
+                out.stopped = Some(format!("{}: {e}", path.display()));
                 break;
             }
             Err(e) => {
@@ -86,6 +96,23 @@ pub(crate) fn for_each_record(
         }
     }
     bar.finish();
+    if out.error.is_some() || out.stopped.is_some() {
+        // Uncompressed: from the record the reader stopped at; compressed: from the compressed
+        // bytes consumed (a lower bound: the decoder reads ahead).
+        let done = match file.compression {
+            Compression::None => file.reader.offset(),
+            _ => file.consumed.load(Ordering::Relaxed),
+        };
+        out.unread_bytes = file.file_len.saturating_sub(done);
+    }
+    out.timestamps_fixed = file.reader.timestamps_fixed();
+    if out.timestamps_fixed > 0 {
+        ui.info(format!(
+            "{}: {} records with a fraction of a second ≥ 1 s, carried into the seconds (as tshark does)",
+            path.display(),
+            out.timestamps_fixed
+        ));
+    }
     if out.skipped > MAX_WARNINGS {
         ui.warn(format!(
             "{}: {} damaged packets skipped in all",

@@ -99,7 +99,12 @@ struct Report {
     ampdu_records: u64,
     /// Caps on state that were hit (each named with its limit and what it cost).
     caps_hit: Vec<String>,
+    /// Records whose timestamp fraction was ≥ 1 s, normalised as tshark does.
+    timestamps_fixed: u64,
+    /// False whenever reading stopped before the end of the file (also with --keep-going).
     complete: bool,
+    /// Bytes of the file not read when reading stopped early.
+    unread_bytes: u64,
     error: Option<String>,
 }
 
@@ -257,8 +262,10 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         tsft_records,
         ampdu_records,
         caps_hit,
-        complete: outcome.error.is_none(),
-        error: outcome.error.clone(),
+        timestamps_fixed: outcome.timestamps_fixed,
+        complete: outcome.error.is_none() && outcome.stopped.is_none(),
+        unread_bytes: outcome.unread_bytes,
+        error: outcome.error.clone().or(outcome.stopped.clone()),
     };
     if let Some(s) = &report.selected_flow {
         ui.info(format!("selected flow: {s} ({})", report.selection));
