@@ -196,3 +196,66 @@ fn keep_going_says_incomplete_when_reading_stopped_early() {
     assert!(j["unread_bytes"].as_u64().unwrap() > 0, "{j}");
     assert!(j["error"].as_str().unwrap().contains("packet 11"), "{j}");
 }
+
+fn pcapng(ifaces: &[u16], packets: &[(u32, &[u8])]) -> Vec<u8> {
+    let mut v = Vec::new();
+    let block = |v: &mut Vec<u8>, ty: u32, body: &[u8]| {
+        let len = 12 + body.len() as u32;
+        v.extend_from_slice(&ty.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(body);
+        v.extend_from_slice(&len.to_le_bytes());
+    };
+    let mut shb = 0x1A2B3C4Du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    block(&mut v, 0x0A0D0D0A, &shb);
+    for lt in ifaces {
+        let mut idb = lt.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0]);
+        idb.extend_from_slice(&65535u32.to_le_bytes());
+        block(&mut v, 1, &idb);
+    }
+    for (i, (iface, data)) in packets.iter().enumerate() {
+        let mut epb = Vec::new();
+        for x in [
+            *iface,
+            0,
+            1_000_000 + i as u32 * 10,
+            data.len() as u32,
+            data.len() as u32,
+        ] {
+            epb.extend_from_slice(&x.to_le_bytes());
+        }
+        epb.extend_from_slice(data);
+        while epb.len() % 4 != 0 {
+            epb.push(0);
+        }
+        block(&mut v, 6, &epb);
+    }
+    v
+}
+
+#[test]
+fn a_multi_interface_pcapng_reads_the_interfaces_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..12u32)
+        .map(|i| radiotap_udp(100 * (i as u64 / 4), Some(i / 4), i, i as u16, false))
+        .collect();
+    // Interface 0: USB (link type 220), interface 1: radiotap; interleaved.
+    let usb = [0u8; 48];
+    let mut pk: Vec<(u32, &[u8])> = Vec::new();
+    for f in &frames {
+        pk.push((0, &usb));
+        pk.push((1, f));
+    }
+    std::fs::write(d.join("multi.pcapng"), pcapng(&[220, 127], &pk)).unwrap();
+    let j = inspect_json(d, "multi.pcapng");
+    assert_eq!(j["records"], 24, "{j}");
+    assert_eq!(tshark_records(&d.join("multi.pcapng")), 24);
+    assert_eq!(j["other_link_records"], 12);
+    assert_eq!(j["packets"], 12);
+    assert_eq!(j["frames"], 3);
+    assert_eq!(j["complete"], true);
+}

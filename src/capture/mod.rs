@@ -280,6 +280,8 @@ pub struct CaptureReader<R: BufRead> {
     offset: u64,
     last_host: Ts,
     done: bool,
+    other_link_packets: u64,
+    other_link_interfaces: Vec<u32>,
 }
 
 /// Detect pcap vs pcapng (and refuse compressed or unknown input) and open a reader.
@@ -330,6 +332,8 @@ pub fn open_capture<R: BufRead>(mut src: R) -> Result<CaptureReader<R>, Error> {
         offset: 24,
         last_host: Ts::ZERO,
         done: false,
+        other_link_packets: 0,
+        other_link_interfaces: Vec::new(),
     })
 }
 
@@ -403,6 +407,12 @@ impl<R: BufRead> CaptureReader<R> {
             Inner::Pcap { r, .. } => r.ts_fixed,
             Inner::PcapNg { .. } => 0,
         }
+    }
+
+    /// Packets skipped because their pcapng interface has a link type we do not decode, and
+    /// those interfaces (the first 64).
+    pub fn other_link_packets(&self) -> (u64, &[u32]) {
+        (self.other_link_packets, &self.other_link_interfaces)
     }
 
     /// Packets returned so far (including ones that failed to decode).
@@ -486,11 +496,22 @@ impl<R: BufRead> CaptureReader<R> {
                         self.number += 1;
                         let number = self.number;
                         let lt = state.interfaces().get(iface as usize).map(|i| u32::from(i.linktype));
-                        let Some(lk) = lt.and_then(LinkType::from_number) else {
+                        let Some(lk) = lt.and_then(|n| LinkType::from_number(n & 0xFFFF)) else {
+                            // An interface whose link type we do not decode (a USB or Bluetooth
+                            // interface beside the Wi-Fi one): its packets are skipped and
+                            // counted, the other interfaces read on.
+                            if lt.is_some() {
+                                self.other_link_packets += 1;
+                                if !self.other_link_interfaces.contains(&iface) && self.other_link_interfaces.len() < 64
+                                {
+                                    self.other_link_interfaces.push(iface);
+                                }
+                                continue;
+                            }
                             return Some(Err(Error::UnsupportedLinkType {
                                 number,
                                 offset,
-                                linktype: lt.unwrap_or(u32::MAX),
+                                linktype: u32::MAX,
                                 interface: iface,
                             }));
                         };

@@ -30,6 +30,8 @@ pub(crate) struct Outcome {
     pub(crate) unread_bytes: u64,
     /// Records whose timestamp fraction was a second or more, normalised as tshark does.
     pub(crate) timestamps_fixed: u64,
+    /// Packets of pcapng interfaces with a link type we do not decode (skipped).
+    pub(crate) other_link_packets: u64,
 }
 
 impl Outcome {
@@ -64,6 +66,7 @@ pub(crate) fn for_each_record(
         stopped: None,
         unread_bytes: 0,
         timestamps_fixed: 0,
+        other_link_packets: 0,
     };
     let mut rec = aggrate::capture::PacketRecord::empty();
     while let Some(r) = file.reader.next_into(&mut rec) {
@@ -106,6 +109,14 @@ pub(crate) fn for_each_record(
         out.unread_bytes = file.file_len.saturating_sub(done);
     }
     out.timestamps_fixed = file.reader.timestamps_fixed();
+    let (n, ifaces) = file.reader.other_link_packets();
+    out.other_link_packets = n;
+    if n > 0 {
+        ui.info(format!(
+            "{}: {n} packets of interface(s) {ifaces:?} skipped: link types aggrate does not decode",
+            path.display()
+        ));
+    }
     if out.timestamps_fixed > 0 {
         ui.info(format!(
             "{}: {} records with a fraction of a second ≥ 1 s, carried into the seconds (as tshark does)",

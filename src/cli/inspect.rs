@@ -101,6 +101,8 @@ struct Report {
     caps_hit: Vec<String>,
     /// Records whose timestamp fraction was ≥ 1 s, normalised as tshark does.
     timestamps_fixed: u64,
+    /// Records of pcapng interfaces with link types aggrate does not decode (in `records`, skipped).
+    other_link_records: u64,
     /// False whenever reading stopped before the end of the file (also with --keep-going).
     complete: bool,
     /// Bytes of the file not read when reading stopped early.
@@ -233,7 +235,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         format: format!("{:?}", outcome.format).to_lowercase(),
         compression: format!("{:?}", outcome.compression).to_lowercase(),
         link_type: outcome.link.map(|l| format!("{} ({})", l.name(), l.number())),
-        records: outcome.records,
+        records: outcome.records + outcome.other_link_packets,
         damaged_skipped: outcome.skipped,
         flows_total: sorted.len(),
         flows: sorted
@@ -263,6 +265,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         ampdu_records,
         caps_hit,
         timestamps_fixed: outcome.timestamps_fixed,
+        other_link_records: outcome.other_link_packets,
         complete: outcome.error.is_none() && outcome.stopped.is_none(),
         unread_bytes: outcome.unread_bytes,
         error: outcome.error.clone().or(outcome.stopped.clone()),
