@@ -259,3 +259,40 @@ fn a_multi_interface_pcapng_reads_the_interfaces_it_can() {
     assert_eq!(j["frames"], 3);
     assert_eq!(j["complete"], true);
 }
+
+/// `radiotap_udp` turned into an 802.11s mesh data frame: 4 addresses, Mesh Control Present in
+/// QoS control, a Mesh Control field with `ext` address-extension bytes (0, 6 or 12).
+fn mesh_udp(i: u32, ext: usize) -> Vec<u8> {
+    let f = radiotap_udp(100 * (i as u64 / 3), Some(i / 3), i, i as u16, false);
+    let rt = u16::from_le_bytes([f[2], f[3]]) as usize;
+    let mut v = f[..rt].to_vec();
+    let mac = &f[rt..];
+    v.extend_from_slice(&[0x88, 0x03]); // QoS data, ToDS + FromDS
+    v.extend_from_slice(&mac[2..24]); // duration, addresses 1–3, sequence control
+    v.extend_from_slice(&[0, 0, 0, 0, 0, 4]); // address 4
+    v.extend_from_slice(&[0x00, 0x01]); // QoS: TID 0, Mesh Control Present
+    let mode = match ext {
+        0 => 0u8,
+        6 => 1,
+        _ => 2,
+    };
+    v.extend_from_slice(&[mode, 31, i as u8, 0, 0, 0]); // flags, TTL, mesh sequence
+    v.extend(std::iter::repeat_n(0x02u8, ext)); // address extension
+    v.extend_from_slice(&mac[26..]); // LLC/SNAP, IP, UDP
+    v
+}
+
+#[test]
+fn mesh_data_frames_are_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let frames: Vec<Vec<u8>> = (0..12u32).map(|i| mesh_udp(i, [0, 6, 12][i as usize % 3])).collect();
+    let pk: Vec<(u64, &[u8])> = frames.iter().enumerate().map(|(i, f)| (i as u64, &f[..])).collect();
+    std::fs::write(d.join("mesh.pcap"), pcap_bytes(127, &pk)).unwrap();
+    let j = inspect_json(d, "mesh.pcap");
+    assert_eq!(j["packets"], 12, "{j}");
+    assert_eq!(j["frames"], 4);
+    let ts = tshark_fields(&d.join("mesh.pcap"), &["udp.dstport", "wlan.sa"]);
+    assert_eq!(ts.iter().filter(|r| r[0] == "5001").count(), 12, "{ts:?}");
+    assert_eq!(j["flows"][0]["packets"], 12);
+}

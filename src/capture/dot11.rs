@@ -46,6 +46,9 @@ pub struct Dot11 {
     pub tid: Option<u8>,
     /// A-MSDU present bit of QoS control.
     pub amsdu: bool,
+    /// Bit 8 of QoS control: Mesh Control Present in an 802.11s mesh BSS (elsewhere part of
+    /// the TXOP / queue-size octet; the decoder checks what follows before trusting it).
+    pub mesh_bit: bool,
     /// Header length in bytes (before any radiotap data-pad alignment).
     pub header_len: usize,
 }
@@ -99,6 +102,7 @@ impl Dot11 {
             frag: 0,
             tid: None,
             amsdu: false,
+            mesh_bit: false,
             header_len: 10,
         };
         match ftype {
@@ -129,6 +133,7 @@ impl Dot11 {
                         let qos = le::u16(b, len).ok_or(short("QoS data", len + 2))?;
                         d.tid = Some((qos & 0x0f) as u8);
                         d.amsdu = qos & 0x0080 != 0;
+                        d.mesh_bit = qos & 0x0100 != 0;
                         len += 2;
                         if fc_flags & 0x80 != 0 {
                             len += 4; // HT control

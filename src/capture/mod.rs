@@ -631,7 +631,18 @@ pub fn decode_into(
             }
             match frame.get(h..).and_then(net::llc_snap) {
                 Some(x) => x,
-                None => return Ok(()),
+                None => {
+                    // 802.11s: a Mesh Control field (flags, TTL, sequence, 0/6/12 bytes of
+                    // address extension) before the LLC/SNAP header.
+                    let mesh = d
+                        .mesh_bit
+                        .then(|| frame.get(h).map(|f| h + 6 + [0, 6, 12, 0][(f & 3) as usize]))
+                        .flatten();
+                    match mesh.and_then(|m| frame.get(m..)).and_then(net::llc_snap) {
+                        Some(x) => x,
+                        None => return Ok(()),
+                    }
+                }
             }
         }
         LinkType::Ethernet => match net::ethernet(data) {
