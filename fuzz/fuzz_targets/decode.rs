@@ -1,10 +1,10 @@
-//! One packet's bytes decoded under each link type: 802.11, radiotap, Ethernet, SLL, raw IP
+//! One packet's bytes decoded under each link type: 802.11, radiotap, PPI, AVS, Prism, Ethernet, SLL, raw IP
 //! down to IP/UDP (the first byte picks the link type).
 #![no_main]
 use aggrate::capture::{decode, LinkType};
 use libfuzzer_sys::fuzz_target;
 
-const LINKS: [u32; 8] = [105, 127, 1, 101, 228, 229, 113, 276];
+const LINKS: [u32; 11] = [105, 127, 1, 101, 228, 229, 113, 276, 192, 163, 119];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&k, bytes)) = data.split_first() else { return };

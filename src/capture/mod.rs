@@ -17,6 +17,7 @@ pub mod dot11;
 pub mod filter;
 pub mod io;
 pub(crate) mod le;
+pub mod legacy;
 pub mod net;
 pub mod pcap;
 pub mod radiotap;
@@ -46,6 +47,12 @@ pub enum LinkType {
     LinuxSll,
     /// 276: Linux cooked capture v2.
     LinuxSll2,
+    /// 192: PPI (Per-Packet Information) + 802.11.
+    Ppi,
+    /// 163: AVS capture header + 802.11.
+    Avs,
+    /// 119: Prism (wlan-ng) header + 802.11.
+    Prism,
 }
 
 impl LinkType {
@@ -58,6 +65,9 @@ impl LinkType {
             101 | 228 | 229 => LinkType::RawIp,
             113 => LinkType::LinuxSll,
             276 => LinkType::LinuxSll2,
+            192 => LinkType::Ppi,
+            163 => LinkType::Avs,
+            119 => LinkType::Prism,
             _ => return None,
         })
     }
@@ -70,6 +80,9 @@ impl LinkType {
             LinkType::RawIp => 101,
             LinkType::LinuxSll => 113,
             LinkType::LinuxSll2 => 276,
+            LinkType::Ppi => 192,
+            LinkType::Avs => 163,
+            LinkType::Prism => 119,
         }
     }
     /// Short name.
@@ -81,6 +94,9 @@ impl LinkType {
             LinkType::RawIp => "RAW",
             LinkType::LinuxSll => "LINUX_SLL",
             LinkType::LinuxSll2 => "LINUX_SLL2",
+            LinkType::Ppi => "PPI",
+            LinkType::Avs => "IEEE802_11_AVS",
+            LinkType::Prism => "IEEE802_11_PRISM",
         }
     }
 }
@@ -164,6 +180,9 @@ pub enum DecodeError {
     /// 802.11 header.
     #[error(transparent)]
     Dot11(#[from] dot11::Dot11Error),
+    /// PPI, AVS or Prism header.
+    #[error(transparent)]
+    Legacy(#[from] legacy::LegacyError),
 }
 
 /// Errors of [`CaptureReader`].
@@ -193,7 +212,7 @@ pub enum Error {
         what: String,
     },
     /// Whole file (pcap) uses a link type we do not decode.
-    #[error("unsupported link type {linktype} ({name}); aggrate reads 127 (radiotap), 105 (802.11), 1 (Ethernet), 101/228/229 (raw IP), 113/276 (Linux SLL)")]
+    #[error("unsupported link type {linktype} ({name}); aggrate reads 127 (radiotap), 192 (PPI), 163 (AVS), 119 (Prism), 105 (802.11), 1 (Ethernet), 101/228/229 (raw IP), 113/276 (Linux SLL)")]
     UnsupportedFileLinkType {
         /// LINKTYPE_ number.
         linktype: u32,
@@ -593,14 +612,26 @@ pub fn decode_into(
     };
     let err = |source: DecodeError| Error::Decode { number, offset, source };
     let (ethertype, rest) = match link {
-        LinkType::Radiotap | LinkType::Ieee80211 => {
+        LinkType::Radiotap | LinkType::Ieee80211 | LinkType::Ppi | LinkType::Avs | LinkType::Prism => {
             let mut frame = data;
             let mut pad = false;
             let mut fcs = false;
-            if link == LinkType::Radiotap {
+            if link != LinkType::Ieee80211 {
+                // The radio header: radiotap, or a legacy one mapped onto the same record.
                 let rt = rec.radio.insert(Radiotap::default());
-                radiotap::parse_into(data, rt).map_err(|e| err(e.into()))?;
-                frame = &data[rt.len as usize..];
+                match link {
+                    LinkType::Radiotap => radiotap::parse_into(data, rt).map_err(|e| err(e.into()))?,
+                    LinkType::Ppi => {
+                        *rt = legacy::ppi(data).map_err(|e| err(e.into()))?;
+                        if legacy::ppi_dlt(data) != Some(105) {
+                            // Not 802.11 inside: nothing of ours to decode.
+                            return Ok(());
+                        }
+                    }
+                    LinkType::Avs => *rt = legacy::avs(data).map_err(|e| err(e.into()))?,
+                    _ => *rt = legacy::prism(data).map_err(|e| err(e.into()))?,
+                }
+                frame = &data[(rt.len as usize).min(data.len())..];
                 pad = rt.data_pad();
                 // The FCS is in the captured bytes only when the frame was not cut by the snap length.
                 fcs = rt.has_fcs() && caplen == len;

@@ -37,10 +37,12 @@ pub fn text(o: &Output) -> (String, String) {
     )
 }
 
-/// Run tshark with `-T fields`; one Vec of column strings per packet.
+/// Run tshark with `-T fields`; one Vec of column strings per packet. (PPI A-MPDU reassembly is
+/// off so that every subframe is decoded on its own, as aggrate reads it.)
 pub fn tshark_fields(path: &Path, fields: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
-    cmd.arg("-n")
+    cmd.args(["-o", "ppi.reassemble:FALSE"])
+        .arg("-n")
         .arg("-r")
         .arg(path)
         .args(["-T", "fields", "-E", "separator=/t", "-E", "occurrence=a"]);
