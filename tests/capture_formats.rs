@@ -56,7 +56,7 @@ fn a_capture_without_a_udp_flow_is_described_with_exit_0() {
     );
     assert_eq!(j["frames_skipped"], 2, "{j}");
     assert_eq!(j["selected_flow"], serde_json::Value::Null);
-    assert_eq!(j["selection"], "no UDP flow in the capture");
+    assert_eq!(j["selection"], "no UDP or TCP flow in the capture");
 }
 
 #[test]
@@ -295,4 +295,90 @@ fn mesh_data_frames_are_decoded() {
     let ts = tshark_fields(&d.join("mesh.pcap"), &["udp.dstport", "wlan.sa"]);
     assert_eq!(ts.iter().filter(|r| r[0] == "5001").count(), 12, "{ts:?}");
     assert_eq!(j["flows"][0]["packets"], 12);
+}
+
+/// `radiotap_udp` as a TCP segment of `payload` bytes with sequence number `tcp_seq`.
+fn radiotap_tcp(i: u32, tcp_seq: u32, payload: usize) -> Vec<u8> {
+    let f = radiotap_udp(100 * (i as u64 / 4), Some(i / 4), 0, i as u16, false);
+    let rt = u16::from_le_bytes([f[2], f[3]]) as usize;
+    let ip = rt + 26 + 8; // radiotap, QoS data header, LLC/SNAP
+    let mut v = f[..ip].to_vec();
+    let total = (20 + 20 + payload) as u16;
+    let mut iph = f[ip..ip + 20].to_vec();
+    iph[2..4].copy_from_slice(&total.to_be_bytes());
+    iph[9] = 6; // TCP
+    v.extend_from_slice(&iph);
+    v.extend_from_slice(&80u16.to_be_bytes());
+    v.extend_from_slice(&40000u16.to_be_bytes());
+    v.extend_from_slice(&tcp_seq.to_be_bytes());
+    v.extend_from_slice(&1u32.to_be_bytes()); // ack
+    v.extend_from_slice(&[0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0]); // data offset 5, ACK
+    v.extend(std::iter::repeat_n(0x61u8, payload));
+    v
+}
+
+#[test]
+fn a_tcp_download_is_a_first_class_flow_joined_by_tcp_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 40 data segments of 1,000 bytes in A-MPDUs of 4, and two bare ACKs in the same direction.
+    let mut frames: Vec<Vec<u8>> = (0..40u32).map(|i| radiotap_tcp(i, 5_000 + 1_000 * i, 1000)).collect();
+    frames.insert(10, radiotap_tcp(9, 15_000, 0));
+    frames.insert(30, radiotap_tcp(28, 33_000, 0));
+    let pk: Vec<(u64, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (100 + i as u64 * 10, &f[..]))
+        .collect();
+    std::fs::write(d.join("tcp.pcap"), pcap_bytes(127, &pk)).unwrap();
+    let j = inspect_json(d, "tcp.pcap");
+    assert_eq!(j["selection"], "largest TCP flow (no UDP flow)", "{j}");
+    assert!(j["selected_flow"].as_str().unwrap().starts_with("tcp "), "{j}");
+    assert_eq!(j["packets"], 40, "data segments only: {j}");
+    assert_eq!(j["frames"], 10);
+    // Rows keyed by the TCP sequence number, as tshark reads it.
+    let o = aggrate(d, &["features", "tcp.pcap", "--m", "5", "-o", "rows.csv"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let csv = std::fs::read_to_string(d.join("rows.csv")).unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let seq_col = head.iter().position(|c| *c == "seq").unwrap();
+    let seqs: Vec<u32> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(seq_col).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 40 - 5);
+    let ts = tshark_fields(&d.join("tcp.pcap"), &["tcp.seq_raw", "tcp.len"]);
+    let data: Vec<u32> = ts
+        .iter()
+        .filter(|r| r[1] != "0")
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    assert_eq!(&data[5..], &seqs[..]);
+    // A receiver's kernel log keyed by TCP sequence joins to the sniffer's records.
+    let log: String = (0..40u32)
+        .map(|i| format!("{},{}\n", 5_000 + 1_000 * i, 1_000_000 + 37 * i as u64))
+        .collect();
+    std::fs::write(d.join("rx.csv"), format!("seq,host_ns\n{log}")).unwrap();
+    let o = aggrate(
+        d,
+        &[
+            "features",
+            "tcp.pcap",
+            "--m",
+            "5",
+            "--kernel",
+            "rx.csv",
+            "-o",
+            "joined.csv",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let joined = std::fs::read_to_string(d.join("joined.csv")).unwrap();
+    assert_eq!(joined.lines().count() - 1, 35);
+    assert!(
+        joined.contains(",1000185,"),
+        "kernel time of segment 5 as host_ns: {}",
+        &joined[..300]
+    );
 }

@@ -52,6 +52,10 @@ impl FlowFilter {
         if self.flow.is_some_and(|x| x != f) {
             return false;
         }
+        // A TCP flow's packets are its data segments: a bare ACK carries nothing to estimate.
+        if f.proto == super::net::PROTO_TCP && r.l3.is_some_and(|l| l.payload_len == 0) {
+            return false;
+        }
         true
     }
 }
@@ -113,13 +117,28 @@ impl FlowCounts {
 
 /// The UDP flow with the most packets among those `filter` matches.
 pub fn largest_udp_flow(counts: &FlowCounts, filter: &FlowFilter) -> Option<FiveTuple> {
+    largest_flow_of(counts, filter, super::net::PROTO_UDP)
+}
+
+/// The largest flow of protocol `proto` that agrees with the filter's address and port.
+pub fn largest_flow_of(counts: &FlowCounts, filter: &FlowFilter, proto: u8) -> Option<FiveTuple> {
     counts
         .sorted()
         .into_iter()
         .find(|(f, _, _)| {
-            f.proto == super::net::PROTO_UDP
+            f.proto == proto
                 && filter.ip.is_none_or(|ip| f.src == ip || f.dst == ip)
                 && filter.port.is_none_or(|p| f.sport == p || f.dport == p)
         })
         .map(|(f, _, _)| f)
+}
+
+/// The flow to estimate on when none is named: the largest UDP flow, else the largest TCP flow
+/// (a download), with the words that say which.
+pub fn pick_flow(counts: &FlowCounts, filter: &FlowFilter) -> Option<(FiveTuple, &'static str)> {
+    largest_udp_flow(counts, filter)
+        .map(|f| (f, "largest UDP flow"))
+        .or_else(|| {
+            largest_flow_of(counts, filter, super::net::PROTO_TCP).map(|f| (f, "largest TCP flow (no UDP flow)"))
+        })
 }

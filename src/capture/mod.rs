@@ -162,8 +162,12 @@ impl PacketRecord {
         self.radio.and_then(|r| r.phy_rate_bps())
     }
     /// Application sequence number: big-endian u32 at `offset` in the transport payload.
+    ///
+    /// For TCP it is the TCP sequence number instead: a TCP payload carries no number of its
+    /// own, and the sequence number names the segment on both the sniffer's and the receiver's
+    /// side.
     pub fn payload_seq(&self, offset: usize) -> Option<u32> {
-        self.l3.and_then(|l| l.payload_be32(offset))
+        self.l3.and_then(|l| l.tcp_seq.or_else(|| l.payload_be32(offset)))
     }
     /// 5-tuple, if IP.
     pub fn flow(&self) -> Option<FiveTuple> {

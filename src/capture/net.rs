@@ -62,6 +62,9 @@ pub struct L3 {
     pub payload: [u8; PAYLOAD_PREFIX],
     /// How many of `payload` were captured.
     pub payload_captured: u8,
+    /// TCP sequence number (TCP only): the key that pairs a sniffer's record with a receiver's
+    /// when the payload carries no sequence number of its own.
+    pub tcp_seq: Option<u32>,
 }
 
 /// LLC/SNAP header (RFC 1042 or bridge tunnel) → EtherType and the rest.
@@ -164,6 +167,7 @@ pub fn ip(ethertype: u16, b: &[u8]) -> Option<L3> {
         }
         _ => return None,
     };
+    let tcp_seq = if proto == PROTO_TCP { le::be32(l4, 4) } else { None };
     let (sport, dport, payload, payload_len) = match proto {
         PROTO_UDP => {
             let sport = le::be16(l4, 0);
@@ -204,6 +208,7 @@ pub fn ip(ethertype: u16, b: &[u8]) -> Option<L3> {
         payload_len: payload_len as u32,
         payload: prefix,
         payload_captured: n as u8,
+        tcp_seq,
     })
 }
 

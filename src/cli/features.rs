@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::capture::filter::{largest_udp_flow, FlowCounts, FlowFilter};
+use aggrate::capture::filter::{FlowCounts, FlowFilter};
 use aggrate::dataset::{Join, RowExtractor};
 use aggrate::features::FeatureSpec;
 
@@ -59,7 +59,7 @@ pub(crate) fn rate_from_name(p: &Path) -> Option<f64> {
     head[start..].parse().ok()
 }
 
-/// Pass 1 when no filter is given: the largest UDP flow.
+/// Pass 1 when no filter is given: the largest UDP flow, else the largest TCP flow.
 pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFilter> {
     let filter = flow.filter();
     if !filter.is_empty() {
@@ -67,7 +67,7 @@ pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFil
     }
     let mut counts = FlowCounts::default();
     let out = for_each_record(ui, path, flow.keep_going, |r| counts.push(r))?;
-    let picked = largest_udp_flow(&counts, &filter);
+    let picked = aggrate::capture::filter::pick_flow(&counts, &filter);
     if counts.over_cap_packets > 0 {
         ui.warn(format!(
             "{}: cap hit: more than {} distinct flows; {} packets of later flows not counted when picking the largest",
@@ -77,8 +77,8 @@ pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFil
         ));
     }
     match picked {
-        Some(f) => {
-            ui.info(format!("{}: selected flow {f} (largest UDP flow)", path.display()));
+        Some((f, why)) => {
+            ui.info(format!("{}: selected flow {f} ({why})", path.display()));
             Ok(FlowFilter {
                 flow: Some(f),
                 ..filter
@@ -87,7 +87,7 @@ pub(crate) fn pick_flow(ui: &Ui, path: &Path, flow: &FlowArgs) -> Result<FlowFil
         None => {
             out.into_result()?;
             Err(InputError(format!(
-                "{}: no UDP flow in the capture; select one with --ip/--port/--proto",
+                "{}: no UDP or TCP flow in the capture; select one with --ip/--port/--proto",
                 path.display()
             ))
             .into())

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use aggrate::capture::filter::{largest_udp_flow, FlowCounts};
+use aggrate::capture::filter::{pick_flow, FlowCounts};
 use aggrate::capture::{FiveTuple, PacketRecord};
 use aggrate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder};
 
@@ -147,7 +147,10 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
             return;
         }
         if filter.is_empty() {
-            if let Some(flow) = r.flow() {
+            // A TCP flow is summarised by its data segments (bare ACKs carry nothing).
+            let data =
+                r.l3.is_some_and(|l| l.flow.proto != aggrate::capture::net::PROTO_TCP || l.payload_len > 0);
+            if let Some(flow) = r.flow().filter(|_| data) {
                 let i = match last {
                     Some((f, i)) if f == flow => i,
                     _ => {
@@ -185,12 +188,12 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     }
 
     let (selected, selection, state) = if filter.is_empty() {
-        match largest_udp_flow(&counts, &filter) {
-            Some(f) => {
+        match pick_flow(&counts, &filter) {
+            Some((f, why)) => {
                 let state = per_flow.get(&f).map(|&i| states.swap_remove(i));
-                (Some(f.to_string()), "largest UDP flow".to_string(), state)
+                (Some(f.to_string()), why.to_string(), state)
             }
-            None => (None, "no UDP flow in the capture".to_string(), None),
+            None => (None, "no UDP or TCP flow in the capture".to_string(), None),
         }
     } else {
         (
