@@ -222,6 +222,8 @@ pub struct Dedup {
     pub dropped: u64,
     /// Packets of streams beyond the cap, kept without de-duplication.
     pub untracked: u64,
+    /// The decision for the MPDU being read (its further A-MSDU packets share it).
+    last_keep: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -264,6 +266,17 @@ impl Dedup {
     /// Whether to keep `r` (false = a retransmitted duplicate). Records without an 802.11 data
     /// header are always kept.
     pub fn keep(&mut self, r: &PacketRecord) -> bool {
+        if r.msdu.0 > 0 {
+            if !self.last_keep {
+                self.dropped += 1;
+            }
+            return self.last_keep;
+        }
+        self.last_keep = self.keep_mpdu(r);
+        self.last_keep
+    }
+
+    fn keep_mpdu(&mut self, r: &PacketRecord) -> bool {
         let Some(d) = r.dot11 else { return true };
         let (Some(ta), Some(seq)) = (d.ta(), d.seq) else {
             return true;

@@ -382,3 +382,85 @@ fn a_tcp_download_is_a_first_class_flow_joined_by_tcp_sequence() {
         &joined[..300]
     );
 }
+
+/// An MPDU carrying the UDP packets `seqs` as an A-MSDU (QoS control bit 7), in A-MPDU `ampdu`.
+fn amsdu_mpdu(ampdu: u32, dot11_seq: u16, seqs: &[u32]) -> Vec<u8> {
+    let f = radiotap_udp(100 * ampdu as u64, Some(ampdu), 0, dot11_seq, false);
+    let rt = u16::from_le_bytes([f[2], f[3]]) as usize;
+    let mut v = f[..rt + 26].to_vec();
+    v[rt + 24] |= 0x80; // A-MSDU present
+    let n = seqs.len();
+    for (k, s) in seqs.iter().enumerate() {
+        let one = radiotap_udp(0, None, *s, 0, false);
+        let r = u16::from_le_bytes([one[2], one[3]]) as usize;
+        let msdu = &one[r + 26..]; // LLC/SNAP + IP + UDP
+        v.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 3]); // DA, SA
+        v.extend_from_slice(&(msdu.len() as u16).to_be_bytes());
+        v.extend_from_slice(msdu);
+        if k + 1 < n {
+            while !(v.len() - rt - 26).is_multiple_of(4) {
+                v.push(0);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn a_msdus_in_a_mpdus_count_packets_mpdus_and_a_mpdus_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 4 A-MPDUs × 3 MPDUs × 2 or 3 packets (A-MSDUs) = 4 × 8 = 32 packets in 12 MPDUs.
+    let mut frames = Vec::new();
+    let mut seq = 0u32;
+    for a in 0..4u32 {
+        for m in 0..3u16 {
+            let k = if m == 1 { 2 } else { 3 };
+            let seqs: Vec<u32> = (seq..seq + k).collect();
+            seq += k;
+            let mut f = amsdu_mpdu(a, a as u16 * 3 + m, &seqs);
+            if m == 2 {
+                // the last subframe of its A-MPDU: radiotap A-MPDU flags "last" (0x0008)
+                let rt_flags = 8 + 8 + 1 + 3 + 4; // after TSFT, Flags and A-MPDU reference
+                f[rt_flags] |= 0x08;
+            }
+            frames.push(f);
+        }
+    }
+    let pk: Vec<(u64, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (100 + i as u64, &f[..]))
+        .collect();
+    std::fs::write(d.join("amsdu.pcap"), pcap_bytes(127, &pk)).unwrap();
+    let j = inspect_json(d, "amsdu.pcap");
+    assert_eq!(j["records"], 12, "records are MPDUs: {j}");
+    assert_eq!(j["packets"], 32, "{j}");
+    assert_eq!(j["mpdus"], 12, "{j}");
+    assert_eq!(j["frames"], 4, "{j}");
+    assert_eq!(j["max_agg"], 8, "the level counts packets: {j}");
+    // tshark: 12 records, 32 UDP packets with the same sequence numbers in the same order.
+    let ts = tshark_fields(&d.join("amsdu.pcap"), &["udp.dstport", "data.data"]);
+    assert_eq!(ts.len(), 12);
+    let theirs: usize = ts
+        .iter()
+        .map(|r| r[0].split(',').filter(|p| *p == "5001").count())
+        .sum();
+    assert_eq!(theirs, 32);
+    let mut r = aggrate::capture::io::open_path(&d.join("amsdu.pcap")).unwrap().reader;
+    let ours: Vec<(u64, u32, (u16, u16))> = (&mut r)
+        .map(|x| x.unwrap())
+        .map(|x| (x.number, x.payload_seq(0).unwrap(), x.msdu))
+        .collect();
+    assert_eq!(ours.len(), 32);
+    assert_eq!(
+        ours.iter().map(|x| x.1).collect::<Vec<_>>(),
+        (0..32).collect::<Vec<u32>>()
+    );
+    assert_eq!(
+        ours[3],
+        (2, 3, (0, 2)),
+        "record 2 is an A-MSDU of 2, its first packet seq 3"
+    );
+    assert_eq!(ours[4], (2, 4, (1, 2)));
+}

@@ -135,6 +135,10 @@ pub struct PacketRecord {
     /// frame that cannot carry the flow (control or management with a short header, or cut by
     /// the snap length). Counted by `inspect`, never fatal.
     pub skipped: Option<Dot11Error>,
+    /// (index, count) of this packet among the IP packets of its MPDU: (0, 1) for an MPDU that
+    /// carries one packet, (i, n) for subframe i of an A-MSDU of n. The aggregation level counts
+    /// packets; the MPDUs of a frame are its records with index 0.
+    pub msdu: (u16, u16),
 }
 
 impl PacketRecord {
@@ -151,6 +155,7 @@ impl PacketRecord {
             dot11: None,
             l3: None,
             skipped: None,
+            msdu: (0, 1),
         }
     }
     /// Radio TSFT.
@@ -305,6 +310,10 @@ pub struct CaptureReader<R: BufRead> {
     done: bool,
     other_link_packets: u64,
     other_link_interfaces: Vec<u32>,
+    /// The A-MSDU being handed out: its first record and the packets still to come.
+    amsdu: Option<PacketRecord>,
+    amsdu_rest: Vec<L3>,
+    amsdu_next: usize,
 }
 
 /// Detect pcap vs pcapng (and refuse compressed or unknown input) and open a reader.
@@ -357,6 +366,9 @@ pub fn open_capture<R: BufRead>(mut src: R) -> Result<CaptureReader<R>, Error> {
         done: false,
         other_link_packets: 0,
         other_link_interfaces: Vec::new(),
+        amsdu: None,
+        amsdu_rest: Vec::new(),
+        amsdu_next: 0,
     })
 }
 
@@ -424,6 +436,13 @@ impl<R: BufRead> CaptureReader<R> {
         }
     }
 
+    fn start_amsdu(&mut self, rec: &PacketRecord, res: &Result<(), Error>) {
+        if res.is_ok() && !self.amsdu_rest.is_empty() {
+            self.amsdu = Some(*rec);
+            self.amsdu_next = 0;
+        }
+    }
+
     /// Records whose timestamp fraction was a second or more, normalised (pcap only).
     pub fn timestamps_fixed(&self) -> u64 {
         match &self.inner {
@@ -470,6 +489,18 @@ impl<R: BufRead> CaptureReader<R> {
     /// Read the next packet into `rec` (the allocation- and copy-free form of
     /// [`CaptureReader::next_record`]). On error `rec` is unspecified.
     pub fn next_into(&mut self, rec: &mut PacketRecord) -> Option<Result<(), Error>> {
+        if let Some(base) = &self.amsdu {
+            if let Some(l3) = self.amsdu_rest.get(self.amsdu_next) {
+                self.amsdu_next += 1;
+                *rec = PacketRecord {
+                    l3: Some(*l3),
+                    msdu: (self.amsdu_next as u16, base.msdu.1),
+                    ..*base
+                };
+                return Some(Ok(()));
+            }
+            self.amsdu = None;
+        }
         if self.done {
             return None;
         }
@@ -491,9 +522,20 @@ impl<R: BufRead> CaptureReader<R> {
                         if *fcs > 0 && link != LinkType::Radiotap && caplen == len {
                             d = &d[..d.len().saturating_sub(*fcs as usize)];
                         }
-                        let res = decode_into(rec, self.number + 1, offset, link, host, caplen, len, d);
+                        let res = decode_full(
+                            rec,
+                            self.number + 1,
+                            offset,
+                            link,
+                            host,
+                            caplen,
+                            len,
+                            d,
+                            &mut self.amsdu_rest,
+                        );
                         self.number += 1;
                         self.last_host = host;
+                        self.start_amsdu(rec, &res);
                         return Some(res);
                     }
                     Some(Err(pcap::RecordError::Io(io))) => {
@@ -545,7 +587,9 @@ impl<R: BufRead> CaptureReader<R> {
                         caplen = d.len() as u32;
                         len = l;
                         data = d;
-                        return Some(decode_into(rec, number, offset, link, host, caplen, len, data));
+                        let res = decode_full(rec, number, offset, link, host, caplen, len, data, &mut self.amsdu_rest);
+                        self.start_amsdu(rec, &res);
+                        return Some(res);
                     }
                     Some(Err(e)) => {
                         let eof =
@@ -572,6 +616,24 @@ impl<R: BufRead> Iterator for CaptureReader<R> {
     fn next(&mut self) -> Option<Self::Item> {
         self.next_record()
     }
+}
+
+/// Most A-MSDU subframes read from one MPDU (an 11,454-byte MPDU holds fewer than 200 of the
+/// smallest packets; the rest are counted as not decoded).
+pub const MAX_AMSDU_SUBFRAMES: usize = 256;
+
+/// The IP packets of an A-MSDU body: subframes of destination (6), source (6) and length (2,
+/// big-endian) then that many bytes of LLC/SNAP + packet, each padded to 4 bytes but the last.
+pub fn amsdu_subframes(body: &[u8]) -> impl Iterator<Item = L3> + '_ {
+    let mut o = 0usize;
+    std::iter::from_fn(move || {
+        let len = le::be16(body, o + 12)? as usize;
+        let msdu = body.get(o + 14..o + 14 + len)?;
+        o += (14 + len + 3) & !3;
+        Some(net::llc_snap(msdu).and_then(|(et, rest)| net::ip(et, rest)))
+    })
+    .take(MAX_AMSDU_SUBFRAMES)
+    .flatten()
 }
 
 /// Decode one packet's bytes (the pure part of reading; also what the fuzz tests drive).
@@ -602,6 +664,24 @@ pub fn decode_into(
     len: u32,
     data: &[u8],
 ) -> Result<(), Error> {
+    let mut rest = Vec::new();
+    decode_full(rec, number, offset, link, host, caplen, len, data, &mut rest)
+}
+
+/// [`decode_into`], with the IP packets after the first of an A-MSDU in `rest` (cleared first).
+#[allow(clippy::too_many_arguments)]
+fn decode_full(
+    rec: &mut PacketRecord,
+    number: u64,
+    offset: u64,
+    link: LinkType,
+    host: Ts,
+    caplen: u32,
+    len: u32,
+    data: &[u8],
+    rest: &mut Vec<L3>,
+) -> Result<(), Error> {
+    rest.clear();
     *rec = PacketRecord {
         number,
         offset,
@@ -613,6 +693,7 @@ pub fn decode_into(
         dot11: None,
         l3: None,
         skipped: None,
+        msdu: (0, 1),
     };
     let err = |source: DecodeError| Error::Decode { number, offset, source };
     let (ethertype, rest) = match link {
@@ -657,12 +738,21 @@ pub fn decode_into(
                 Err(e) => return Err(err(e.into())),
             };
             rec.dot11 = Some(d);
-            if !d.has_data_body() || d.protected() || d.amsdu || d.frag != 0 {
+            if !d.has_data_body() || d.protected() || d.frag != 0 {
                 return Ok(());
             }
             let mut h = d.header_len;
             if pad {
                 h = (h + 3) & !3;
+            }
+            if d.amsdu {
+                // Several IP packets in one MPDU: the record carries the first; the reader hands
+                // out the others as records of their own (`CaptureReader::next_into`).
+                let mut subs = amsdu_subframes(frame.get(h..).unwrap_or(&[]));
+                rec.l3 = subs.next();
+                rest.extend(subs);
+                rec.msdu = (0, 1 + rest.len() as u16);
+                return Ok(());
             }
             match frame.get(h..).and_then(net::llc_snap) {
                 Some(x) => x,

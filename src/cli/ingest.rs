@@ -18,7 +18,7 @@ pub(crate) struct Outcome {
     pub(crate) format: Format,
     pub(crate) link: Option<LinkType>,
     pub(crate) compression: Compression,
-    /// Packets decoded and handed to the callback.
+    /// Capture records decoded (each handed to the callback once per IP packet it carries).
     pub(crate) records: u64,
     /// Damaged packets skipped (only with --keep-going).
     pub(crate) skipped: u64,
@@ -72,7 +72,8 @@ pub(crate) fn for_each_record(
     while let Some(r) = file.reader.next_into(&mut rec) {
         match r {
             Ok(()) => {
-                out.records += 1;
+                // Capture records: the further packets of an A-MSDU share their MPDU's record.
+                out.records += u64::from(rec.msdu.0 == 0);
                 if out.link.is_none() {
                     out.link = Some(rec.link);
                 }

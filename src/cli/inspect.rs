@@ -29,6 +29,8 @@ pub(crate) struct InspectArgs {
 struct FlowState {
     labeler: Labeler,
     summary: SummaryBuilder,
+    /// MPDUs (records whose packet is the first of its MPDU; A-MSDUs carry more packets).
+    mpdus: u64,
 }
 
 impl FlowState {
@@ -36,19 +38,21 @@ impl FlowState {
         Ok(FlowState {
             labeler: Labeler::new(n_max)?,
             summary: SummaryBuilder::new(n_max),
+            mpdus: 0,
         })
     }
     fn push(&mut self, r: &PacketRecord) {
+        self.mpdus += u64::from(r.msdu.0 == 0);
         self.summary.packet(r);
         if let Some(f) = self.labeler.push(r).closed {
             self.summary.frame(&f);
         }
     }
-    fn finish(&mut self, dups: u64) -> (FlowSummary, bool) {
+    fn finish(&mut self, dups: u64) -> (FlowSummary, bool, u64) {
         if let Some(f) = self.labeler.finish() {
             self.summary.frame(&f);
         }
-        (self.summary.finish(dups), self.labeler.has_ground_truth())
+        (self.summary.finish(dups), self.labeler.has_ground_truth(), self.mpdus)
     }
 }
 
@@ -81,6 +85,8 @@ struct Report {
     selection: String,
     ground_truth: bool,
     packets: u64,
+    /// MPDUs of the selected flow (fewer than packets when MPDUs carry A-MSDUs).
+    mpdus: u64,
     frames: Option<u64>,
     mean_agg: Option<f64>,
     median_agg: Option<f64>,
@@ -202,12 +208,12 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
             Some(single),
         )
     };
-    let (summary, gt) = match state {
+    let (summary, gt, mpdus) = match state {
         Some(mut s) => {
-            let (sum, gt) = s.finish(dedup.dropped);
-            (Some(sum), gt)
+            let (sum, gt, mpdus) = s.finish(dedup.dropped);
+            (Some(sum), gt, mpdus)
         }
-        None => (None, false),
+        None => (None, false, 0),
     };
     let sorted = counts.sorted();
     let mut caps_hit = Vec::new();
@@ -254,6 +260,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         selection,
         ground_truth: gt,
         packets: summary.as_ref().map_or(0, |s| s.packets),
+        mpdus,
         frames: summary.as_ref().filter(|_| gt).map(|s| s.frames),
         mean_agg: summary.as_ref().filter(|_| gt).map(|s| s.mean_agg),
         median_agg: summary.as_ref().filter(|_| gt).map(|s| s.median_agg),
