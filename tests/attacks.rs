@@ -410,3 +410,46 @@ fn over_real_sockets_a_third_address_cannot_steer_the_loop() {
     let last = rx.last_report().unwrap();
     assert!(last.lost < 1000, "{last:?}");
 }
+
+#[test]
+fn the_live_ap_does_not_let_a_third_address_take_the_senders_place() {
+    let ap_port = UdpSocket::bind(addr(0)).unwrap().local_addr().unwrap();
+    let station = UdpSocket::bind(addr(0)).unwrap();
+    station.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let sender = UdpSocket::bind(addr(0)).unwrap();
+    sender.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let attacker = UdpSocket::bind(addr(0)).unwrap();
+    attacker.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let wlan = aggrate::wlan::WlanConfig::vht_stations(&[9]).check().unwrap();
+    let stop = AtomicBool::new(false);
+    let sta_addr = station.local_addr().unwrap();
+    let stats = std::thread::scope(|sc| {
+        let ap = sc.spawn(|| {
+            aggrate::wlan::live::run_ap(&[ap_port], &[sta_addr], wlan, 1, Duration::from_millis(1500), &stop)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        for _ in 0..20 {
+            sender.send_to(&[1u8; 200], ap_port).unwrap();
+        }
+        for _ in 0..10 {
+            attacker.send_to(&[2u8; 200], ap_port).unwrap();
+        }
+        // The station hears the sender's data (not the attacker's), then sends feedback.
+        let mut buf = [0u8; 512];
+        let mut got = Vec::new();
+        while station.recv(&mut buf).is_ok() {
+            got.push(buf[0]);
+            if got.len() == 20 {
+                break;
+            }
+        }
+        assert_eq!(got, vec![1u8; 20]);
+        station.send_to(b"feedback", ap_port).unwrap();
+        let n = sender.recv(&mut buf).expect("feedback relayed to the sender");
+        assert_eq!(&buf[..n], b"feedback");
+        assert!(attacker.recv(&mut buf).is_err(), "nothing relayed to the attacker");
+        ap.join().unwrap().unwrap()
+    });
+    assert_eq!(stats.foreign, 10, "{stats:?}");
+    assert_eq!(stats.data_in, 20);
+}

@@ -171,6 +171,9 @@ pub struct ApStats {
     /// Stored datagrams overwritten before the emulator released or dropped them (the store
     /// holds at most [`AP_STORE_CAP`]).
     pub evicted: u64,
+    /// Datagrams from a third address while the sender was active (dropped: they neither enter
+    /// the emulator nor move where feedback is relayed).
+    pub foreign: u64,
 }
 
 /// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
@@ -215,6 +218,7 @@ pub fn run_ap(
     store.resize_with(AP_STORE_CAP, || None);
     let mut next_id = 0u32;
     let mut sender: Option<std::net::SocketAddr> = None;
+    let mut sender_seen = Instant::now();
     let mut stats = ApStats::default();
     let mut buf = vec![0u8; 65_536];
     let mut last_ref = u32::MAX;
@@ -230,7 +234,19 @@ pub fn run_ap(
                     }
                     continue;
                 }
-                sender = Some(from);
+                // The sender is the first address that sends; another takes its place only after
+                // a second without data from it (a restarted sender), never in between.
+                let now_i = Instant::now();
+                match sender {
+                    Some(s) if s != from && now_i.duration_since(sender_seen) < Duration::from_secs(1) => {
+                        stats.foreign += 1;
+                        continue;
+                    }
+                    _ => {
+                        sender = Some(from);
+                        sender_seen = now_i;
+                    }
+                }
                 stats.data_in += 1;
                 let now = vnow();
                 sim.handle_timeout(now);
