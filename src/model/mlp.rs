@@ -145,16 +145,19 @@ impl MlpModel {
         }
         for (&v, w) in fast.iter().zip(self.w1.chunks_exact(h)) {
             let v = v as f32;
-            for (g, ag) in a.iter_mut().enumerate() {
+            // Fixed-size lanes: no bounds checks inside, one vector multiply-add per group.
+            for (ag, wg) in a.iter_mut().zip(w.chunks_exact(4)) {
+                let wg: &[f32; 4] = wg.try_into().unwrap_or(&[0.0; 4]);
                 for l in 0..4 {
-                    ag[l] += v * w[4 * g + l];
+                    ag[l] += v * wg[l];
                 }
             }
         }
         let mut s = [0f32; 4];
-        for (g, ag) in a.iter().enumerate() {
+        for (ag, wg) in a.iter().zip(self.w2.chunks_exact(4)) {
+            let wg: &[f32; 4] = wg.try_into().unwrap_or(&[0.0; 4]);
             for l in 0..4 {
-                s[l] += ag[l].max(0.0) * self.w2.get(4 * g + l).copied().unwrap_or(0.0);
+                s[l] += ag[l].max(0.0) * wg[l];
             }
         }
         self.b2 + ((s[0] + s[1]) + (s[2] + s[3])) + self.fast_linear(fast) + base.lin
