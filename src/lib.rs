@@ -3,8 +3,10 @@
 //!
 //! Layers (a module may use those above it and `time`):
 //! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `train` → `model` →
-//! `runtime` (→ control, transport, sim: in progress). The library never prints and never reads the real clock;
-//! the `aggrate` binary is the thin shell around it.
+//! `runtime` → `control` → `transport` → `sim`; `wlan` (the emulator) and `testbed` (real
+//! kernel receive paths) produce captures. The library never prints and never reads the real
+//! clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the `aggrate` binary is
+//! the thin shell around it.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]

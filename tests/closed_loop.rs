@@ -185,6 +185,16 @@ fn sim_command_prints_json_and_writes_series() {
         let b = std::fs::read(dir.path().join(format!("out/aggrate.{p}.png"))).unwrap();
         assert!(b.starts_with(b"\x89PNG"));
     }
+    // Without -o only the table is printed: nothing is written into the working folder.
+    let quiet = tempfile::tempdir().unwrap();
+    let o = common::aggrate(quiet.path(), &["-q", "sim", "--duration", "2", "--json"]);
+    assert!(o.status.success(), "{}", common::text(&o).1);
+    assert!(common::text(&o).0.contains("total_mbps"));
+    assert_eq!(
+        std::fs::read_dir(quiet.path()).unwrap().count(),
+        0,
+        "sim wrote files without -o"
+    );
     // Bad arguments: a clear error, exit code 2 (usage) or 1.
     let o = common::aggrate(dir.path(), &["sim", "--stations", "2", "--mcs", "9,7,4"]);
     assert!(!o.status.success());

@@ -65,9 +65,10 @@ pub(crate) struct SimArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Output folder for the time series (CSV) and plots (PNG).
-    #[arg(short, long, default_value = "sim")]
-    pub(crate) output: PathBuf,
+    /// Output folder for the time series (CSV) and plots (PNG); without it only the table (or
+    /// JSON) is printed and nothing is written.
+    #[arg(short, long)]
+    pub(crate) output: Option<PathBuf>,
 }
 
 impl SimArgs {
@@ -137,13 +138,17 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
             SenderArg::Cubic => SenderKind::Cubic,
         }]
     };
-    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    if let Some(out) = &a.output {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    }
     let mut results = Vec::new();
     for s in senders {
         let cfg = config(&a, s)?;
         let label = format!("{s:?}").to_lowercase();
         let r = run_one(ui, &cfg, &label)?;
-        write_series(&a.output, &label, &r)?;
+        if let Some(out) = &a.output {
+            write_series(out, &label, &r)?;
+        }
         results.push(r);
     }
     if a.json {
@@ -185,7 +190,9 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
             );
         }
     }
-    ui.info(format!("wrote time series and plots to {}", a.output.display()));
+    if let Some(out) = &a.output {
+        ui.info(format!("wrote time series and plots to {}", out.display()));
+    }
     Ok(Exit::Ok)
 }
 
