@@ -518,20 +518,8 @@ impl Testbed {
                 let mut i = 0;
                 while i < n {
                     let j = (i..n).find(|&j| due[j] != due[i]).unwrap_or(n);
-                    let at = start + due[i].saturating_since(due[0]);
-                    loop {
-                        let now = Instant::now();
-                        if now >= at {
-                            max_late = max_late.max(now - at);
-                            break;
-                        }
-                        let left = at - now;
-                        if left > Duration::from_micros(200) {
-                            std::thread::sleep(left - Duration::from_micros(150));
-                        } else {
-                            std::hint::spin_loop();
-                        }
-                    }
+                    let late = crate::wlan::live::wait_until(start + due[i].saturating_since(due[0]));
+                    max_late = max_late.max(late);
                     for k in i..j {
                         buf[..4].copy_from_slice(&(k as u32).to_be_bytes());
                         if tx.send(&buf).is_err() {

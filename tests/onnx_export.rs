@@ -47,6 +47,21 @@ fn rows(spec: &FeatureSpec) -> Dataset {
     data
 }
 
+/// The rows as CSV at full precision (what tests/onnx_check.py reads).
+fn write_rows_csv(data: &Dataset, path: &std::path::Path) {
+    let csv: String = (0..data.len())
+        .map(|i| {
+            data.row(i)
+                .iter()
+                .map(|v| format!("{v:.17e}"))
+                .collect::<Vec<_>>()
+                .join(",")
+                + "\n"
+        })
+        .collect();
+    std::fs::write(path, csv).unwrap();
+}
+
 #[test]
 fn onnx_runtime_matches_our_predictions() {
     let dir = tempfile::tempdir().unwrap();
@@ -64,17 +79,7 @@ fn onnx_runtime_matches_our_predictions() {
         ),
         ("threshold", EstimatorModel::Threshold(fit_threshold(&data).unwrap())),
     ];
-    let csv: String = (0..data.len())
-        .map(|i| {
-            data.row(i)
-                .iter()
-                .map(|v| format!("{v:.17e}"))
-                .collect::<Vec<_>>()
-                .join(",")
-                + "\n"
-        })
-        .collect();
-    std::fs::write(dir.path().join("rows.csv"), csv).unwrap();
+    write_rows_csv(&data, &dir.path().join("rows.csv"));
     for (name, model) in models {
         let file = ModelFile::new(spec, model, TrainingSummary::default());
         let bytes = onnx::export(&file).unwrap();
@@ -178,17 +183,7 @@ fn onnx_runtime_matches_the_shipped_perceptron() {
     assert_eq!(file.model.kind(), "mlp");
     let data = rows(&file.spec);
     assert!(data.len() > 5000);
-    let csv: String = (0..data.len())
-        .map(|i| {
-            data.row(i)
-                .iter()
-                .map(|v| format!("{v:.17e}"))
-                .collect::<Vec<_>>()
-                .join(",")
-                + "\n"
-        })
-        .collect();
-    std::fs::write(dir.path().join("rows.csv"), csv).unwrap();
+    write_rows_csv(&data, &dir.path().join("rows.csv"));
     let path = dir.path().join("mlp.onnx");
     std::fs::write(&path, onnx::export(&file).unwrap()).unwrap();
     let out = Command::new(python())

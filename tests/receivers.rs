@@ -34,6 +34,14 @@ stations = [{ vht = true, mcs = 9, nss = 2, bw_mhz = 80, short_gi = true }]
 arrival = { kind = "cbr" }
 "#;
 
+/// `aggrate -q simulate ARGS` in `dir`, which must succeed.
+fn simulate(dir: &Path, args: &[&str]) {
+    let mut argv = vec!["-q", "simulate"];
+    argv.extend_from_slice(args);
+    let o = aggrate(dir, &argv);
+    assert!(o.status.success(), "{}", text(&o).1);
+}
+
 fn build(dir: &Path) -> serde_json::Value {
     std::fs::write(dir.join("rx.toml"), MANIFEST).unwrap();
     let o = aggrate(dir, &["-q", "dataset", "build", "rx.toml", "--out", "rx"]);
@@ -199,11 +207,9 @@ fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
     let model = model.to_str().unwrap();
     // The same run seen by a sniffer (MAC times) and by a phone's kernel (noisy times).
     for (name, noise) in [("sniff_400mbps.pcapng", "none"), ("phone_400mbps.pcapng", "phone")] {
-        let o = aggrate(
+        simulate(
             d,
             &[
-                "-q",
-                "simulate",
                 "--rate-mbps",
                 "400",
                 "--duration",
@@ -216,7 +222,6 @@ fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
                 name,
             ],
         );
-        assert!(o.status.success(), "{}", text(&o).1);
     }
     let log = seq_log(&d.join("phone_400mbps.pcapng"));
     write_log(&d.join("phone.csv"), &log);
@@ -314,11 +319,9 @@ fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
 fn train_and_eval_read_feature_tables() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let o = aggrate(
+    simulate(
         d,
         &[
-            "-q",
-            "simulate",
             "--rate-mbps",
             "300",
             "--duration",
@@ -329,7 +332,6 @@ fn train_and_eval_read_feature_tables() {
             "c_300mbps.pcapng",
         ],
     );
-    assert!(o.status.success());
     for (out, extra) in [
         ("t.parquet", vec!["--m", "5"]),
         ("t.csv", vec!["--m", "5"]),
@@ -402,11 +404,9 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
 "#,
     )
     .unwrap();
-    let o = aggrate(
+    simulate(
         d,
         &[
-            "-q",
-            "simulate",
             "--rate-mbps",
             "400",
             "--duration",
@@ -419,7 +419,6 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
             "unseen_400mbps.pcapng",
         ],
     );
-    assert!(o.status.success(), "{}", text(&o).1);
     let score = |name: &str| -> (f64, f64) {
         let model = root.join("models").join(format!("{name}.json"));
         let out = format!("ev_{name}");

@@ -219,7 +219,7 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
     use aggrate::control::PiParams;
     use aggrate::transport::{io, Sender};
     use std::net::UdpSocket;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     if !(mbps > 0.0 && mbps <= 100_000.0 && seconds > 0.0 && seconds <= 60.0) {
         anyhow::bail!("--mbps in (0, 100000], --seconds in (0, 60]");
     }
@@ -270,10 +270,9 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
     });
     let stats = stats?;
     let rstats = rstats.map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
-    let got = AtomicU64::new(rstats.received * 1500);
     let secs = start.elapsed().as_secs_f64().min(seconds).max(1e-9);
     let sent_mbps = stats.sent as f64 * 1500.0 * 8.0 / seconds / 1e6;
-    let recv_mbps = got.load(Ordering::Relaxed) as f64 * 8.0 / secs / 1e6;
+    let recv_mbps = (rstats.received * 1500) as f64 * 8.0 / secs / 1e6;
     println!(
         "{}",
         serde_json::json!({

@@ -335,15 +335,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if !ui.quiet {
         print!("{}", render_md(&name, &headline, &rates));
     }
-    ui.info(format!(
-        "wrote {} and {}",
-        model_path.display(),
-        written
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    ui.info(format!("wrote {} and {}", model_path.display(), list(&written)));
     Ok(Exit::Ok)
 }
 
@@ -460,11 +452,7 @@ fn receiver_run(
         "{passing} of {} receivers pass; wrote {} and {}",
         reports.len(),
         model_path.display(),
-        written
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        list(&written)
     ));
     Ok(Exit::Ok)
 }
@@ -887,4 +875,13 @@ pub(crate) fn write_reports(
         out.push(png);
     }
     Ok(out)
+}
+
+/// Paths as "a, b, c" for the closing line.
+fn list(paths: &[std::path::PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

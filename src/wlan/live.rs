@@ -53,6 +53,23 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> ReplayError {
     move |source| ReplayError::Io { what, source }
 }
 
+/// Sleep until shortly before `at`, then spin the rest; returns how late it woke up (the
+/// schedulers of both real-kernel replays: loopback here and veth in `testbed`).
+pub(crate) fn wait_until(at: Instant) -> Duration {
+    loop {
+        let now = Instant::now();
+        if now >= at {
+            return now - at;
+        }
+        let left = at - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(150));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Replay packets whose MPDUs reach the station at `mac[i]` (non-decreasing) through the kernel
 /// over loopback. Packets with equal MAC time (one A-MPDU) are sent back to back.
 pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
@@ -118,20 +135,7 @@ pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
     let mut i = 0;
     while i < n {
         let j = (i..n).find(|&j| mac[j] != mac[i]).unwrap_or(n);
-        let due = start + mac[i].saturating_since(mac[0]);
-        loop {
-            let now = Instant::now();
-            if now >= due {
-                max_late = max_late.max(now - due);
-                break;
-            }
-            let left = due - now;
-            if left > Duration::from_micros(200) {
-                std::thread::sleep(left - Duration::from_micros(150));
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        max_late = max_late.max(wait_until(start + mac[i].saturating_since(mac[0])));
         for k in i..j {
             let _ = tx.send(&(k as u32).to_be_bytes());
         }
