@@ -130,6 +130,9 @@ impl Labeler {
     /// Label one packet.
     pub fn push(&mut self, r: &PacketRecord) -> Labeled {
         let (key, last) = key_of(r);
+        // The "last subframe" flag closes the A-MPDU after the last packet of that MPDU (an
+        // A-MSDU's packets all carry their MPDU's radio header).
+        let last = last && r.msdu.0 + 1 >= r.msdu.1;
         self.ground_truth |= key != Key::Unknown;
         let bytes = r.len as u64;
         if let Some((k, closed_by_last, f)) = &mut self.open {

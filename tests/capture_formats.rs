@@ -420,9 +420,10 @@ fn a_msdus_in_a_mpdus_count_packets_mpdus_and_a_mpdus_exactly() {
             seq += k;
             let mut f = amsdu_mpdu(a, a as u16 * 3 + m, &seqs);
             if m == 2 {
-                // the last subframe of its A-MPDU: radiotap A-MPDU flags "last" (0x0008)
+                // the last subframe of its A-MPDU: radiotap A-MPDU flags "last known" (0x0004)
+                // and "last" (0x0008), on every packet of this A-MSDU
                 let rt_flags = 8 + 8 + 1 + 3 + 4; // after TSFT, Flags and A-MPDU reference
-                f[rt_flags] |= 0x08;
+                f[rt_flags] |= 0x0c;
             }
             frames.push(f);
         }
@@ -463,4 +464,71 @@ fn a_msdus_in_a_mpdus_count_packets_mpdus_and_a_mpdus_exactly() {
         "record 2 is an A-MSDU of 2, its first packet seq 3"
     );
     assert_eq!(ours[4], (2, 4, (1, 2)));
+}
+
+#[test]
+fn emulated_a_msdus_in_a_mpdus_round_trip() {
+    // The emulator packs up to 4 packets per MPDU; what it says it sent is what inspect and
+    // tshark read back: packets, MPDUs and A-MPDUs, exactly.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "simulate",
+            "--amsdu",
+            "4",
+            "--rate-mbps",
+            "400",
+            "--duration",
+            "0.1",
+            "--noise",
+            "none",
+            "--seed",
+            "5",
+            "--json",
+            "-o",
+            "am.pcapng",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let sum: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    let st = &sum["stations"][0];
+    let (packets, mpdus, ampdus) = (
+        st["delivered"].as_u64().unwrap(),
+        st["stats"]["mpdus"].as_u64().unwrap(),
+        st["stats"]["ampdus"].as_u64().unwrap(),
+    );
+    assert!(mpdus * 2 < packets, "A-MSDUs were built: {st}");
+    let j = inspect_json(d, "am.pcapng");
+    assert_eq!(j["records"], mpdus, "{j}");
+    assert_eq!(j["mpdus"], mpdus, "{j}");
+    assert_eq!(j["packets"], packets, "{j}");
+    assert_eq!(j["frames"], ampdus, "{j}");
+    assert_eq!(j["max_agg"], st["max_agg"], "the level counts packets: {j}");
+    assert_eq!(j["frames_skipped"], 0, "{j}");
+    let ts = tshark_fields(
+        &d.join("am.pcapng"),
+        &[
+            "_ws.malformed",
+            "wlan.qos.amsdupresent",
+            "udp.dstport",
+            "radiotap.ampdu.reference",
+        ],
+    );
+    assert_eq!(ts.len() as u64, mpdus);
+    assert!(ts.iter().all(|r| r[0].is_empty()), "tshark finds no malformed frame");
+    let theirs: u64 = ts
+        .iter()
+        .map(|r| r[2].split(',').filter(|p| *p == "5001").count() as u64)
+        .sum();
+    assert_eq!(theirs, packets);
+    let refs: std::collections::BTreeSet<&str> = ts.iter().map(|r| r[3].as_str()).collect();
+    assert_eq!(refs.len() as u64, ampdus);
+    assert!(
+        ts.iter().any(|r| r[1] == "1" || r[1] == "True"),
+        "A-MSDU bit set: {:?}",
+        &ts[0]
+    );
 }

@@ -325,6 +325,86 @@ fn errors_retries_contention_and_backhaul() {
 }
 
 #[test]
+fn a_msdu_sizes_from_the_standard() {
+    // One 1,500-byte packet: 14 subframe header + 8 LLC/SNAP + 1500 = 1,522 bytes.
+    assert_eq!(timing::amsdu_len([1500]), 1522);
+    // Three: 1,524 (padded) + 1,524 + 1,522 = 4,570; in an A-MPDU 4 + 26 + 4,570 + 4 = 4,604.
+    assert_eq!(timing::amsdu_len([1500, 1500, 1500]), 4570);
+    assert_eq!(timing::amsdu_subframe_len([1500, 1500, 1500]), 4604);
+    // Against three MPDUs of one packet each: 3 × 1,544 = 4,632 bytes.
+    assert_eq!(3 * timing::subframe_len(1500), 4632);
+}
+
+#[test]
+fn a_msdus_pack_packets_into_mpdus_within_their_limits() {
+    let amsdu = |k: u16, err: f64, rate: f64| Scenario {
+        wlan: WlanConfig {
+            amsdu_max_msdus: k,
+            mpdu_error_rate: err,
+            ..WlanConfig::default()
+        },
+        ..ns3_like(rate, 0.3)
+    };
+    let (sum, ds) = go(amsdu(4, 0.1, 400.0));
+    let st = &sum.stations[0];
+    assert_eq!(
+        st.delivered + st.stats.dropped_retry,
+        st.offered,
+        "nothing lost below the retry limit"
+    );
+    assert_eq!(st.delivered, ds.len() as u64);
+    assert!(
+        st.stats.mpdus < st.delivered * 2 / 3,
+        "A-MSDUs were built: {:?}",
+        st.stats
+    );
+    let mut by_mpdu: BTreeMap<(u32, u16), Vec<Delivery>> = BTreeMap::new();
+    let mut by_seq: BTreeMap<u16, Vec<u32>> = BTreeMap::new();
+    ds.iter().for_each(|d| {
+        by_mpdu.entry((d.ampdu_ref, d.mpdu)).or_default().push(*d);
+        by_seq.entry(d.dot11_seq).or_default().push(d.packet.seq);
+    });
+    assert_eq!(by_mpdu.len() as u64, st.stats.mpdus);
+    let mut retried = 0;
+    for ((_, m), f) in &by_mpdu {
+        assert!(f.len() <= 4);
+        assert!(timing::amsdu_len(f.iter().map(|d| d.packet.len as usize)) <= 7935);
+        for (j, d) in f.iter().enumerate() {
+            assert_eq!(d.msdu, (j as u16, f.len() as u16));
+            assert_eq!((d.mpdu, d.dot11_seq, d.retry), (*m, f[0].dot11_seq, f[0].retry));
+            assert!(d.mpdus <= 64 && d.mpdu < d.mpdus);
+        }
+        // A retried MPDU carries the very packets it carried the first time: every packet with
+        // this 802.11 sequence number arrived in this MPDU.
+        let seqs: Vec<u32> = f.iter().map(|d| d.packet.seq).collect();
+        assert_eq!(by_seq[&f[0].dot11_seq], seqs);
+        retried += f[0].retry as usize;
+    }
+    assert!(retried > 20, "retries happened: {retried}");
+    // The A-MPDU's level counts packets, its MPDU count beside it.
+    let mut per_ref: BTreeMap<u32, (usize, std::collections::BTreeSet<u16>)> = BTreeMap::new();
+    for d in &ds {
+        let e = per_ref.entry(d.ampdu_ref).or_default();
+        e.0 += 1;
+        e.1.insert(d.mpdu);
+    }
+    for d in &ds {
+        let (n, m) = &per_ref[&d.ampdu_ref];
+        assert_eq!((d.count as usize, d.mpdus as usize), (*n, m.len()));
+    }
+    // Fewer headers, delimiters and block-ack entries: more goodput at saturation.
+    let (plain, _) = go(amsdu(1, 0.0, 1000.0));
+    let (packed, _) = go(amsdu(4, 0.0, 1000.0));
+    let (a, b) = (plain.stations[0].received_mbps, packed.stations[0].received_mbps);
+    assert!(b > a * 1.05, "A-MSDU {b:.1} Mb/s against {a:.1} Mb/s");
+    // One packet per MPDU is the plain emulator: same deliveries as before A-MSDUs existed.
+    let (_, one) = go(amsdu(1, 0.1, 400.0));
+    assert!(one
+        .iter()
+        .all(|d| d.msdu == (0, 1) && d.mpdu == d.index && d.mpdus == d.count));
+}
+
+#[test]
 fn multi_station_round_robin_shares_airtime() {
     let stations = vec![
         StationConfig {

@@ -69,6 +69,69 @@ pub fn frame_len(spec: &FrameSpec) -> usize {
 /// (original) frame length. Payload bytes past the 12-byte header are zero.
 pub fn build_frame(spec: &FrameSpec, max: usize, buf: &mut Vec<u8>) -> usize {
     buf.clear();
+    headers(spec, false, buf);
+    buf.extend_from_slice(&LLC_SNAP_IPV4);
+    ip_udp(
+        spec,
+        &Msdu {
+            ip_len: spec.ip_len,
+            seq: spec.seq,
+            sent_ns: spec.sent_ns,
+        },
+        buf,
+    );
+    let full = frame_len(spec);
+    let want = full.min(max);
+    if buf.len() > want {
+        buf.truncate(want);
+    } else {
+        buf.resize(want, 0);
+    }
+    full
+}
+
+/// One IP packet of an A-MSDU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Msdu {
+    /// IP total length (≥ 40).
+    pub ip_len: u16,
+    /// Application sequence number.
+    pub seq: u32,
+    /// Send time in ns.
+    pub sent_ns: u64,
+}
+
+/// Render an MPDU carrying `msdus` as an A-MSDU (QoS control bit 7; each subframe destination,
+/// source, length, LLC/SNAP and the whole IP packet, padded to 4 bytes but the last): radio
+/// and MAC fields from `spec`, whose own packet fields are not used. Returns the full frame
+/// length; `buf` holds its first `max` bytes (whole packets are written, so a reader can split
+/// the subframes only up to the snap length).
+pub fn build_amsdu_frame(spec: &FrameSpec, msdus: &[Msdu], max: usize, buf: &mut Vec<u8>) -> usize {
+    buf.clear();
+    headers(spec, true, buf);
+    let body = buf.len();
+    for (k, m) in msdus.iter().enumerate() {
+        if k > 0 {
+            buf.resize(body + (buf.len() - body).next_multiple_of(4), 0);
+        }
+        buf.extend_from_slice(&spec.sta);
+        buf.extend_from_slice(&spec.bssid);
+        let len = m.ip_len.max(40);
+        buf.extend_from_slice(&(LLC_SNAP_IPV4.len() as u16 + len).to_be_bytes());
+        buf.extend_from_slice(&LLC_SNAP_IPV4);
+        let ip = buf.len();
+        ip_udp(spec, m, buf);
+        buf.resize(ip + len as usize, 0);
+    }
+    let full = buf.len();
+    buf.truncate(max);
+    full
+}
+
+const LLC_SNAP_IPV4: [u8; 8] = [0xaa, 0xaa, 3, 0, 0, 0, 0x08, 0x00];
+
+/// Radiotap and the 802.11 QoS data header (FromDS), with the A-MSDU bit if asked.
+fn headers(spec: &FrameSpec, amsdu: bool, buf: &mut Vec<u8>) {
     // Radiotap: present = TSFT | Flags | Channel | A-MPDU | VHT (or MCS).
     let rt_len = if spec.vht { RT_LEN_VHT } else { RT_LEN_HT };
     let present: u32 = 1 | 1 << 1 | 1 << 3 | 1 << 20 | if spec.vht { 1 << 21 } else { 1 << 19 };
@@ -112,11 +175,14 @@ pub fn build_frame(spec: &FrameSpec, max: usize, buf: &mut Vec<u8>) -> usize {
     buf.extend_from_slice(&spec.bssid);
     buf.extend_from_slice(&spec.bssid);
     buf.extend_from_slice(&((spec.dot11_seq & 0x0fff) << 4).to_le_bytes());
-    buf.extend_from_slice(&[0, 0]);
-    buf.extend_from_slice(&[0xaa, 0xaa, 3, 0, 0, 0, 0x08, 0x00]);
-    // IPv4 with a correct header checksum.
+    buf.extend_from_slice(&[if amsdu { 0x80 } else { 0 }, 0]);
+}
+
+/// IPv4 (with a correct header checksum) + UDP header + the 12 payload bytes that carry the
+/// sequence number and send time; the caller pads the rest of the packet.
+fn ip_udp(spec: &FrameSpec, m: &Msdu, buf: &mut Vec<u8>) {
     let ip_start = buf.len();
-    let len = spec.ip_len.max(40);
+    let len = m.ip_len.max(40);
     buf.extend_from_slice(&[0x45, 0, (len >> 8) as u8, len as u8, 0, 0, 0x40, 0, 64, 17, 0, 0]);
     buf.extend_from_slice(&spec.ip_src);
     buf.extend_from_slice(&spec.ip_dst);
@@ -133,16 +199,8 @@ pub fn build_frame(spec: &FrameSpec, max: usize, buf: &mut Vec<u8>) -> usize {
     buf.extend_from_slice(&spec.dport.to_be_bytes());
     buf.extend_from_slice(&(len - 20).to_be_bytes());
     buf.extend_from_slice(&[0, 0]); // UDP checksum: none
-    buf.extend_from_slice(&spec.seq.to_be_bytes());
-    buf.extend_from_slice(&spec.sent_ns.to_be_bytes());
-    let full = frame_len(spec);
-    let want = full.min(max);
-    if buf.len() > want {
-        buf.truncate(want);
-    } else {
-        buf.resize(want, 0);
-    }
-    full
+    buf.extend_from_slice(&m.seq.to_be_bytes());
+    buf.extend_from_slice(&m.sent_ns.to_be_bytes());
 }
 
 /// Container format to write.

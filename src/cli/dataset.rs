@@ -22,9 +22,9 @@ pub(crate) enum DatasetCommand {
         /// Output folder (default: data/<name>).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Snap length of the written frames.
-        #[arg(long, default_value_t = 128)]
-        snaplen: u32,
+        /// Snap length of the written frames (default 128; 65535 for runs with A-MSDUs).
+        #[arg(long)]
+        snaplen: Option<u32>,
     },
 }
 
@@ -62,7 +62,7 @@ struct Built {
     manifest: String,
     aggrate_version: &'static str,
     seed: u64,
-    snaplen: u32,
+    snaplen: Option<u32>,
     noise_preset: String,
     packets_per_run: u64,
     runs: Vec<BuiltRun>,
@@ -88,7 +88,7 @@ pub(crate) fn build(
     m: &DatasetManifest,
     source: &Path,
     out: Option<PathBuf>,
-    snaplen: u32,
+    snaplen: Option<u32>,
 ) -> Result<PathBuf> {
     let runs = m.expand().with_context(|| format!("{}", source.display()))?;
     // Check every run before any work starts.

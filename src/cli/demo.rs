@@ -79,7 +79,7 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         &m,
         std::path::Path::new("datasets/small.toml"),
         Some(data.clone()),
-        128,
+        None,
     )?;
     let models = a.out.join("models");
     for (model, extra) in [

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::capture::writer::{build_frame, CaptureWriter, OutFormat};
+use aggrate::capture::writer::{CaptureWriter, OutFormat};
 use aggrate::testbed::{KernelPath, Testbed};
 use aggrate::wlan::noise::{NoisePreset, ReceivePath};
-use aggrate::wlan::run::{frame_spec, run, RunSummary, Scenario, ValidScenario};
+use aggrate::wlan::run::{run, MpduFrames, RunSummary, Scenario, ValidScenario};
 use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
-use aggrate::wlan::StationConfig;
+use aggrate::wlan::{StationConfig, WlanConfig};
 
 use super::progress::Ui;
 use super::Exit;
@@ -59,9 +59,13 @@ pub(crate) struct SimulateArgs {
     /// Seed.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// Snap length of the written frames.
-    #[arg(long, default_value_t = 128)]
-    pub(crate) snaplen: u32,
+    /// Pack up to K packets per MPDU as A-MSDUs inside the A-MPDUs (1: none).
+    #[arg(long, value_name = "K")]
+    pub(crate) amsdu: Option<u16>,
+    /// Snap length of the written frames (default 128; with A-MSDUs 65535, so that every
+    /// subframe can be read).
+    #[arg(long)]
+    pub(crate) snaplen: Option<u32>,
     /// Output capture (.pcapng or .pcap); with several stations, `NAME.staK.EXT` per station.
     #[arg(short, long)]
     pub(crate) output: PathBuf,
@@ -159,6 +163,9 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario> {
     if let Some(seed) = a.seed {
         s.seed = seed;
     }
+    if let Some(k) = a.amsdu {
+        s.wlan.amsdu_max_msdus = k;
+    }
     Ok(s)
 }
 
@@ -192,21 +199,35 @@ pub(crate) fn station_paths(out: &Path, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The snap length to write with: as asked, or 128 bytes (65,535 when the AP builds A-MSDUs,
+/// whose later subframes a shorter snap length would cut off — said on stderr when asked for).
+pub(crate) fn snaplen_for(ui: &Ui, asked: Option<u32>, wlan: &WlanConfig) -> Result<u32> {
+    let amsdu = wlan.amsdu_max_msdus > 1;
+    let s = asked.unwrap_or(if amsdu { 65_535 } else { 128 });
+    if !(64..=65_535).contains(&s) {
+        bail!("--snaplen = {s}: 64..=65535");
+    }
+    if amsdu && s < 65_535 {
+        ui.info(format!(
+            "note: snap length {s} with A-MSDUs: subframes past byte {s} of a frame cannot be read back"
+        ));
+    }
+    Ok(s)
+}
+
 /// Run a checked scenario and write one capture per station.
 pub(crate) fn simulate_to(
     ui: &Ui,
     scn: &ValidScenario,
     out: &Path,
-    snaplen: u32,
+    snaplen: Option<u32>,
 ) -> Result<(RunSummary, Vec<PathBuf>)> {
     let format = match out.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()) {
         Some(e) if e == "pcap" => OutFormat::Pcap,
         Some(e) if e == "pcapng" => OutFormat::Pcapng,
         _ => bail!("{}: the output must end in .pcapng or .pcap", out.display()),
     };
-    if !(64..=65_535).contains(&snaplen) {
-        bail!("--snaplen = {snaplen}: 64..=65535");
-    }
+    let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
     let n = scn.wlan.config().stations.len();
     let paths = station_paths(out, n);
     let comment = serde_json::json!({
@@ -229,6 +250,7 @@ pub(crate) fn simulate_to(
     }
     let channel = scn.wlan.config().channel_mhz;
     let mut buf = Vec::with_capacity(256);
+    let mut frames: Vec<MpduFrames> = (0..n).map(|_| MpduFrames::default()).collect();
     let mut err: Option<std::io::Error> = None;
     let total = scn.scenario.duration_s;
     let mut bar = ui.bytes_bar((total * 1000.0) as u64, "simulating (virtual ms)");
@@ -236,14 +258,14 @@ pub(crate) fn simulate_to(
         scn,
         |d, host| {
             // A packet the receive path dropped never reached the receiver's log.
-            let Some(host) = host else { return };
             if err.is_some() {
                 return;
             }
-            let spec = frame_spec(d, channel);
-            let orig = build_frame(&spec, snaplen as usize, &mut buf);
-            if let Err(e) = writers[d.sta.0 as usize].write(host, &buf, orig as u32) {
-                err = Some(e);
+            let sta = d.sta.0 as usize;
+            if let Some((at, orig)) = frames[sta].push(d, host, channel, snaplen as usize, &mut buf) {
+                if let Err(e) = writers[sta].write(at, &buf, orig as u32) {
+                    err = Some(e);
+                }
             }
         },
         |now| bar.set((now.as_secs_f64() * 1000.0) as u64),
@@ -279,12 +301,13 @@ pub(crate) fn simulate_replayed(
     ui: &Ui,
     mut s: Scenario,
     out: &Path,
-    snaplen: u32,
+    snaplen: Option<u32>,
     kernel: Option<&KernelPath>,
 ) -> Result<(RunSummary, Vec<PathBuf>)> {
     s.noise_preset = NoisePreset::None;
     s.noise = None;
     let scn = s.check().context("invalid scenario")?;
+    let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
     if scn.scenario.duration_s > 120.0 {
         bail!(
             "--kernel-replay runs in real time: duration_s = {} exceeds 120 s",
@@ -353,10 +376,10 @@ pub(crate) fn simulate_replayed(
         let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
         let mut w = CaptureWriter::with_comment(BufWriter::new(f), format, snaplen, Some(&comment))?;
         let mut buf = Vec::new();
+        let mut frames = MpduFrames::default();
         for (d, h) in mine.iter().zip(&host) {
-            if let Some(h) = h {
-                let orig = build_frame(&frame_spec(d, channel), snaplen as usize, &mut buf);
-                w.write(*h, &buf, orig as u32)
+            if let Some((at, orig)) = frames.push(d, *h, channel, snaplen as usize, &mut buf) {
+                w.write(at, &buf, orig as u32)
                     .with_context(|| format!("writing {}", p.display()))?;
             }
         }
@@ -382,8 +405,13 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {
         println!("{}", serde_json::to_string(&summary)?);
     }
     for (st, p) in summary.stations.iter().zip(&paths) {
+        let mpdus = if st.stats.mpdus < st.stats.delivered && st.ampdus > 0 {
+            format!(" in {:.2} MPDUs", st.stats.mpdus as f64 / st.ampdus as f64)
+        } else {
+            String::new()
+        };
         ui.info(format!(
-            "sta{} ({:.1} Mb/s PHY): offered {:.1} Mb/s, received {:.1} Mb/s, mean A-MPDU {:.2} (max {}), delay {:.2} ms, airtime {:.0}% → {}",
+            "sta{} ({:.1} Mb/s PHY): offered {:.1} Mb/s, received {:.1} Mb/s, mean A-MPDU {:.2} packets{mpdus} (max {}), delay {:.2} ms, airtime {:.0}% → {}",
             st.sta,
             st.phy_mbps,
             st.offered_mbps,

@@ -118,6 +118,12 @@ pub struct WlanConfig {
     pub tsf_offset_us: u64,
     /// Channel centre frequency written to captures (MHz).
     pub channel_mhz: u16,
+    /// Most IP packets per MPDU: above 1 the AP packs queued packets into A-MSDUs (inside the
+    /// A-MPDU), as Linux and commercial APs do; 1 sends one packet per MPDU.
+    pub amsdu_max_msdus: u16,
+    /// Most bytes of one A-MSDU (subframe headers and padding included; 802.11ac allows 7,935
+    /// or 11,454 less the MAC header).
+    pub amsdu_max_bytes: usize,
 }
 
 impl Default for WlanConfig {
@@ -145,6 +151,8 @@ impl Default for WlanConfig {
             tsft_at: TsftAt::Start,
             tsf_offset_us: 0,
             channel_mhz: 5210,
+            amsdu_max_msdus: 1,
+            amsdu_max_bytes: 7935,
         }
     }
 }
@@ -322,6 +330,12 @@ impl WlanConfig {
         }
         if self.contenders > 0 && !(self.contender_rate_mbps > 0.0 && self.contender_rate_mbps.is_finite()) {
             return Err(bad("contender_rate_mbps", self.contender_rate_mbps, "> 0"));
+        }
+        if !(1..=64).contains(&self.amsdu_max_msdus) {
+            return Err(bad("amsdu_max_msdus", self.amsdu_max_msdus, "1..=64 (1: no A-MSDU)"));
+        }
+        if !(1600..=11_398).contains(&self.amsdu_max_bytes) {
+            return Err(bad("amsdu_max_bytes", self.amsdu_max_bytes, "1600..=11398"));
         }
         if !(40..=7900).contains(&self.contender_bytes) {
             return Err(bad("contender_bytes", self.contender_bytes, "40..=7900"));

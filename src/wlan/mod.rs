@@ -11,7 +11,9 @@
 //! Model: one best-effort EDCA function at the AP serves the stations round robin; each
 //! transmit opportunity sends one A-MPDU to one station holding everything queued for it, up to
 //! `max_ampdu_mpdus` (block-ack window), `max_ampdu_bytes` and `max_ppdu_us` of PPDU. PSDUs above
-//! the RTS threshold are preceded by RTS/CTS. Optional per-MPDU errors requeue the MPDU at the
+//! the RTS threshold are preceded by RTS/CTS. With `amsdu_max_msdus` > 1 each MPDU packs up to
+//! that many queued packets into an A-MSDU (within `amsdu_max_bytes`); the A-MPDU limits count
+//! MPDUs, a delivery is one packet and says which MPDU it came in. Optional per-MPDU errors requeue the MPDU at the
 //! head of its queue (retry flag set) until the retry limit. Optional contending stations run
 //! their own EDCA with Poisson arrivals of single-MPDU frames; equal backoff ends collide.
 
@@ -48,7 +50,7 @@ pub struct Packet {
     pub sent: Ts,
 }
 
-/// An MPDU received by its station.
+/// A packet received by its station (one per IP packet: an A-MSDU MPDU yields several).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Delivery {
     /// Receiving station.
@@ -65,22 +67,32 @@ pub struct Delivery {
     pub tsft: Tsft,
     /// A-MPDU reference number.
     pub ampdu_ref: u32,
-    /// Position in the A-MPDU (0-based).
+    /// Position in the A-MPDU, counting packets (0-based).
     pub index: u16,
-    /// MPDUs in the A-MPDU.
+    /// Packets delivered in the A-MPDU (its aggregation level as a receiver sees it).
     pub count: u16,
+    /// Position of its MPDU among the A-MPDU's delivered MPDUs (0-based).
+    pub mpdu: u16,
+    /// MPDUs delivered in the A-MPDU.
+    pub mpdus: u16,
+    /// Position in its MPDU's A-MSDU and the A-MSDU's packets (`(0, 1)`: no A-MSDU).
+    pub msdu: (u16, u16),
     /// PHY mode.
     pub mode: PhyMode,
-    /// 802.11 sequence number.
+    /// 802.11 sequence number (of its MPDU).
     pub dot11_seq: u16,
     /// Sent before (retry flag).
     pub retry: bool,
 }
 
 impl Delivery {
-    /// Last MPDU of its A-MPDU.
+    /// Last packet of its A-MPDU.
     pub fn last(&self) -> bool {
         self.index + 1 == self.count
+    }
+    /// Last packet of its MPDU.
+    pub fn last_of_mpdu(&self) -> bool {
+        self.msdu.0 + 1 == self.msdu.1
     }
 }
 
@@ -112,8 +124,10 @@ pub enum Dropped {
 /// Counters of one station.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StaStats {
-    /// MPDUs delivered.
+    /// Packets delivered.
     pub delivered: u64,
+    /// MPDUs delivered (fewer than packets when A-MSDUs carry several).
+    pub mpdus: u64,
     /// IP bytes delivered.
     pub bytes: u64,
     /// A-MPDUs sent.
@@ -133,7 +147,19 @@ struct Queued {
     pkt: Packet,
     enq: Ts,
     retries: u8,
-    dot11_seq: u16,
+    /// Set at the first transmission; packets of one A-MSDU share it and stay together when
+    /// their MPDU is retried.
+    dot11_seq: Option<u16>,
+}
+
+/// A packet of the A-MPDU on the air.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    q: Queued,
+    /// Its MPDU arrived.
+    ok: bool,
+    /// Its MPDU's position in the A-MPDU.
+    mpdu: u16,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -174,8 +200,10 @@ pub struct WlanSim<R: Rng> {
     idle_since: Ts,
     aifs: Duration,
     exchange: Option<Exchange>,
-    ampdu: Vec<(Queued, bool)>,
+    ampdu: Vec<InFlight>,
     ampdu_sta: usize,
+    /// PSDU bytes of the A-MPDU being built.
+    ampdu_psdu: usize,
     ampdu_meta: (Ts, Ts),
     next_ref: u32,
     out: VecDeque<Delivery>,
@@ -228,6 +256,7 @@ impl<R: Rng> WlanSim<R> {
             exchange: None,
             ampdu: Vec::with_capacity(c.max_ampdu_mpdus as usize),
             ampdu_sta: 0,
+            ampdu_psdu: 0,
             ampdu_meta: (Ts::ZERO, Ts::ZERO),
             next_ref: 0,
             out: VecDeque::new(),
@@ -279,13 +308,11 @@ impl<R: Rng> WlanSim<R> {
             self.stats[i].dropped_queue += 1;
             return Err(Dropped::QueueFull(sta));
         }
-        let seq = self.next_dot11_seq[i];
-        self.next_dot11_seq[i] = (seq + 1) & 0x0fff;
         q.push_back(Queued {
             pkt,
             enq: now,
             retries: 0,
-            dot11_seq: seq,
+            dot11_seq: None,
         });
         if self.ap_avail.is_none() {
             self.ap_avail = Some(now);
@@ -404,11 +431,7 @@ impl<R: Rng> WlanSim<R> {
             self.build_ampdu(t);
             let sta = self.ampdu_sta;
             let mode = self.mode[sta];
-            let psdu: usize = self
-                .ampdu
-                .iter()
-                .map(|(q, _)| timing::subframe_len(q.pkt.len as usize))
-                .sum();
+            let psdu = self.ampdu_psdu;
             let rts = psdu > rts_threshold;
             let prot = if rts {
                 timing::rts() + SIFS + ack + SIFS
@@ -421,7 +444,7 @@ impl<R: Rng> WlanSim<R> {
             } else {
                 let start = t + prot;
                 ppdu_end = start + dur;
-                if self.ampdu.len() == 1 {
+                if self.ampdu.last().is_some_and(|f| f.mpdu == 0) {
                     end_after_ppdu = SIFS + ack;
                 }
                 self.ampdu_meta = (start, ppdu_end);
@@ -451,14 +474,21 @@ impl<R: Rng> WlanSim<R> {
             ex.end = ex.ppdu_end + SIFS + ack;
             if ap_tx {
                 ex.ap_success = Some(false);
-                self.ampdu.iter_mut().for_each(|(_, ok)| *ok = false);
+                self.ampdu.iter_mut().for_each(|f| f.ok = false);
             }
             ex.contenders = cont_tx.iter().map(|&i| (i, false)).collect();
         } else if ap_tx {
+            // One error draw per MPDU: an A-MSDU is lost or received whole.
             let mut any = false;
-            for (_, ok) in &mut self.ampdu {
-                *ok = p == 0.0 || !self.rng.random_bool(p);
-                any |= *ok;
+            let mut cur: Option<(u16, bool)> = None;
+            for f in &mut self.ampdu {
+                let ok = match cur {
+                    Some((m, ok)) if m == f.mpdu => ok,
+                    _ => p == 0.0 || !self.rng.random_bool(p),
+                };
+                cur = Some((f.mpdu, ok));
+                f.ok = ok;
+                any |= ok;
             }
             ex.ap_success = Some(any);
             self.stats[self.ampdu_sta].ampdus += 1;
@@ -518,22 +548,67 @@ impl<R: Rng> WlanSim<R> {
         self.adapt_rate(sta, now);
         let mode = self.mode[sta];
         let mut bytes = 0usize;
-        while let Some(q) = self.queues[sta].front() {
-            let sub = timing::subframe_len(q.pkt.len as usize);
-            if !self.ampdu.is_empty()
-                && (self.ampdu.len() >= max_n || bytes + sub > max_bytes || mode.ppdu_duration(bytes + sub) > max_ppdu)
-            {
+        let mut mpdus = 0usize;
+        while !self.queues[sta].is_empty() {
+            let (k, sub) = self.next_mpdu(sta);
+            if mpdus > 0 && (mpdus >= max_n || bytes + sub > max_bytes || mode.ppdu_duration(bytes + sub) > max_ppdu) {
                 break;
             }
             bytes += sub;
-            let q = self.queues[sta].pop_front().expect("front exists");
-            self.ampdu.push((q, false));
+            let seq = match self.queues[sta][0].dot11_seq {
+                Some(s) => s,
+                None => {
+                    let s = self.next_dot11_seq[sta];
+                    self.next_dot11_seq[sta] = (s + 1) & 0x0fff;
+                    s
+                }
+            };
+            for _ in 0..k {
+                let mut q = self.queues[sta].pop_front().expect("counted");
+                q.dot11_seq = Some(seq);
+                self.ampdu.push(InFlight {
+                    q,
+                    ok: false,
+                    mpdu: mpdus as u16,
+                });
+            }
+            mpdus += 1;
         }
+        self.ampdu_psdu = bytes;
+    }
+
+    /// The packets at the head of `sta`'s queue that form its next MPDU, and the MPDU's A-MPDU
+    /// subframe length. A retried MPDU keeps its packets; a new one packs up to
+    /// `amsdu_max_msdus` packets within `amsdu_max_bytes` (one packet: a plain MPDU).
+    fn next_mpdu(&self, sta: usize) -> (usize, usize) {
+        let c = self.cfg.config();
+        let q = &self.queues[sta];
+        let len = |i: usize| q[i].pkt.len as usize;
+        let k = match q[0].dot11_seq {
+            Some(s) => q.iter().take_while(|x| x.dot11_seq == Some(s)).count(),
+            None => {
+                let mut k = 1;
+                while k < c.amsdu_max_msdus as usize
+                    && k < q.len()
+                    && q[k].dot11_seq.is_none()
+                    && timing::amsdu_len((0..=k).map(len)) <= c.amsdu_max_bytes
+                {
+                    k += 1;
+                }
+                k
+            }
+        };
+        let sub = if k == 1 {
+            timing::subframe_len(len(0))
+        } else {
+            timing::amsdu_subframe_len((0..k).map(len))
+        };
+        (k, sub)
     }
 
     fn release_deliveries(&mut self) {
         let Some(x) = &self.exchange else { return };
-        if x.ap_success.is_none() || self.ampdu.is_empty() || !self.ampdu.iter().any(|(_, ok)| *ok) {
+        if x.ap_success.is_none() || self.ampdu.is_empty() || !self.ampdu.iter().any(|f| f.ok) {
             return;
         }
         let sta = self.ampdu_sta;
@@ -546,30 +621,40 @@ impl<R: Rng> WlanSim<R> {
         let tsft = Tsft(tsft_ts.as_nanos() / 1000 + c.tsf_offset_us);
         let reference = self.next_ref;
         self.next_ref = self.next_ref.wrapping_add(1);
-        let count = self.ampdu.iter().filter(|(_, ok)| *ok).count() as u16;
+        let count = self.ampdu.iter().filter(|f| f.ok).count() as u16;
+        let delivered: Vec<&InFlight> = self.ampdu.iter().filter(|f| f.ok).collect();
+        let mpdus = 1 + delivered.windows(2).filter(|w| w[0].mpdu != w[1].mpdu).count() as u16;
         let mode = self.mode[sta];
-        let mut index = 0;
-        for (q, ok) in &self.ampdu {
-            if !ok {
-                continue;
+        let mut mpdu = 0u16;
+        let mut i = 0;
+        while i < delivered.len() {
+            let m = delivered[i].mpdu;
+            let k = delivered[i..].iter().take_while(|f| f.mpdu == m).count();
+            for (j, f) in delivered[i..i + k].iter().enumerate() {
+                let q = &f.q;
+                self.stats[sta].delivered += 1;
+                self.stats[sta].bytes += q.pkt.len as u64;
+                self.out.push_back(Delivery {
+                    sta: StaId(sta as u16),
+                    packet: q.pkt,
+                    enqueued: q.enq,
+                    ppdu_start: start,
+                    mac_time: end,
+                    tsft,
+                    ampdu_ref: reference,
+                    index: (i + j) as u16,
+                    count,
+                    mpdu,
+                    mpdus,
+                    msdu: (j as u16, k as u16),
+                    mode,
+                    dot11_seq: q.dot11_seq.unwrap_or(0),
+                    retry: q.retries > 0,
+                });
             }
-            self.stats[sta].delivered += 1;
-            self.stats[sta].bytes += q.pkt.len as u64;
-            self.out.push_back(Delivery {
-                sta: StaId(sta as u16),
-                packet: q.pkt,
-                enqueued: q.enq,
-                ppdu_start: start,
-                mac_time: end,
-                tsft,
-                ampdu_ref: reference,
-                index,
-                count,
-                mode,
-                dot11_seq: q.dot11_seq,
-                retry: q.retries > 0,
-            });
-            index += 1;
+            self.stats[sta].mpdus += 1;
+            mpdu += 1;
+            i += k;
         }
     }
 
@@ -583,7 +668,10 @@ impl<R: Rng> WlanSim<R> {
         if let Some(ok) = x.ap_success {
             // Failed MPDUs go back to the head of their queue, in order, unless out of retries.
             let sta = self.ampdu_sta;
-            for (mut q, delivered) in self.ampdu.drain(..).rev() {
+            for InFlight {
+                mut q, ok: delivered, ..
+            } in self.ampdu.drain(..).rev()
+            {
                 if delivered {
                     continue;
                 }

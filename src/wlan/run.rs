@@ -12,7 +12,7 @@ use super::config::{bad, ConfigError, ValidWlanConfig, WlanConfig};
 use super::noise::{model_for, NoiseModel, NoisePreset, Ppdu, RandomReceiver, ReceivePath, ValidReceivePath};
 use super::traffic::{Backhaul, BackhaulConfig, FlowConfig, Source};
 use super::{Delivery, Packet, StaId, StaStats, WlanSim};
-use crate::capture::writer::FrameSpec;
+use crate::capture::writer::{build_amsdu_frame, build_frame, FrameSpec, Msdu};
 use crate::time::Ts;
 
 /// Everything one emulator run needs (the TOML config of `aggrate simulate`).
@@ -123,9 +123,9 @@ pub struct StaSummary {
     pub received_mbps: f64,
     /// A-MPDUs received.
     pub ampdus: u64,
-    /// Mean MPDUs per A-MPDU.
+    /// Mean packets per A-MPDU (MPDUs, unless A-MSDUs carry several packets each).
     pub mean_agg: f64,
-    /// Largest A-MPDU.
+    /// Largest A-MPDU (packets).
     pub max_agg: u16,
     /// Mean one-way delay (send → MAC receive), ms.
     pub delay_ms_mean: f64,
@@ -305,6 +305,57 @@ fn offered_bytes(s: &Scenario, sta: usize, packets: u64) -> f64 {
     packets as f64 * len as f64
 }
 
+/// One station's deliveries as the frames its monitor interface records: one frame per MPDU, the
+/// packets of an A-MSDU together in one frame stamped with the first one's kernel time. Packets
+/// the receive path dropped are left out of their frame (an MPDU none of whose packets reached
+/// the receiver is not written).
+#[derive(Debug, Default)]
+pub struct MpduFrames {
+    pending: Vec<(Delivery, Ts)>,
+    msdus: Vec<Msdu>,
+}
+
+impl MpduFrames {
+    /// Add the next delivery of this station (in delivery order). When it completes its MPDU,
+    /// the frame's first `snaplen` bytes are in `buf` and the frame's time and full length are
+    /// returned.
+    pub fn push(
+        &mut self,
+        d: &Delivery,
+        host: Option<Ts>,
+        channel_mhz: u16,
+        snaplen: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Ts, usize)> {
+        if d.msdu.1 <= 1 {
+            self.pending.clear();
+            let h = host?;
+            return Some((h, build_frame(&frame_spec(d, channel_mhz), snaplen, buf)));
+        }
+        if d.msdu.0 == 0 {
+            self.pending.clear();
+        }
+        if let Some(h) = host {
+            self.pending.push((*d, h));
+        }
+        if !d.last_of_mpdu() {
+            return None;
+        }
+        let (first, at) = *self.pending.first()?;
+        self.msdus.clear();
+        self.msdus.extend(self.pending.iter().map(|(x, _)| Msdu {
+            ip_len: x.packet.len,
+            seq: x.packet.seq,
+            sent_ns: x.packet.sent.as_nanos(),
+        }));
+        let mut spec = frame_spec(&first, channel_mhz);
+        spec.last = d.mpdu + 1 == d.mpdus;
+        let full = build_amsdu_frame(&spec, &self.msdus, snaplen, buf);
+        self.pending.clear();
+        Some((at, full))
+    }
+}
+
 /// Addresses the emulator writes into captures.
 pub mod addr {
     /// The AP (BSSID).
@@ -330,7 +381,7 @@ pub fn frame_spec(d: &Delivery, channel_mhz: u16) -> FrameSpec {
     FrameSpec {
         tsft_us: d.tsft.as_micros(),
         ampdu_ref: d.ampdu_ref,
-        last: d.last(),
+        last: d.mpdu + 1 == d.mpdus,
         vht: d.mode.vht,
         mcs: if d.mode.vht {
             d.mode.mcs

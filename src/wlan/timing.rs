@@ -112,6 +112,27 @@ pub fn subframe_len(ip_len: usize) -> usize {
     (DELIMITER + MPDU_OVERHEAD + ip_len).next_multiple_of(4)
 }
 
+/// A-MSDU subframe header: destination 6 + source 6 + length 2.
+pub const AMSDU_SUBHEADER: usize = 14;
+/// LLC/SNAP header in front of each IP packet.
+pub const LLC_SNAP: usize = 8;
+
+/// Bytes of an A-MSDU carrying IP packets of `ip_lens`: each subframe is its 14-byte header,
+/// LLC/SNAP and the packet, padded to 4 bytes except the last.
+pub fn amsdu_len(ip_lens: impl IntoIterator<Item = usize>) -> usize {
+    let mut total = 0usize;
+    for l in ip_lens {
+        total = total.next_multiple_of(4) + AMSDU_SUBHEADER + LLC_SNAP + l;
+    }
+    total
+}
+
+/// Length of the A-MPDU subframe of an MPDU carrying an A-MSDU of `ip_lens` (delimiter, QoS
+/// data header 26, the A-MSDU, FCS 4, padded to 4 bytes).
+pub fn amsdu_subframe_len(ip_lens: impl IntoIterator<Item = usize>) -> usize {
+    (DELIMITER + 26 + amsdu_len(ip_lens) + 4).next_multiple_of(4)
+}
+
 /// Duration of a control frame of `bytes` (incl. FCS) at 24 Mb/s non-HT.
 pub fn control_frame(bytes: usize) -> Duration {
     let nsym = (16 + 8 * bytes as u64 + 6).div_ceil(CTRL_DBPS);
