@@ -34,5 +34,8 @@ fi
 export AGGRATE_PYTHON="$venv/bin/python"
 
 echo "== cargo test"
+# The lean core crate on its own (its unit tests and docs), then everything with it.
+cargo test --locked -p aggrate-core --all-targets
+cargo test --locked -p aggrate-core --doc
 cargo test --locked --features onnx --doc
 cargo test --locked --features onnx --all-targets

@@ -1,6 +1,9 @@
 //! aggrate: learn 802.11ac A-MPDU frame aggregation from packet timing, and use it to send fast
 //! without queueing.
 //!
+//! The estimator, controller and transport state machines live in the lean `aggrate-core`
+//! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`), re-exported here.
+//!
 //! Layers (a module may use those above it and `time`):
 //! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `train` → `model` →
 //! `runtime` → `control` → `transport` → `sim`; `wlan` (the emulator) and `testbed` (real
@@ -11,18 +14,16 @@
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
+pub use aggrate_core::{control, features, runtime, time};
+
 pub mod capture;
-pub mod control;
 pub mod dataset;
-pub mod features;
 pub mod label;
 pub mod model;
 pub mod phy;
 pub mod report;
-pub mod runtime;
 pub mod sim;
 pub mod testbed;
-pub mod time;
 pub mod train;
 pub mod transport;
 pub mod wlan;

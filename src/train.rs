@@ -22,7 +22,32 @@ pub mod cv;
 mod mlp;
 mod svr;
 pub use mlp::{fit_mlp, MlpParams, ValidMlpParams};
-pub use svr::{cv_predict_svr, fit_svr, SvrModel, SvrParams, ValidSvrParams, MAX_SVR_ROWS};
+pub use svr::{cv_predict_svr, fit_svr, MAX_SVR_ROWS};
+// The fitted models live in the core crate (the runtime applies them without this module).
+pub use aggrate_core::model::fitted::{
+    LinearSvmModel, LogisticModel, Predict, Scaler, SvmLoss, SvrModel, SvrParams, ThresholdModel, ValidSvrParams,
+};
+
+/// A [`Scaler`] fitted on all rows of `data`.
+pub fn fit_scaler(data: &Dataset) -> Scaler {
+    Scaler::fit_rows(&data.x, data.d)
+}
+
+/// A [`Scaler`] fitted on the rows of `rows` only.
+pub fn fit_scaler_set(data: &Dataset, rows: &RowSet) -> Scaler {
+    let d = data.d;
+    Scaler::fit_slices(rows.ranges().iter().map(|r| &data.x[r.start * d..r.end * d]), d)
+}
+
+impl From<aggrate_core::model::ParamError> for Error {
+    fn from(e: aggrate_core::model::ParamError) -> Error {
+        Error::BadParam {
+            name: e.name,
+            value: e.value,
+            allowed: e.allowed,
+        }
+    }
+}
 
 /// Errors of training.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -61,87 +86,6 @@ pub enum Error {
         /// Expected.
         want: usize,
     },
-}
-
-/// Feature standardisation (z-scores), fitted on training rows only.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Scaler {
-    /// Means.
-    pub mean: Vec<f64>,
-    /// Standard deviations (1 where a feature is constant).
-    pub std: Vec<f64>,
-}
-
-impl Scaler {
-    /// w·z + b for the standardised row z = (x − mean)/std.
-    pub fn linear(&self, w: &[f64], b: f64, x: &[f64]) -> f64 {
-        let mut s = b;
-        for ((v, m), (sd, w)) in x.iter().zip(&self.mean).zip(self.std.iter().zip(w)) {
-            s += (v - m) / sd * w;
-        }
-        s
-    }
-
-    /// The linear function `w·((x − μ)/σ) + b` on raw features: `(w/σ, b − Σ wμ/σ)` (used
-    /// by the online estimator and the ONNX export, so no division per row).
-    pub fn fold(&self, w: &[f64], b: f64) -> (Vec<f64>, f64) {
-        let wf: Vec<f64> = w.iter().zip(&self.std).map(|(w, s)| w / s).collect();
-        let bf = b - wf.iter().zip(&self.mean).map(|(w, m)| w * m).sum::<f64>();
-        (wf, bf)
-    }
-
-    /// Standardise `x` into `z` (which has room for at least `x.len()` values).
-    pub fn standardize(&self, x: &[f64], z: &mut [f64]) {
-        for (((zj, v), m), sd) in z.iter_mut().zip(x).zip(&self.mean).zip(&self.std) {
-            *zj = (v - m) / sd;
-        }
-    }
-
-    /// Fit on `data`.
-    pub fn fit(data: &Dataset) -> Scaler {
-        Scaler::fit_rows(&data.x, data.d)
-    }
-
-    /// Fit on row-major rows of width `d`.
-    pub fn fit_rows(x: &[f64], d: usize) -> Scaler {
-        Scaler::fit_slices(std::iter::once(x), d)
-    }
-
-    /// Fit on the rows of `rows` only.
-    pub fn fit_set(data: &Dataset, rows: &RowSet) -> Scaler {
-        let d = data.d;
-        Scaler::fit_slices(rows.ranges().iter().map(|r| &data.x[r.start * d..r.end * d]), d)
-    }
-
-    /// Fit on row-major slices of rows of width `d`.
-    fn fit_slices<'a>(slices: impl Iterator<Item = &'a [f64]>, d: usize) -> Scaler {
-        let mut rows = 0usize;
-        let mut mean = vec![0.0; d];
-        let mut sq = vec![0.0; d];
-        for x in slices {
-            rows += x.len() / d.max(1);
-            for row in x.chunks_exact(d.max(1)) {
-                for (j, v) in row.iter().enumerate() {
-                    mean[j] += v;
-                    sq[j] += v * v;
-                }
-            }
-        }
-        let n = rows.max(1) as f64;
-        let std = (0..d)
-            .map(|j| {
-                let m = mean[j] / n;
-                let var = (sq[j] / n - m * m).max(0.0);
-                if var > 1e-18 {
-                    var.sqrt()
-                } else {
-                    1.0
-                }
-            })
-            .collect();
-        mean.iter_mut().for_each(|m| *m /= n);
-        Scaler { mean, std }
-    }
 }
 
 /// Hyper-parameters of L2-regularised logistic regression.
@@ -197,42 +141,6 @@ impl LogisticParams {
             });
         }
         Ok(ValidLogisticParams(self))
-    }
-}
-
-/// A fitted logistic model: P(first of frame) = σ(w·z + b), z = standardised row.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LogisticModel {
-    /// Scaler fitted on the training rows.
-    pub scaler: Scaler,
-    /// Weights (standardised space).
-    pub w: Vec<f64>,
-    /// Bias.
-    pub b: f64,
-    /// Newton steps used.
-    pub iterations: usize,
-}
-
-/// Predictions of a binary model.
-pub trait Predict {
-    /// Decision value of one row (> 0 means "first packet of a frame").
-    fn decision(&self, x: &[f64]) -> f64;
-    /// Label of one row.
-    fn predict_row(&self, x: &[f64]) -> bool {
-        self.decision(x) > 0.0
-    }
-}
-
-impl Predict for LogisticModel {
-    fn decision(&self, x: &[f64]) -> f64 {
-        self.scaler.linear(&self.w, self.b, x)
-    }
-}
-
-impl LogisticModel {
-    /// Probability that `x` starts a frame.
-    pub fn probability(&self, x: &[f64]) -> f64 {
-        1.0 / (1.0 + (-self.decision(x)).exp())
     }
 }
 
@@ -667,7 +575,7 @@ fn fit_logistic_rows(
 ) -> Result<LogisticFit, Error> {
     let p = p.0;
     let (n, pos) = two_classes_in(data, rows)?;
-    let scaler = Scaler::fit_set(data, rows);
+    let scaler = fit_scaler_set(data, rows);
     let d = data.d;
     let (w_pos, w_neg) = class_weights(p.balanced, n, pos);
     let (f, loss) = (logistic_derivs(w_pos, w_neg), logistic_loss(w_pos, w_neg));
@@ -734,7 +642,7 @@ impl<'a> LogisticCv<'a> {
         let test = RowSet::from_indices(test);
         let train = test.complement(data.len());
         let (n, pos) = two_classes_in(data, &train)?;
-        let scaler = Scaler::fit_set(data, &train);
+        let scaler = fit_scaler_set(data, &train);
         let all = &self.all.model;
         let mut beta = rescaled_linear(&all.w, all.b, &all.scaler, &scaler);
         let frozen = if self.all.hessian.is_empty() {
@@ -774,19 +682,6 @@ impl<'a> LogisticCv<'a> {
             b: beta[d],
             iterations,
         })
-    }
-}
-
-/// The m = 1 baseline: "first of frame" when the last gap exceeds a threshold.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ThresholdModel {
-    /// Gap threshold (µs) on feature 0 (the most recent gap).
-    pub threshold_us: f64,
-}
-
-impl Predict for ThresholdModel {
-    fn decision(&self, x: &[f64]) -> f64 {
-        x.first().copied().unwrap_or(0.0) - self.threshold_us
     }
 }
 
@@ -935,7 +830,7 @@ mod tests {
                 for (a, b) in fold.w.iter().zip(&cold.w).chain([(&fold.b, &cold.b)]) {
                     assert!((a - b).abs() < 1e-6, "{a} vs {b}");
                 }
-                assert_eq!(fold.scaler, Scaler::fit(&d.select(&train)));
+                assert_eq!(fold.scaler, fit_scaler(&d.select(&train)));
             }
         }
         let one_class = Dataset {
@@ -952,7 +847,7 @@ mod tests {
         let (steps, _) = newton_iterate(
             d,
             &RowSet::all(d.len()),
-            &Scaler::fit(d),
+            &fit_scaler(d),
             &mut beta,
             p,
             logistic_derivs(1.0, 1.0),
@@ -1004,16 +899,6 @@ mod tests {
         assert_eq!(levels_from_starts(&s, 64), vec![3, 3, 3, 1, 2, 2]);
         assert_eq!(levels_from_starts(&s, 2), vec![2, 2, 2, 1, 2, 2]);
     }
-}
-
-/// Loss of the linear SVM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SvmLoss {
-    /// max(0, 1 − y·f).
-    Hinge,
-    /// max(0, 1 − y·f)².
-    SquaredHinge,
 }
 
 /// Hyper-parameters of the linear SVM.
@@ -1076,27 +961,6 @@ impl SvmParams {
     }
 }
 
-/// A fitted linear SVM: decision = w·z + b on standardised rows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LinearSvmModel {
-    /// Scaler fitted on the training rows.
-    pub scaler: Scaler,
-    /// Weights.
-    pub w: Vec<f64>,
-    /// Bias.
-    pub b: f64,
-    /// Loss it was trained with.
-    pub loss: SvmLoss,
-    /// Solver iterations used (Newton steps for squared hinge, coordinate-descent epochs for hinge).
-    pub epochs: usize,
-}
-
-impl Predict for LinearSvmModel {
-    fn decision(&self, x: &[f64]) -> f64 {
-        self.scaler.linear(&self.w, self.b, x)
-    }
-}
-
 /// Fit a linear SVM by dual coordinate descent (Hsieh et al., ICML 2008 — liblinear's solver),
 /// the bias as an extra constant feature. Our own because smartcore/linfa solve the kernel SVM
 /// (hundreds of times slower, ../shared/STACK.md) and the `liblinear` crate needs the deprecated
@@ -1118,7 +982,7 @@ fn fit_svm_rows(data: &Dataset, rows: &RowSet, p: &SvmParams, warm: Option<&SvmF
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     let (n, _) = two_classes_in(data, rows)?;
-    let scaler = Scaler::fit_set(data, rows);
+    let scaler = fit_scaler_set(data, rows);
     if p.loss == SvmLoss::SquaredHinge {
         let init = warm.map(|w| {
             let m = &w.model;

@@ -11,7 +11,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{Error, Scaler};
+use super::Error;
 use crate::dataset::{Dataset, RowSet};
 use crate::model::mlp::{MlpModel, MAX_HIDDEN};
 
@@ -144,7 +144,7 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
     }
     let d = data.d;
     let h = p.hidden;
-    let scaler = Scaler::fit_set(data, rows);
+    let scaler = super::fit_scaler_set(data, rows);
     let (w_pos, w_neg) = if p.balanced {
         (n as f32 / (2.0 * pos as f32), n as f32 / (2.0 * (n - pos) as f32))
     } else {

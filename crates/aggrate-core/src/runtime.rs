@@ -16,9 +16,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::features::{FeatureSpec, FrameSlots, GapWindow};
+use crate::model::Predict;
 use crate::model::{EstimatorModel, ModelFile};
 use crate::time::{Ts, Tsft};
-use crate::train::Predict;
 
 /// Errors building an estimator.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -29,6 +29,14 @@ pub enum Error {
     /// The model file's spec is unusable.
     #[error("model spec: {0}")]
     Spec(String),
+    /// The model does not fit the spec it was given with (e.g. 41 weights for 21 features).
+    #[error("model does not fit its spec: {field}: {what}")]
+    Mismatch {
+        /// The model field.
+        field: &'static str,
+        /// What is wrong.
+        what: String,
+    },
 }
 
 /// `w·((x − μ)/σ) + b` as `(w/σ)·x + (b − Σ wμ/σ)` for the linear models.
@@ -182,6 +190,9 @@ impl OnlineEstimator {
             return Err(Error::Interval(interval));
         }
         let spec = spec.check().map_err(|e| Error::Spec(e.to_string()))?;
+        if let Mode::Model(m) = &mode {
+            crate::model::validate_model(&spec, m).map_err(|(field, what)| Error::Mismatch { field, what })?;
+        }
         let slots = match &mode {
             Mode::Model(m) if m.slot_svr().is_some() => Some(FrameSlots::new(&spec)),
             _ => None,
@@ -474,7 +485,7 @@ mod tests {
 
     #[test]
     fn model_mode_decides_like_the_model() {
-        use crate::train::{LogisticModel, Scaler};
+        use crate::model::{LogisticModel, Scaler};
         // A hand-made logistic model: a start when the newest gap is far above the others.
         let spec = FeatureSpec {
             m: 4,
@@ -491,6 +502,20 @@ mod tests {
             iterations: 0,
         };
         let em = EstimatorModel::Logistic(model.clone());
+        // The same model under a spec of another width (m = 5 + σ: 6 features) is refused.
+        let wide = FeatureSpec { m: 5, ..spec };
+        let err =
+            OnlineEstimator::new(Mode::Model(Box::new(em.clone())), wide, Duration::from_millis(500)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Mismatch {
+                    field: "model.scaler",
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let mut e = OnlineEstimator::new(Mode::Model(Box::new(em)), spec, Duration::from_millis(500)).unwrap();
         let mut w = GapWindow::new(&spec);
         let mut t = 0u64;

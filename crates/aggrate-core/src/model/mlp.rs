@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::Predict;
+use crate::model::Predict;
 
 /// A fitted one-hidden-layer perceptron (plain data; see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

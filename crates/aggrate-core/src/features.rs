@@ -342,8 +342,8 @@ impl Context {
 /// Sliding window over the last m inter-arrival gaps.
 ///
 /// ```
-/// use aggrate::features::{FeatureSpec, GapWindow};
-/// use aggrate::Ts;
+/// use aggrate_core::features::{FeatureSpec, GapWindow};
+/// use aggrate_core::Ts;
 ///
 /// let spec = FeatureSpec { m: 2, sigma: true, ..FeatureSpec::default() }.check().unwrap();
 /// let mut w = GapWindow::new(&spec);

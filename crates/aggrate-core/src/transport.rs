@@ -1,0 +1,702 @@
+//! The reference transport: UDP data from one sender to several receivers (stations), feedback
+//! reports back. Sans-IO state machines ([`Sender`], [`Receiver`]) with `handle_*` /
+//! `poll_transmit` / `poll_timeout`; the socket drivers live in the `aggrate` crate
+//! (`aggrate::transport::io`).
+//!
+//! **Trust.** Both ends hold a pre-shared key ([`wire::Psk`], ≥ 16 random bytes, never a
+//! default). Per station, the sender opens a session with a hello carrying a fresh nonce; the
+//! receiver answers with its own nonce; both derive the session's keys from the key and both
+//! nonces ([`wire::SessionKeys`]). Every datagram after that carries a tag under them: data the
+//! receiver cannot verify, or that comes from another address than the hello's, is dropped and
+//! counted, and feedback goes only to that address. Feedback from another session (an earlier
+//! run, a restarted receiver) never verifies; within a session, report numbers only rise. A
+//! verified report is range-checked ([`wire::check_report`]) and at most [`REPORT_BURST`]
+//! reports are accepted per report interval. When feedback stops for three intervals the
+//! sender decays its rate and opens a new session (a restarted receiver rejoins that way); until
+//! it is answered, data continues under the old keys.
+//!
+//! The sender paces each station at the rate the controller sets ([`AirtimeSplit`] over the
+//! study's loop). The receiver runs the [`OnlineEstimator`] on kernel receive times and emits one
+//! feedback per report interval.
+
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::control::{AirtimeSplit, PiParams, Rate};
+use crate::runtime::{AggReport, OnlineEstimator, RxPacket};
+use crate::time::Ts;
+use wire::{Data, Feedback, Hello, HelloAck, Kind, Psk, SessionKeys, WireError, NONCE_LEN};
+
+/// Reports accepted per station per report interval at most (a burst allowance; the bucket
+/// refills at this many per interval).
+pub const REPORT_BURST: u32 = 3;
+
+/// Counters of a sender.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SenderStats {
+    /// Data packets emitted.
+    pub sent: u64,
+    /// Hellos emitted.
+    pub hellos: u64,
+    /// Sessions opened (hello answered).
+    pub sessions: u64,
+    /// Feedback accepted.
+    pub feedback: u64,
+    /// Feedback refused: bad tag, wrong session, malformed, stale or out of range.
+    pub feedback_dropped: u64,
+    /// Feedback refused because more came than the interval allows.
+    pub feedback_limited: u64,
+    /// Silence decays applied.
+    pub silence_decays: u64,
+}
+
+/// One datagram to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Station index (which receiver).
+    pub station: usize,
+    /// Bytes are in the sender's buffer: [`Sender::buffer`].
+    pub len: usize,
+}
+
+/// A token bucket: `cap` tokens, refilled at `cap` per `per`.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Ts,
+}
+
+impl Bucket {
+    fn take(&mut self, now: Ts, cap: u32, per: Duration) -> bool {
+        let dt = now.saturating_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        let per = per.as_secs_f64().max(1e-9);
+        self.tokens = (self.tokens + dt * cap as f64 / per).min(cap as f64);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Station {
+    seq: u64,
+    next_send: Ts,
+    last_number: Option<u32>,
+    latest: Option<AggReport>,
+    keys: Option<SessionKeys>,
+    /// The hello waiting for an answer, and when to send it again.
+    hello: Option<(Hello, Ts)>,
+    bucket: Bucket,
+    last_feedback: Ts,
+}
+
+/// The sans-IO sender.
+pub struct Sender {
+    psk: Psk,
+    rng: NonceGen,
+    payload: usize,
+    n_max: f64,
+    split: AirtimeSplit,
+    stations: Vec<Station>,
+    buf: Vec<u8>,
+    interval: Duration,
+    last_feedback: Ts,
+    next_silence_check: Ts,
+    stats: SenderStats,
+}
+
+/// Nonces from a 32-byte seed: HMAC-SHA-256(seed, counter), truncated — a PRF in counter
+/// mode (the construction HKDF-Expand and HMAC-DRBG rest on), so the core needs no RNG crate.
+/// Unpredictable to anyone without the seed; the IO layer seeds it from the OS.
+struct NonceGen {
+    seed: [u8; 32],
+    counter: u64,
+}
+
+impl NonceGen {
+    fn new(seed: [u8; 32]) -> NonceGen {
+        NonceGen { seed, counter: 0 }
+    }
+}
+
+fn nonce(g: &mut NonceGen) -> [u8; NONCE_LEN] {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&g.seed).expect("HMAC takes any key length");
+    mac.update(b"aggrate nonce");
+    mac.update(&g.counter.to_be_bytes());
+    g.counter += 1;
+    let out = mac.finalize().into_bytes();
+    let mut n = [0u8; NONCE_LEN];
+    n.copy_from_slice(&out[..NONCE_LEN]);
+    n
+}
+
+impl Sender {
+    /// A sender to `stations` receivers under the pre-shared key `psk`, with `payload` bytes per
+    /// packet after the data header, reports expected every `interval`. `seed` seeds the nonces:
+    /// give it fresh OS entropy (`aggrate::transport::io::entropy`) outside tests.
+    pub fn new(
+        psk: Psk,
+        seed: [u8; 32],
+        stations: usize,
+        payload: usize,
+        control: PiParams,
+        interval: Duration,
+        now: Ts,
+    ) -> Result<Sender, crate::control::ParamError> {
+        let stations = stations.max(1);
+        let mut rng = NonceGen::new(seed);
+        let mut st = Vec::with_capacity(stations);
+        for i in 0..stations {
+            let n = nonce(&mut rng);
+            st.push(Station {
+                seq: 0,
+                next_send: now,
+                last_number: None,
+                latest: None,
+                keys: None,
+                hello: Some((
+                    Hello {
+                        session: u32::from_be_bytes([n[0], n[1], n[2], n[3]]),
+                        station: i as u32,
+                        nonce_s: n,
+                    },
+                    now,
+                )),
+                bucket: Bucket {
+                    tokens: REPORT_BURST as f64,
+                    at: now,
+                },
+                last_feedback: now,
+            });
+        }
+        Ok(Sender {
+            psk,
+            rng,
+            payload,
+            n_max: 64.0,
+            split: AirtimeSplit::new(control, stations)?,
+            stations: st,
+            buf: Vec::with_capacity(wire::DATA_HEADER_LEN + payload),
+            interval,
+            last_feedback: now,
+            next_silence_check: now + interval * 3,
+            stats: SenderStats::default(),
+        })
+    }
+
+    /// Rate of station `i`.
+    pub fn rate(&self, i: usize) -> Rate {
+        self.split.rate(i)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// Whether station `i` has a session (its hello was answered).
+    pub fn connected(&self, i: usize) -> bool {
+        self.stations.get(i).is_some_and(|s| s.keys.is_some())
+    }
+
+    /// Bytes of the last [`Transmit`].
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Bytes per data datagram.
+    pub fn datagram_len(&self) -> usize {
+        wire::DATA_HEADER_LEN + self.payload
+    }
+
+    fn hello_retry(&self) -> Duration {
+        (self.interval / 5).clamp(Duration::from_millis(20), Duration::from_millis(200))
+    }
+
+    /// The next datagram due at `now`, if any (call until `None`).
+    pub fn poll_transmit(&mut self, now: Ts) -> Option<Transmit> {
+        // Hellos first: a station without a session gets nothing else.
+        let retry = self.hello_retry();
+        for (i, s) in self.stations.iter_mut().enumerate() {
+            if let Some((h, at)) = &mut s.hello {
+                if *at <= now {
+                    *at = now + retry;
+                    wire::emit_hello(&mut self.buf, &self.psk, h);
+                    self.stats.hellos += 1;
+                    return Some(Transmit {
+                        station: i,
+                        len: self.buf.len(),
+                    });
+                }
+            }
+        }
+        let i = (0..self.stations.len())
+            .filter(|&i| self.stations[i].keys.is_some() && self.stations[i].next_send <= now)
+            .min_by_key(|&i| self.stations[i].next_send)?;
+        let len = self.datagram_len();
+        let rate = self.split.rate(i);
+        let s = &mut self.stations[i];
+        let keys = s.keys.as_ref()?;
+        s.seq = s.seq.checked_add(1)?;
+        wire::emit_data(&mut self.buf, keys, &Data { seq: s.seq, sent: now }, self.payload);
+        // Pace from the scheduled time, not from `now`, so late wake-ups do not lower the rate
+        // (but never bank more than one interval of credit).
+        let base = if now.saturating_since(s.next_send) > self.interval {
+            now
+        } else {
+            s.next_send
+        };
+        s.next_send = base + rate.interval((len + 28) as u32);
+        self.stats.sent += 1;
+        Some(Transmit { station: i, len })
+    }
+
+    /// When to call again: the next send, hello or silence check.
+    pub fn poll_timeout(&self) -> Ts {
+        let mut t = self.next_silence_check;
+        for s in &self.stations {
+            if let Some((_, at)) = &s.hello {
+                t = t.min(*at);
+            }
+            if s.keys.is_some() {
+                t = t.min(s.next_send);
+            }
+        }
+        t
+    }
+
+    /// Time passes: without feedback for three report intervals, decay the rate once per
+    /// interval (the feedback path may be gone: do not hold or rise blind), and open a new
+    /// session with each silent station (its receiver may have restarted).
+    pub fn handle_timeout(&mut self, now: Ts) {
+        if now < self.next_silence_check {
+            return;
+        }
+        self.next_silence_check = now + self.interval;
+        if now.saturating_since(self.last_feedback) >= self.interval * 3 {
+            self.split.on_silence(now, now.saturating_since(self.last_feedback));
+            self.stats.silence_decays += 1;
+        }
+        for i in 0..self.stations.len() {
+            let s = &self.stations[i];
+            if s.hello.is_none() && now.saturating_since(s.last_feedback) >= self.interval * 3 {
+                let n = nonce(&mut self.rng);
+                self.stations[i].hello = Some((
+                    Hello {
+                        session: u32::from_be_bytes([n[0], n[1], n[2], n[3]]),
+                        station: i as u32,
+                        nonce_s: n,
+                    },
+                    now,
+                ));
+            }
+        }
+    }
+
+    /// A datagram from station `station`'s address (a hello-ack or feedback). Anything that does
+    /// not verify, is stale, out of range or over the rate is dropped and counted; the error
+    /// says why.
+    pub fn handle_datagram(&mut self, now: Ts, station: usize, bytes: &[u8]) -> Result<(), WireError> {
+        let r = self.datagram(now, station, bytes);
+        match &r {
+            Err(WireError::Flood) => self.stats.feedback_limited += 1,
+            Err(_) => self.stats.feedback_dropped += 1,
+            Ok(()) => {}
+        }
+        r
+    }
+
+    fn datagram(&mut self, now: Ts, station: usize, bytes: &[u8]) -> Result<(), WireError> {
+        let (kind, _, _) = wire::peek(bytes)?;
+        let Some(s) = self.stations.get_mut(station) else {
+            return Err(WireError::Peer);
+        };
+        match kind {
+            Kind::HelloAck => {
+                let a: HelloAck = wire::parse_hello_ack(bytes, &self.psk)?;
+                let Some((h, _)) = &s.hello else {
+                    return Err(WireError::Kind(4));
+                };
+                if a.hello != *h {
+                    // An answer to another hello (an old one, or another station's).
+                    return Err(WireError::Session {
+                        got: a.hello.session,
+                        want: h.session,
+                    });
+                }
+                s.keys = Some(SessionKeys::derive(
+                    &self.psk, h.session, h.station, &h.nonce_s, &a.nonce_r,
+                ));
+                s.hello = None;
+                s.last_number = None;
+                s.last_feedback = now;
+                self.stats.sessions += 1;
+                Ok(())
+            }
+            Kind::Feedback => {
+                let keys = s.keys.as_ref().ok_or(WireError::NoSession)?;
+                let f = wire::parse_feedback(bytes, keys)?;
+                if let Some(last) = s.last_number {
+                    if f.number <= last {
+                        return Err(WireError::Stale { got: f.number, last });
+                    }
+                }
+                wire::check_report(&f.report, self.n_max)?;
+                if !s.bucket.take(now, REPORT_BURST, self.interval) {
+                    return Err(WireError::Flood);
+                }
+                s.last_number = Some(f.number);
+                s.latest = Some(f.report);
+                s.last_feedback = now;
+                self.stats.feedback += 1;
+                self.last_feedback = now;
+                // The loop runs on the driven station's reports (the others give their PHY
+                // rates); until the driven station reports, follow whoever does.
+                let driven = self.split.driven();
+                if station == driven || self.stations.len() == 1 || self.stations[driven].latest.is_none() {
+                    let reports: Vec<AggReport> = self.stations.iter().map(|s| s.latest.unwrap_or_default()).collect();
+                    self.split.on_reports(now, &reports);
+                }
+                Ok(())
+            }
+            _ => Err(WireError::Kind(bytes[3])),
+        }
+    }
+}
+
+/// Counters of a receiver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReceiverStats {
+    /// Data packets accepted.
+    pub received: u64,
+    /// Datagrams refused (not ours, malformed, not verified, wrong peer).
+    pub dropped: u64,
+    /// Hellos answered.
+    pub hellos: u64,
+    /// Hellos not answered (over the rate: one per tenth of a report interval).
+    pub hellos_limited: u64,
+    /// Sessions started (first verified data under new keys).
+    pub sessions: u64,
+    /// Feedback emitted.
+    pub feedback: u64,
+}
+
+struct Peer {
+    keys: SessionKeys,
+    addr: SocketAddr,
+    ack: HelloAck,
+}
+
+/// The sans-IO receiver.
+pub struct Receiver {
+    psk: Psk,
+    rng: NonceGen,
+    est: OnlineEstimator,
+    number: u32,
+    highest: u64,
+    buf: Vec<u8>,
+    stats: ReceiverStats,
+    last: Option<AggReport>,
+    current: Option<Peer>,
+    pending: Option<Peer>,
+    /// A hello-ack to send, and where.
+    ack_due: Option<SocketAddr>,
+    next_ack: Ts,
+    /// μ_R to report when packets carry none (b/s), e.g. from the OS or configuration.
+    pub phy_rate_bps: Option<u64>,
+}
+
+impl Receiver {
+    /// A receiver under the pre-shared key `psk` running `est`; `seed` seeds its nonces (fresh OS
+    /// entropy outside tests: `aggrate::transport::io::entropy`).
+    pub fn new(psk: Psk, seed: [u8; 32], est: OnlineEstimator) -> Receiver {
+        Receiver {
+            psk,
+            rng: NonceGen::new(seed),
+            est,
+            number: 0,
+            highest: 0,
+            buf: Vec::with_capacity(wire::HELLO_ACK_LEN.max(wire::FEEDBACK_LEN)),
+            stats: ReceiverStats::default(),
+            last: None,
+            current: None,
+            pending: None,
+            ack_due: None,
+            next_ack: Ts::ZERO,
+            phy_rate_bps: None,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+
+    /// The last report sent.
+    pub fn last_report(&self) -> Option<&AggReport> {
+        self.last.as_ref()
+    }
+
+    /// The address of the session's peer, once data has verified.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.current.as_ref().map(|p| p.addr)
+    }
+
+    /// A datagram from `from`, received at kernel time `host`: a hello, or data of the session.
+    pub fn handle_datagram(&mut self, host: Ts, from: SocketAddr, bytes: &[u8]) -> Result<(), WireError> {
+        let r = self.datagram(host, from, bytes);
+        if r.is_err() {
+            self.stats.dropped += 1;
+        }
+        r
+    }
+
+    fn datagram(&mut self, host: Ts, from: SocketAddr, bytes: &[u8]) -> Result<(), WireError> {
+        let (kind, _, _) = wire::peek(bytes)?;
+        match kind {
+            Kind::Hello => {
+                let h = wire::parse_hello(bytes, &self.psk)?;
+                // The sender repeats a hello until it is answered: answer it the same way.
+                if let Some(p) = self.pending.as_ref().or(self.current.as_ref()) {
+                    if p.ack.hello == h && p.addr == from {
+                        self.ack_due = Some(from);
+                        return Ok(());
+                    }
+                }
+                if host < self.next_ack {
+                    self.stats.hellos_limited += 1;
+                    return Ok(());
+                }
+                self.next_ack = host + (self.est.interval() / 10).max(Duration::from_millis(10));
+                let ack = HelloAck {
+                    hello: h,
+                    nonce_r: nonce(&mut self.rng),
+                };
+                // The current session stays until data verifies under the new keys: a replayed
+                // hello costs one answer, not the session.
+                self.pending = Some(Peer {
+                    keys: SessionKeys::derive(&self.psk, h.session, h.station, &h.nonce_s, &ack.nonce_r),
+                    addr: from,
+                    ack,
+                });
+                self.ack_due = Some(from);
+                self.stats.hellos += 1;
+                Ok(())
+            }
+            Kind::Data => {
+                let on_current = self
+                    .current
+                    .as_ref()
+                    .filter(|c| c.addr == from)
+                    .map(|c| wire::parse_data(bytes, &c.keys));
+                let (d, payload) = match on_current {
+                    Some(Ok(x)) => x,
+                    other => {
+                        let Some(p) = self.pending.as_ref().filter(|p| p.addr == from) else {
+                            return Err(match other {
+                                Some(Err(e)) => e,
+                                _ if self.current.is_none() && self.pending.is_none() => WireError::NoSession,
+                                _ => WireError::Peer,
+                            });
+                        };
+                        let x = wire::parse_data(bytes, &p.keys)?;
+                        // A new session: sequence numbers and report numbers start again.
+                        self.current = self.pending.take();
+                        self.number = 0;
+                        self.highest = 0;
+                        self.est.reset_sequence();
+                        self.stats.sessions += 1;
+                        x
+                    }
+                };
+                self.stats.received += 1;
+                self.highest = self.highest.max(d.seq);
+                self.est.push(&RxPacket {
+                    host,
+                    seq: Some(d.seq),
+                    sent: Some(d.sent),
+                    len: (payload + wire::DATA_HEADER_LEN).min(u32::MAX as usize) as u32,
+                    tsft: None,
+                    phy_rate_bps: self.phy_rate_bps,
+                });
+                Ok(())
+            }
+            _ => Err(WireError::Kind(bytes[3])),
+        }
+    }
+
+    /// A datagram due at `now` — a hello-ack or a feedback — in [`Receiver::buffer`], with its
+    /// destination (call until `None`). Feedback goes only to the session's peer.
+    pub fn poll_transmit(&mut self, now: Ts) -> Option<(usize, SocketAddr)> {
+        if let Some(to) = self.ack_due.take() {
+            let p = self
+                .pending
+                .as_ref()
+                .filter(|p| p.addr == to)
+                .or(self.current.as_ref().filter(|p| p.addr == to))?;
+            wire::emit_hello_ack(&mut self.buf, &self.psk, &p.ack);
+            return Some((self.buf.len(), to));
+        }
+        let mut r = self.est.poll_report(now)?;
+        if r.phy_rate_bps.is_none() {
+            r.phy_rate_bps = self.phy_rate_bps.map(|v| v as f64);
+        }
+        self.last = Some(r);
+        let peer = self.current.as_ref()?;
+        self.number = self.number.checked_add(1)?;
+        wire::emit_feedback(
+            &mut self.buf,
+            &peer.keys,
+            &Feedback {
+                number: self.number,
+                highest_seq: self.highest,
+                report: r,
+            },
+        );
+        self.stats.feedback += 1;
+        Some((self.buf.len(), peer.addr))
+    }
+
+    /// Bytes of the last datagram from [`Receiver::poll_transmit`].
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// When a report can next be due.
+    pub fn poll_timeout(&self, now: Ts) -> Ts {
+        let step = self.est.interval().as_nanos().max(1) as u64;
+        Ts((now.as_nanos() / step).saturating_add(1).saturating_mul(step))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::FeatureSpec;
+    use crate::runtime::Mode;
+
+    pub(crate) fn psk() -> Psk {
+        Psk::new(b"the test's pre-shared key").unwrap()
+    }
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn pair(stations: usize) -> (Sender, Vec<Receiver>) {
+        let s = Sender::new(
+            psk(),
+            [1; 32],
+            stations,
+            1472 - wire::DATA_HEADER_LEN,
+            PiParams::default(),
+            Duration::from_millis(500),
+            Ts::ZERO,
+        )
+        .unwrap();
+        let r = (0..stations)
+            .map(|i| {
+                let est = OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(500)).unwrap();
+                Receiver::new(psk(), [10 + i as u8; 32], est)
+            })
+            .collect();
+        (s, r)
+    }
+
+    /// Run sender → receivers (from address `addr(1)`) and feedback back until `until`.
+    fn run(s: &mut Sender, r: &mut [Receiver], from: Ts, until: Ts) {
+        let mut now = from;
+        while now < until {
+            s.handle_timeout(now);
+            while let Some(t) = s.poll_transmit(now) {
+                let b = s.buffer()[..t.len].to_vec();
+                let _ = r[t.station].handle_datagram(now, addr(1), &b);
+            }
+            for (i, rx) in r.iter_mut().enumerate() {
+                while let Some((n, to)) = rx.poll_transmit(now) {
+                    assert_eq!(to, addr(1), "replies go to the peer only");
+                    let b = rx.buffer()[..n].to_vec();
+                    let _ = s.handle_datagram(now, i, &b);
+                }
+            }
+            now = s
+                .poll_timeout()
+                .min(now + Duration::from_millis(5))
+                .max(now + Duration::from_micros(1));
+        }
+    }
+
+    #[test]
+    fn a_handshake_opens_the_session_then_data_flows_at_the_controller_rate() {
+        let (mut s, mut r) = pair(1);
+        assert!(!s.connected(0));
+        run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(100));
+        assert!(s.connected(0));
+        assert_eq!(s.stats().sessions, 1);
+        assert_eq!(r[0].stats().sessions, 1);
+        assert_eq!(r[0].peer(), Some(addr(1)));
+        // 20 Mb/s for ~100 ms (28-byte UDP/IP overhead counted in the pacing).
+        let mbps = s.stats().sent as f64 * 1500.0 * 8.0 / 0.1 / 1e6;
+        assert!((mbps - 20.0).abs() < 1.0, "{mbps}");
+        assert_eq!(r[0].stats().received, s.stats().sent);
+        assert_eq!(r[0].stats().dropped, 0);
+    }
+
+    #[test]
+    fn feedback_raises_the_rate_and_silence_decays_it_then_a_new_session_opens() {
+        let (mut s, mut r) = pair(1);
+        run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(1600));
+        assert!(s.stats().feedback >= 2, "{:?}", s.stats());
+        assert!(s.rate(0).mbps > 20.0, "start-up raised the rate");
+        // The receiver goes away: after 3 intervals the rate halves each interval, down to the
+        // floor, and the sender says hello again.
+        let hellos = s.stats().hellos;
+        let mut now = Ts::from_millis(1600);
+        for _ in 0..40 {
+            now = now + Duration::from_millis(500);
+            s.handle_timeout(now);
+            while s.poll_transmit(now).is_some() {}
+        }
+        assert!(s.stats().silence_decays >= 30);
+        assert_eq!(s.rate(0).mbps, 1.0, "decayed to the minimum");
+        assert!(s.stats().hellos > hellos, "a new session is offered");
+    }
+
+    #[test]
+    fn several_receivers_get_equal_airtime_rates() {
+        let (mut s, mut r) = pair(2);
+        r[0].phy_rate_bps = Some(866_000_000);
+        r[1].phy_rate_bps = Some(433_000_000);
+        let mut per_station = [0u64; 2];
+        let mut now = Ts::ZERO;
+        while now < Ts::from_millis(3000) {
+            s.handle_timeout(now);
+            while let Some(t) = s.poll_transmit(now) {
+                per_station[t.station] += 1;
+                let b = s.buffer()[..t.len].to_vec();
+                r[t.station].handle_datagram(now, addr(1), &b).unwrap();
+            }
+            for (i, rx) in r.iter_mut().enumerate() {
+                while let Some((n, _)) = rx.poll_transmit(now) {
+                    let b = rx.buffer()[..n].to_vec();
+                    s.handle_datagram(now, i, &b).unwrap();
+                }
+            }
+            now = s
+                .poll_timeout()
+                .min(now + Duration::from_millis(5))
+                .max(now + Duration::from_micros(1));
+        }
+        // The faster station is driven; the other gets half its rate (PHY 433 vs 866 Mb/s).
+        assert!(s.rate(0).mbps > 20.0, "the loop moved: {}", s.rate(0).mbps);
+        assert!((s.rate(1).mbps - s.rate(0).mbps / 2.0).abs() < 1e-9);
+        assert!(per_station[0] > per_station[1] && per_station[1] > 0, "{per_station:?}");
+        assert_eq!(s.stats().feedback_dropped, 0);
+    }
+}
