@@ -12,6 +12,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # (network namespaces, veth, GRO) that tests/testbed.rs replays through.
 missing=()
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)   # the C ABI test
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -37,5 +38,7 @@ echo "== cargo test"
 # The lean core crate on its own (its unit tests and docs), then everything with it.
 cargo test --locked -p aggrate-core --all-targets
 cargo test --locked -p aggrate-core --doc
+# The C ABI: header current, a C program built with the system compiler (cc) against it.
+cargo test --locked -p aggrate-ffi --all-targets
 cargo test --locked --features onnx --doc
 cargo test --locked --features onnx --all-targets
