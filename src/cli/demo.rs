@@ -1,7 +1,7 @@
 //! `aggrate demo`: the main job on embedded defaults — inspect the embedded ns-3 802.11ac sample,
 //! write its feature table, build the small emulator dataset, train and cross-validate the
 //! logistic estimator, the m = 1 baseline and the slot SVR on it, export the logistic model to
-//! ONNX (with `--features onnx`), run the closed loop on a virtual clock against a Cubic-like
+//! ONNX (default feature `onnx`), run the closed loop on a virtual clock against a Cubic-like
 //! baseline, then a live closed loop over loopback UDP through `aggrate ap` — both loops
 //! estimating with the shipped model embedded in the binary.
 
@@ -105,6 +105,8 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         let p = models.join("logistic_m20_sigma.onnx");
         std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
     }
+    #[cfg(not(feature = "onnx"))]
+    ui.info("== 5. ONNX export skipped: this binary was built without the `onnx` feature (on by default)");
     // The closed loops use the shipped model (trained across receivers, embedded in the binary);
     // the one trained above has seen a single receiver.
     let shipped = models.join(aggrate::model::SHIPPED_NAME);

@@ -702,11 +702,22 @@ impl<R: Rng> WlanSim<R> {
     }
 }
 
-/// Exponential sample with mean `mean_ns` (0 when the mean is 0).
+/// Exponential sample of mean `mean` by inversion, −ln(1 − U)·mean (0 for a mean ≤ 0, and then
+/// no draw). The emulator's one exponential sampler (traffic, noise, contenders, rate
+/// adaptation): inversion takes exactly one uniform per sample, which keeps every seeded
+/// dataset (and the shipped model's) reproducible; `rand_distr`'s ziggurat `Exp` would draw a
+/// different stream.
+pub(crate) fn exp_sample<R: Rng>(rng: &mut R, mean: f64) -> f64 {
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    -(1.0 - rng.random::<f64>()).ln() * mean
+}
+
+/// [`exp_sample`] in whole ns; a mean ≤ 0 means "never" (a time far beyond any run).
 fn exp_ns<R: Rng>(rng: &mut R, mean_ns: f64) -> u64 {
     if mean_ns <= 0.0 {
         return u64::MAX / 4;
     }
-    let u: f64 = rng.random::<f64>();
-    (-(1.0 - u).ln() * mean_ns) as u64
+    exp_sample(rng, mean_ns) as u64
 }

@@ -918,13 +918,7 @@ pub struct Receiver<R: Rng> {
     dropped: u64,
 }
 
-/// Exponential sample of mean `mean` (0 for a mean ≤ 0).
-fn exp<R: Rng>(rng: &mut R, mean: f64) -> f64 {
-    if mean <= 0.0 {
-        return 0.0;
-    }
-    -(1.0 - rng.random::<f64>()).ln() * mean
-}
+use super::exp_sample as exp;
 
 /// Pareto sample with shape `alpha` > 1 and mean `mean`.
 fn pareto<R: Rng>(rng: &mut R, alpha: f64, mean: f64) -> f64 {

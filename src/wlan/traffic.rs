@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use rand::{Rng, RngExt};
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::{bad, ConfigError};
@@ -112,9 +112,7 @@ pub struct Source {
     pub seq: u32,
 }
 
-fn exp<R: Rng>(rng: &mut R, mean: f64) -> f64 {
-    -(1.0 - rng.random::<f64>()).ln() * mean
-}
+use super::exp_sample as exp;
 
 impl Source {
     /// A generator for a checked flow.
