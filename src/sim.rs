@@ -105,9 +105,16 @@ pub enum Error {
     /// Noise settings.
     #[error(transparent)]
     Noise(#[from] crate::wlan::noise::NoiseError),
-    /// Other settings.
-    #[error("{0}")]
-    Bad(String),
+    /// A run setting out of range.
+    #[error("{field} = {value}: {allowed}")]
+    Bad {
+        /// The setting.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+        /// What is allowed.
+        allowed: &'static str,
+    },
 }
 
 /// One sample of the time series (per station per report tick).
@@ -245,10 +252,18 @@ struct Station {
 /// Run the closed loop.
 pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, Error> {
     if !(cfg.duration_s > 0.0 && cfg.duration_s <= 86_400.0) {
-        return Err(Error::Bad(format!("duration {} s: (0, 86400]", cfg.duration_s)));
+        return Err(Error::Bad {
+            field: "duration_s",
+            value: cfg.duration_s,
+            allowed: "in (0, 86400] s",
+        });
     }
     if cfg.packet_len < 64 {
-        return Err(Error::Bad(format!("packet_len {}: at least 64", cfg.packet_len)));
+        return Err(Error::Bad {
+            field: "packet_len",
+            value: cfg.packet_len as f64,
+            allowed: "at least 64 bytes",
+        });
     }
     let wlan = cfg.wlan.clone().check()?;
     let n = wlan.config().stations.len();

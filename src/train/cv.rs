@@ -46,9 +46,12 @@ pub enum CvError {
     /// Folds could not be made.
     #[error(transparent)]
     Folds(#[from] FoldError),
-    /// Receiver grouping is unusable.
-    #[error("{0}")]
-    Receivers(String),
+    /// A capture has no receiver name.
+    #[error("a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)")]
+    NoReceiver,
+    /// Fewer than two receivers to leave out.
+    #[error("leave-one-receiver-out needs at least 2 receivers; the data has {0}")]
+    TooFewReceivers(usize),
 }
 
 /// What a CV fits.
@@ -367,18 +370,13 @@ pub fn receiver_cv(
     let n = data.len();
     let recv_of_row = |i: usize| receiver_of_group.get(data.group[i] as usize).copied();
     if (0..n).any(|i| recv_of_row(i).is_none_or(|r| r as usize >= names.len())) {
-        return Err(CvError::Receivers(
-            "a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)".into(),
-        ));
+        return Err(CvError::NoReceiver);
     }
     let mut present: Vec<u32> = (0..n).filter_map(recv_of_row).collect();
     present.sort_unstable();
     present.dedup();
     if present.len() < 2 {
-        return Err(CvError::Receivers(format!(
-            "leave-one-receiver-out needs at least 2 receivers; the data has {}",
-            present.len()
-        )));
+        return Err(CvError::TooFewReceivers(present.len()));
     }
     // The m = 1 threshold works on feature 0: the newest gap (µs, or its log in a context row;
     // the log is monotone, so the threshold is the same rule).

@@ -28,7 +28,7 @@ pub enum Error {
     Interval(Duration),
     /// The model file's spec is unusable.
     #[error("model spec: {0}")]
-    Spec(String),
+    Spec(#[from] crate::features::Error),
     /// The model does not fit the spec it was given with (e.g. 41 weights for 21 features).
     #[error("model does not fit its spec: {field}: {what}")]
     Mismatch {
@@ -180,7 +180,7 @@ const READY_MAX: usize = 64;
 impl OnlineEstimator {
     /// An estimator for a loaded model file (its spec decides m, σ, N_max and the slots).
     pub fn from_model(file: &ModelFile, interval: Duration) -> Result<OnlineEstimator, Error> {
-        let spec = file.spec.check().map_err(|e| Error::Spec(e.to_string()))?;
+        let spec = file.spec.check().map_err(Error::Spec)?;
         OnlineEstimator::new(Mode::Model(Box::new(file.model.clone())), spec, interval)
     }
 
@@ -189,7 +189,7 @@ impl OnlineEstimator {
         if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
             return Err(Error::Interval(interval));
         }
-        let spec = spec.check().map_err(|e| Error::Spec(e.to_string()))?;
+        let spec = spec.check().map_err(Error::Spec)?;
         if let Mode::Model(m) = &mode {
             crate::model::validate_model(&spec, m).map_err(|(field, what)| Error::Mismatch { field, what })?;
         }
