@@ -505,6 +505,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     start: d0.ppdu_start,
                     end: d0.mac_time,
                     n: ampdu.len(),
+                    mpdu_of: &[],
                 },
                 &mut hosts,
             );

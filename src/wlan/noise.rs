@@ -47,22 +47,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Ts;
 
-/// One PPDU's MPDUs, as the radio hands them to the host.
+/// One PPDU's packets, as the radio hands them to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ppdu {
+pub struct Ppdu<'a> {
     /// First symbol of the PPDU.
     pub start: Ts,
     /// End of the PPDU (the MAC receive time of the whole A-MPDU).
     pub end: Ts,
-    /// MPDUs in it.
+    /// Packets in it.
     pub n: usize,
+    /// The MPDU of each packet (0-based, non-decreasing) when A-MSDUs put several packets in one
+    /// MPDU; empty: one packet per MPDU. A per-MPDU hand-off releases an MPDU's packets together.
+    pub mpdu_of: &'a [u16],
 }
 
 /// Turns the MAC receive time of each A-MPDU into host timestamps of its MPDUs.
 pub trait NoiseModel {
     /// Host times for the `ppdu.n` MPDUs of one A-MPDU, appended to `out` (cleared first);
     /// `None` for an MPDU the receive path dropped. Calls come in order of `ppdu.end`.
-    fn on_ppdu(&mut self, ppdu: Ppdu, out: &mut Vec<Option<Ts>>);
+    fn on_ppdu(&mut self, ppdu: Ppdu<'_>, out: &mut Vec<Option<Ts>>);
     /// Packets dropped so far (socket queue full).
     fn dropped(&self) -> u64 {
         0
@@ -1052,7 +1055,7 @@ impl<R: Rng> Receiver<R> {
 }
 
 impl<R: Rng> NoiseModel for Receiver<R> {
-    fn on_ppdu(&mut self, ppdu: Ppdu, out: &mut Vec<Option<Ts>>) {
+    fn on_ppdu(&mut self, ppdu: Ppdu<'_>, out: &mut Vec<Option<Ts>>) {
         out.clear();
         let n = ppdu.n;
         if n == 0 {
@@ -1069,12 +1072,19 @@ impl<R: Rng> NoiseModel for Receiver<R> {
         self.last_mac = Some(ppdu.end);
         // When each MPDU is ready for the host.
         self.ready.clear();
+        let grouped = ppdu.mpdu_of.len() == n;
+        let mpdus = if grouped {
+            ppdu.mpdu_of.last().map_or(n, |&m| m as usize + 1)
+        } else {
+            n
+        };
         for i in 0..n {
             let r = match &self.p.handoff {
                 Some(h) => {
+                    let k = if grouped { ppdu.mpdu_of[i] as usize } else { i };
                     let dur = ppdu.end.saturating_since(ppdu.start).as_nanos() as f64;
                     let pre = (h.preamble_us * 1000.0).min(dur);
-                    ppdu.start + Duration::from_nanos((pre + (dur - pre) * (i + 1) as f64 / n as f64) as u64)
+                    ppdu.start + Duration::from_nanos((pre + (dur - pre) * (k + 1) as f64 / mpdus as f64) as u64)
                 }
                 None => ppdu.end,
             };
@@ -1151,7 +1161,7 @@ impl<R: Rng> Receiver<R> {
 pub struct NoNoise;
 
 impl NoiseModel for NoNoise {
-    fn on_ppdu(&mut self, ppdu: Ppdu, out: &mut Vec<Option<Ts>>) {
+    fn on_ppdu(&mut self, ppdu: Ppdu<'_>, out: &mut Vec<Option<Ts>>) {
         out.clear();
         out.extend(std::iter::repeat_n(Some(ppdu.end), ppdu.n));
     }
@@ -1178,15 +1188,16 @@ mod tests {
         )
     }
 
-    fn ppdu(start_us: u64, end_us: u64, n: usize) -> Ppdu {
+    fn ppdu(start_us: u64, end_us: u64, n: usize) -> Ppdu<'static> {
         Ppdu {
             start: Ts::from_micros(start_us),
             end: Ts::from_micros(end_us),
             n,
+            mpdu_of: &[],
         }
     }
 
-    fn run(r: &mut Receiver<ChaCha8Rng>, p: Ppdu) -> Vec<u64> {
+    fn run(r: &mut Receiver<ChaCha8Rng>, p: Ppdu<'_>) -> Vec<u64> {
         let mut out = Vec::new();
         r.on_ppdu(p, &mut out);
         out.into_iter().map(|t| t.map_or(u64::MAX, |t| t.as_nanos())).collect()
@@ -1236,6 +1247,17 @@ mod tests {
             cost(1.0),
         ]);
         assert_eq!(run(&mut r, ppdu(0, 440, 4)), vec![141_000, 241_000, 341_000, 441_000]);
+        // The same PPDU carrying 2 MPDUs of 2 packets each (A-MSDUs): an MPDU's packets are
+        // ready together, at 240 and 440 µs; each still costs its 1 µs.
+        let mut r = rx(vec![
+            Stage::PerMpduHandoff(PerMpduHandoff { preamble_us: 40.0 }),
+            cost(1.0),
+        ]);
+        let p = Ppdu {
+            mpdu_of: &[0, 0, 1, 1],
+            ..ppdu(0, 440, 4)
+        };
+        assert_eq!(run(&mut r, p), vec![241_000, 242_000, 441_000, 442_000]);
     }
 
     #[test]

@@ -188,6 +188,7 @@ pub fn run(
     let mut pending: Option<(Ts, u16, Packet)> = None;
     let mut batch: Vec<Delivery> = Vec::new();
     let mut hosts: Vec<Option<Ts>> = Vec::new();
+    let mut mpdu_of: Vec<u16> = Vec::new();
     let mut events = 0u64;
     let mut now = Ts::ZERO;
     loop {
@@ -231,11 +232,16 @@ pub fn run(
         super::for_each_ampdu(&batch, |ampdu| {
             let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
+            mpdu_of.clear();
+            if d0.mpdus as usize != ampdu.len() {
+                mpdu_of.extend(ampdu.iter().map(|d| d.mpdu));
+            }
             noise[sta].on_ppdu(
                 Ppdu {
                     start: d0.ppdu_start,
                     end: d0.mac_time,
                     n: ampdu.len(),
+                    mpdu_of: &mpdu_of,
                 },
                 &mut hosts,
             );
