@@ -323,6 +323,92 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     s
 }
 
+/// The Markdown report of a model's per-rate metrics (with the slot table for slot-SVR models).
+pub fn rates_md(name: &str, headline: &str, rates: &[crate::train::cv::RateReport]) -> String {
+    let mut s = format!("# {name}\n\n{headline}\n\n");
+    s.push_str("| rate Mb/s | rows | F1 | precision | recall | accuracy | agg RMSE | agg exact | agg ±1 |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for r in rates {
+        s.push_str(&format!(
+            "| {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.2} | {:.3} | {:.3} |\n",
+            rate_label(r.rate_mbps),
+            r.rows,
+            r.f1,
+            r.precision,
+            r.recall,
+            r.accuracy,
+            r.agg_rmse,
+            r.agg_acc,
+            r.agg_acc_within1
+        ));
+    }
+    if rates.iter().any(|r| r.slot.is_some()) {
+        s.push_str("\nPer slot: true mean level vs the logistic model's mean predicted level and the SVR's.\n\n");
+        s.push_str(
+            "| rate Mb/s | slots | true level | logistic RMSE | SVR RMSE | RMSE ratio | logistic ±1 | SVR ±1 |\n",
+        );
+        s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for r in rates {
+            if let Some(sl) = &r.slot {
+                s.push_str(&format!(
+                    "| {} | {} | {:.1} | {:.2} | {:.2} | {:.1}× | {:.3} | {:.3} |\n",
+                    rate_label(r.rate_mbps),
+                    sl.slots,
+                    sl.true_mean_level,
+                    sl.base_rmse,
+                    sl.svr_rmse,
+                    sl.base_rmse / sl.svr_rmse.max(1e-9),
+                    sl.base_acc_within1,
+                    sl.svr_acc_within1
+                ));
+            }
+        }
+    }
+    s
+}
+
+fn rate_label(r: f64) -> String {
+    if r.is_nan() {
+        "?".into()
+    } else {
+        format!("{r}")
+    }
+}
+
+/// Per-rate CSV (one line per send rate; slot columns empty for packet-only models).
+pub fn rates_csv(rates: &[crate::train::cv::RateReport]) -> String {
+    let mut s = String::from(
+        "rate_mbps,rows,f1,precision,recall,accuracy,agg_rmse,agg_acc,agg_acc_within1,agg_mean_error,slots,slot_true_level,slot_base_rmse,slot_svr_rmse\n",
+    );
+    for r in rates {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{}",
+            if r.rate_mbps.is_nan() {
+                String::new()
+            } else {
+                r.rate_mbps.to_string()
+            },
+            r.rows,
+            r.f1,
+            r.precision,
+            r.recall,
+            r.accuracy,
+            r.agg_rmse,
+            r.agg_acc,
+            r.agg_acc_within1,
+            r.agg_mean_error
+        ));
+        match &r.slot {
+            Some(sl) => s.push_str(&format!(
+                ",{},{},{},{}\n",
+                sl.slots, sl.true_mean_level, sl.base_rmse, sl.svr_rmse
+            )),
+            None => s.push_str(",,,,\n"),
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +423,36 @@ mod tests {
         assert!((a.rmse() - (5.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!((a.exact, a.within1), (1, 2));
         assert_eq!(mean_std(&[1.0, 3.0]), (2.0, 1.0));
+    }
+
+    #[test]
+    fn per_rate_renderers() {
+        let r = |rate_mbps: f64, f1: f64| crate::train::cv::RateReport {
+            rate_mbps,
+            rows: 7,
+            f1,
+            precision: 1.0,
+            recall: 0.5,
+            accuracy: 0.9,
+            agg_rmse: 1.25,
+            agg_acc: 0.5,
+            agg_acc_within1: 0.75,
+            agg_mean_error: -0.5,
+            slot: None,
+        };
+        let rates = [r(300.0, 2.0 / 3.0), r(f64::NAN, 1.0)];
+        let md = rates_md("m", "head", &rates);
+        assert!(
+            md.contains("| 300 | 7 | 0.6667 | 1.0000 | 0.5000 | 0.9000 | 1.25 | 0.500 | 0.750 |"),
+            "{md}"
+        );
+        assert!(md.contains("| ? | 7 | 1.0000"), "an unknown rate is '?': {md}");
+        assert!(!md.contains("Per slot"), "no slot table without slot rows");
+        let csv = rates_csv(&rates);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[1], "300,7,0.6666666666666666,1,0.5,0.9,1.25,0.5,0.75,-0.5,,,,");
+        assert!(lines[2].starts_with(",7,1,"), "an unknown rate is empty: {}", lines[2]);
     }
 }
 

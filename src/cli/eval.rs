@@ -13,8 +13,10 @@ use aggrate::train::Predict;
 use super::progress::Ui;
 use aggrate::train::cv::{rate_reports, score, PerRate};
 
-use super::train::{attach_slots, inputs, load_rows, per_rate_csv, render_md, slot_rate_reports};
+use super::train::{inputs, load_rows};
 use super::{Exit, FlowArgs};
+use aggrate::report::{rates_csv, rates_md};
+use aggrate::train::cv::{attach_slots, slot_rate_reports};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct EvalArgs {
@@ -84,13 +86,13 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let json_path = a.output.join(format!("{name}.eval.json"));
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let md = render_md(
+    let md = rates_md(
         &format!("{name} (evaluation)"),
         &format!("F1 over all {} rows: {:.4}", data.len(), bm.f1()),
         &rates,
     );
     let csv_path = a.output.join(format!("{name}.eval.per_rate.csv"));
-    std::fs::write(&csv_path, per_rate_csv(&rates)).with_context(|| format!("writing {}", csv_path.display()))?;
+    std::fs::write(&csv_path, rates_csv(&rates)).with_context(|| format!("writing {}", csv_path.display()))?;
     let md_path = a.output.join(format!("{name}.eval.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {

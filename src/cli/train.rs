@@ -272,7 +272,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
             bail!("internal: the SVR's base model is not logistic");
         };
         let st = svr_stage(ui, &data, &cv.oof, &spec, a.folds, &grid)?;
-        attach_slots(&mut rates, &st.per_rate);
+        aggrate::train::cv::attach_slots(&mut rates, &st.per_rate);
         headline = format!(
             "{headline}; slot SVR (C = {}, γ = {}, ε = {}): slot RMSE {:.2} vs {:.2} for logistic alone",
             st.params.c, st.params.gamma, st.params.epsilon, st.svr_rmse, st.base_rmse
@@ -333,7 +333,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     });
     let written = write_reports(&a.output, &name, &headline, &report, &rates, slot_stage.as_ref())?;
     if !ui.quiet {
-        print!("{}", render_md(&name, &headline, &rates));
+        print!("{}", aggrate::report::rates_md(&name, &headline, &rates));
     }
     ui.info(format!("wrote {} and {}", model_path.display(), list(&written)));
     Ok(Exit::Ok)
@@ -541,42 +541,6 @@ pub(crate) struct SvrStage {
     grid: Vec<GridPoint>,
 }
 
-/// Per send rate: slot RMSE of the logistic alone (the rows' base level) and of `pred`.
-pub(crate) fn slot_rate_reports(rows: &SlotRows, pred: &[f64]) -> Vec<SlotRateReport> {
-    let mut per_rate = Vec::new();
-    let mut keys: Vec<f32> = rows.rate_mbps.clone();
-    keys.sort_by(|a, b| a.total_cmp(b));
-    keys.dedup_by(|a, b| a.to_bits() == b.to_bits());
-    for r in keys {
-        let idx: Vec<usize> = (0..rows.len())
-            .filter(|&i| rows.rate_mbps[i].to_bits() == r.to_bits())
-            .collect();
-        let t: Vec<f64> = idx.iter().map(|&i| rows.target[i]).collect();
-        let b = AggMetrics::from_values(&t, &idx.iter().map(|&i| rows.base_level(i)).collect::<Vec<_>>());
-        let v = AggMetrics::from_values(&t, &idx.iter().map(|&i| pred[i]).collect::<Vec<_>>());
-        per_rate.push(SlotRateReport {
-            rate_mbps: r as f64,
-            slots: idx.len() as u64,
-            base_rmse: b.rmse(),
-            svr_rmse: v.rmse(),
-            base_acc_within1: b.accuracy_within1(),
-            svr_acc_within1: v.accuracy_within1(),
-            true_mean_level: t.iter().sum::<f64>() / t.len().max(1) as f64,
-        });
-    }
-    per_rate
-}
-
-/// Attach slot reports to the per-rate rows with the same rate.
-pub(crate) fn attach_slots(rates: &mut [RateReport], slots: &[SlotRateReport]) {
-    for r in rates {
-        r.slot = slots
-            .iter()
-            .find(|s| s.rate_mbps.to_bits() == r.rate_mbps.to_bits() || (s.rate_mbps.is_nan() && r.rate_mbps.is_nan()))
-            .cloned();
-    }
-}
-
 /// Slot rows from out-of-fold packet predictions → grid search of (C, γ, ε) by contiguous CV on
 /// slot rows → the SVR refitted on all slot rows with the best point.
 pub(crate) fn svr_stage(
@@ -674,7 +638,7 @@ pub(crate) fn svr_stage(
     let model = fit_svr(&rows.x, rows.d, &rows.target, &grid[g])?;
     let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
     let base_rmse = rmse(&base);
-    let per_rate = slot_rate_reports(&rows, &pred);
+    let per_rate = aggrate::train::cv::slot_rate_reports(&rows, &pred);
     Ok(SvrStage {
         params: *grid[g].get(),
         rows,
@@ -686,91 +650,6 @@ pub(crate) fn svr_stage(
         folds: kf,
         grid: points,
     })
-}
-
-pub(crate) fn render_md(name: &str, headline: &str, rates: &[RateReport]) -> String {
-    let mut s = format!("# {name}\n\n{headline}\n\n");
-    s.push_str("| rate Mb/s | rows | F1 | precision | recall | accuracy | agg RMSE | agg exact | agg ±1 |\n");
-    s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    for r in rates {
-        s.push_str(&format!(
-            "| {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.2} | {:.3} | {:.3} |\n",
-            rate_label(r.rate_mbps),
-            r.rows,
-            r.f1,
-            r.precision,
-            r.recall,
-            r.accuracy,
-            r.agg_rmse,
-            r.agg_acc,
-            r.agg_acc_within1
-        ));
-    }
-    if rates.iter().any(|r| r.slot.is_some()) {
-        s.push_str("\nPer slot: true mean level vs the logistic model's mean predicted level and the SVR's.\n\n");
-        s.push_str(
-            "| rate Mb/s | slots | true level | logistic RMSE | SVR RMSE | RMSE ratio | logistic ±1 | SVR ±1 |\n",
-        );
-        s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-        for r in rates {
-            if let Some(sl) = &r.slot {
-                s.push_str(&format!(
-                    "| {} | {} | {:.1} | {:.2} | {:.2} | {:.1}× | {:.3} | {:.3} |\n",
-                    rate_label(r.rate_mbps),
-                    sl.slots,
-                    sl.true_mean_level,
-                    sl.base_rmse,
-                    sl.svr_rmse,
-                    sl.base_rmse / sl.svr_rmse.max(1e-9),
-                    sl.base_acc_within1,
-                    sl.svr_acc_within1
-                ));
-            }
-        }
-    }
-    s
-}
-
-fn rate_label(r: f64) -> String {
-    if r.is_nan() {
-        "?".into()
-    } else {
-        format!("{r}")
-    }
-}
-
-/// Per-rate CSV (one line per send rate; slot columns empty for packet-only models).
-pub(crate) fn per_rate_csv(rates: &[RateReport]) -> String {
-    let mut s = String::from(
-        "rate_mbps,rows,f1,precision,recall,accuracy,agg_rmse,agg_acc,agg_acc_within1,agg_mean_error,slots,slot_true_level,slot_base_rmse,slot_svr_rmse\n",
-    );
-    for r in rates {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{}",
-            if r.rate_mbps.is_nan() {
-                String::new()
-            } else {
-                r.rate_mbps.to_string()
-            },
-            r.rows,
-            r.f1,
-            r.precision,
-            r.recall,
-            r.accuracy,
-            r.agg_rmse,
-            r.agg_acc,
-            r.agg_acc_within1,
-            r.agg_mean_error
-        ));
-        match &r.slot {
-            Some(sl) => s.push_str(&format!(
-                ",{},{},{},{}\n",
-                sl.slots, sl.true_mean_level, sl.base_rmse, sl.svr_rmse
-            )),
-            None => s.push_str(",,,,\n"),
-        }
-    }
-    s
 }
 
 /// report.json, report.md, per_rate.csv and the PNG plots of one model; returns the paths.
@@ -798,12 +677,12 @@ pub(crate) fn write_reports(
     write(
         &mut out,
         format!("{name}.report.md"),
-        render_md(name, headline, rates).into_bytes(),
+        aggrate::report::rates_md(name, headline, rates).into_bytes(),
     )?;
     write(
         &mut out,
         format!("{name}.per_rate.csv"),
-        per_rate_csv(rates).into_bytes(),
+        aggrate::report::rates_csv(rates).into_bytes(),
     )?;
     let known: Vec<&RateReport> = rates.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
     let png = dir.join(format!("{name}.f1_vs_rate.png"));

@@ -14,7 +14,7 @@ use super::{
     fit_logistic, fit_mlp, fit_threshold, levels_from_starts, Error, LogisticCv, Predict, SvmCv, ValidLogisticParams,
     ValidMlpParams, ValidSvmParams,
 };
-use crate::dataset::{contiguous_folds, Dataset, FoldError, RowSet};
+use crate::dataset::{contiguous_folds, Dataset, FoldError, RowSet, SlotRows};
 use crate::model::EstimatorModel;
 use crate::report::{AggMetrics, BinaryMetrics};
 
@@ -440,6 +440,42 @@ pub fn receiver_cv(
     }
     progress.finish();
     Ok(out)
+}
+
+/// Per send rate: slot RMSE of the logistic alone (the rows' base level) and of `pred`.
+pub fn slot_rate_reports(rows: &SlotRows, pred: &[f64]) -> Vec<SlotRateReport> {
+    let mut per_rate = Vec::new();
+    let mut keys: Vec<f32> = rows.rate_mbps.clone();
+    keys.sort_by(|a, b| a.total_cmp(b));
+    keys.dedup_by(|a, b| a.to_bits() == b.to_bits());
+    for r in keys {
+        let idx: Vec<usize> = (0..rows.len())
+            .filter(|&i| rows.rate_mbps[i].to_bits() == r.to_bits())
+            .collect();
+        let t: Vec<f64> = idx.iter().map(|&i| rows.target[i]).collect();
+        let b = AggMetrics::from_values(&t, &idx.iter().map(|&i| rows.base_level(i)).collect::<Vec<_>>());
+        let v = AggMetrics::from_values(&t, &idx.iter().map(|&i| pred[i]).collect::<Vec<_>>());
+        per_rate.push(SlotRateReport {
+            rate_mbps: r as f64,
+            slots: idx.len() as u64,
+            base_rmse: b.rmse(),
+            svr_rmse: v.rmse(),
+            base_acc_within1: b.accuracy_within1(),
+            svr_acc_within1: v.accuracy_within1(),
+            true_mean_level: t.iter().sum::<f64>() / t.len().max(1) as f64,
+        });
+    }
+    per_rate
+}
+
+/// Attach slot reports to the per-rate rows with the same rate.
+pub fn attach_slots(rates: &mut [RateReport], slots: &[SlotRateReport]) {
+    for r in rates {
+        r.slot = slots
+            .iter()
+            .find(|s| s.rate_mbps.to_bits() == r.rate_mbps.to_bits() || (s.rate_mbps.is_nan() && r.rate_mbps.is_nan()))
+            .cloned();
+    }
 }
 
 #[cfg(test)]
