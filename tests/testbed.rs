@@ -42,7 +42,16 @@ fn veth_paths_replay_and_tear_down() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for settings in ["veth", "gro,threaded", "rps,burner,tick=250"] {
+    // A real kernel on a shared 2-core machine: the timing check (not the set-up and tear-down
+    // checks) gets three tries, each reported, before it fails.
+    let mut done: Vec<&str> = Vec::new();
+    for (settings, attempt) in ["veth", "gro,threaded", "rps,burner,tick=250"]
+        .into_iter()
+        .flat_map(|s| (0..3).map(move |a| (s, a)))
+    {
+        if done.contains(&settings) {
+            continue;
+        }
         let path: KernelPath = settings.parse().unwrap();
         let due = schedule(200, 20, 600);
         let (rep, names) = {
@@ -87,17 +96,25 @@ fn veth_paths_replay_and_tear_down() {
         inside.sort_by(|a, b| a.total_cmp(b));
         starts.sort_by(|a, b| a.total_cmp(b));
         let med = |v: &[f64]| v[v.len() / 2];
-        if path.tick_us == 0 {
-            assert!(
+        let (ok, what) = if path.tick_us == 0 {
+            (
                 med(&starts) > 10.0 * med(&inside),
-                "{settings}: {} vs {}",
-                med(&starts),
-                med(&inside)
-            );
+                format!("start gap median {} µs vs inside {} µs", med(&starts), med(&inside)),
+            )
         } else {
             // Released at 250 µs ticks: A-MPDUs 600 µs apart leave 500 or 750 µs apart.
-            assert!(med(&starts) > 400.0, "{settings}: {}", med(&starts));
+            (med(&starts) > 400.0, format!("start gap median {} µs", med(&starts)))
+        };
+        if !ok && attempt < 2 {
+            eprintln!(
+                "{settings}: attempt {}: {what} (sender at most {:?} late); trying again",
+                attempt + 1,
+                rep.max_send_late
+            );
+            continue;
         }
+        assert!(ok, "{settings}: {what} (sender at most {:?} late)", rep.max_send_late);
+        done.push(settings);
     }
 }
 
