@@ -20,8 +20,9 @@ use super::progress::Ui;
 use aggrate::train::cv::{packet_cv, rate_reports, Fitter, PacketCv};
 
 use super::progress::Bars;
-use super::train::{inputs, load_rows, svr_stage, SvrStage};
+use super::train::{inputs, load_rows, svr_stage};
 use super::{Exit, FlowArgs};
+use aggrate::train::cv::SvrStage;
 
 /// Estimators a sweep can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

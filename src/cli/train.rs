@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::dataset::{contiguous_folds, slot_rows, Dataset, SlotRows};
+use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
-use aggrate::report::{mean_std, AggMetrics};
-use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, RateReport, ReceiverReport, SlotRateReport};
-use aggrate::train::{
-    cv_predict_svr, fit_svr, LogisticParams, MlpParams, SvmLoss, SvmParams, SvrModel, SvrParams, ValidSvrParams,
+use aggrate::report::mean_std;
+use aggrate::train::cv::{
+    packet_cv, rate_reports, receiver_cv, Fitter, RateReport, ReceiverReport, SlotRateReport, SvrStage,
 };
+use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::progress::{Bars, Ui};
 pub(crate) use super::rows::{inputs, load_rows, Input};
@@ -520,29 +520,8 @@ fn svr_grid(a: &TrainArgs) -> Result<Vec<ValidSvrParams>> {
     Ok(grid)
 }
 
-#[derive(serde::Serialize, Clone, Debug)]
-struct GridPoint {
-    c: f64,
-    gamma: f64,
-    epsilon: f64,
-    slot_rmse: f64,
-}
-
-pub(crate) struct SvrStage {
-    pub(crate) rows: SlotRows,
-    pub(crate) params: SvrParams,
-    pub(crate) model: SvrModel,
-    /// Out-of-fold SVR predictions at the chosen parameters.
-    pub(crate) pred: Vec<f64>,
-    pub(crate) per_rate: Vec<SlotRateReport>,
-    pub(crate) svr_rmse: f64,
-    pub(crate) base_rmse: f64,
-    folds: usize,
-    grid: Vec<GridPoint>,
-}
-
-/// Slot rows from out-of-fold packet predictions → grid search of (C, γ, ε) by contiguous CV on
-/// slot rows → the SVR refitted on all slot rows with the best point.
+/// [`aggrate::train::cv::svr_stage`] with a progress bar, saying when captures are too short
+/// for the folds asked for.
 pub(crate) fn svr_stage(
     ui: &Ui,
     data: &Dataset,
@@ -551,105 +530,20 @@ pub(crate) fn svr_stage(
     k: usize,
     grid: &[ValidSvrParams],
 ) -> Result<SvrStage> {
-    let rows = slot_rows(data, oof, spec);
-    if rows.len() < 2 {
-        bail!(
-            "only {} slot rows: the captures are too short for d = {} slots of {} ms (try --slot-ms or --d)",
-            rows.len(),
-            spec.d,
-            spec.slot_ns / 1_000_000
-        );
-    }
-    // As many folds as the shortest capture allows (at most k).
-    let mut min_per_group = usize::MAX;
-    let mut s = 0;
-    while s < rows.group.len() {
-        let e = (s..rows.group.len())
-            .find(|&i| rows.group[i] != rows.group[s])
-            .unwrap_or(rows.group.len());
-        min_per_group = min_per_group.min(e - s);
-        s = e;
-    }
-    let kf = k.min(min_per_group);
-    if kf < 2 {
-        bail!(
-            "a capture has {min_per_group} slot row(s): SVR cross-validation needs 2 per capture (try a shorter --slot-ms or --d)"
-        );
-    }
-    if kf < k {
+    let st = aggrate::train::cv::svr_stage(data, oof, spec, k, grid, &mut Bars::new(ui))?;
+    if st.folds < k {
         ui.warn(format!(
-            "slot SVR: {kf}-fold CV (the shortest capture has {min_per_group} slot rows)"
+            "slot SVR: {}-fold CV (the shortest capture has too few slot rows for {k})",
+            st.folds
         ));
     }
-    let folds = contiguous_folds(&rows.group, kf)?;
     ui.info(format!(
-        "slot SVR: {} slot rows, {} grid points × {kf} folds",
-        rows.len(),
-        grid.len()
+        "slot SVR: {} slot rows, {} grid points × {} folds",
+        st.rows.len(),
+        grid.len(),
+        st.folds
     ));
-    let bar = ui.count_bar(grid.len() as u64, "SVR grid search [{bar:30}] {pos}/{len}, eta {eta}");
-    // Grid points in parallel (2 cores here); each CV is independent and deterministic.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let results: Vec<Result<Vec<f64>, aggrate::train::Error>> = std::thread::scope(|sc| {
-        let chunks: Vec<_> = (0..threads)
-            .map(|t| {
-                let (rows, folds, bar) = (&rows, &folds, &bar);
-                sc.spawn(move || {
-                    (t..grid.len())
-                        .step_by(threads)
-                        .map(|g| {
-                            let r = cv_predict_svr(&rows.x, rows.d, &rows.target, folds, &grid[g]);
-                            bar.inc(1);
-                            (g, r)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut all: Vec<(usize, Result<Vec<f64>, aggrate::train::Error>)> =
-            chunks.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
-        all.sort_by_key(|(g, _)| *g);
-        all.into_iter().map(|(_, r)| r).collect()
-    });
-    bar.finish_and_clear();
-    if results.len() != grid.len() {
-        bail!("slot SVR: a grid worker failed");
-    }
-    let rmse = |pred: &[f64]| AggMetrics::from_values(&rows.target, pred).rmse();
-    let mut points = Vec::new();
-    let mut best: Option<(f64, usize, Vec<f64>)> = None;
-    for (g, r) in results.into_iter().enumerate() {
-        let pred = r?;
-        let e = rmse(&pred);
-        let p = grid[g].get();
-        points.push(GridPoint {
-            c: p.c,
-            gamma: p.gamma,
-            epsilon: p.epsilon,
-            slot_rmse: e,
-        });
-        if best.as_ref().is_none_or(|b| e < b.0) {
-            best = Some((e, g, pred));
-        }
-    }
-    let Some((svr_rmse, g, pred)) = best else {
-        bail!("slot SVR: empty grid");
-    };
-    let model = fit_svr(&rows.x, rows.d, &rows.target, &grid[g])?;
-    let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
-    let base_rmse = rmse(&base);
-    let per_rate = aggrate::train::cv::slot_rate_reports(&rows, &pred);
-    Ok(SvrStage {
-        params: *grid[g].get(),
-        rows,
-        model,
-        pred,
-        per_rate,
-        svr_rmse,
-        base_rmse,
-        folds: kf,
-        grid: points,
-    })
+    Ok(st)
 }
 
 /// report.json, report.md, per_rate.csv and the PNG plots of one model; returns the paths.

@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
-    fit_logistic, fit_mlp, fit_threshold, levels_from_starts, Error, LogisticCv, Predict, SvmCv, ValidLogisticParams,
-    ValidMlpParams, ValidSvmParams,
+    cv_predict_svr, fit_logistic, fit_mlp, fit_svr, fit_threshold, levels_from_starts, Error, LogisticCv, Predict,
+    SvmCv, SvrModel, SvrParams, ValidLogisticParams, ValidMlpParams, ValidSvmParams, ValidSvrParams,
 };
-use crate::dataset::{contiguous_folds, Dataset, FoldError, RowSet, SlotRows};
+use crate::dataset::{contiguous_folds, slot_rows, Dataset, FoldError, RowSet, SlotRows};
+use crate::features::FeatureSpec;
 use crate::model::EstimatorModel;
 use crate::report::{AggMetrics, BinaryMetrics};
 
@@ -49,6 +50,26 @@ pub enum CvError {
     /// A capture has no receiver name.
     #[error("a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)")]
     NoReceiver,
+    /// Too few slot rows for the slot SVR.
+    #[error(
+        "only {rows} slot rows: the captures are too short for d = {d} slots of {slot_ms} ms (try --slot-ms or --d)"
+    )]
+    TooFewSlotRows {
+        /// Slot rows.
+        rows: usize,
+        /// Slots per row.
+        d: usize,
+        /// Slot length (ms).
+        slot_ms: u64,
+    },
+    /// A capture has fewer than 2 slot rows.
+    #[error(
+        "a capture has {0} slot row(s): SVR cross-validation needs 2 per capture (try a shorter --slot-ms or --d)"
+    )]
+    ShortSlotCapture(usize),
+    /// No SVR grid point.
+    #[error("slot SVR: empty (C, γ, ε) grid")]
+    EmptyGrid,
     /// Fewer than two receivers to leave out.
     #[error("leave-one-receiver-out needs at least 2 receivers; the data has {0}")]
     TooFewReceivers(usize),
@@ -476,6 +497,138 @@ pub fn attach_slots(rates: &mut [RateReport], slots: &[SlotRateReport]) {
             .find(|s| s.rate_mbps.to_bits() == r.rate_mbps.to_bits() || (s.rate_mbps.is_nan() && r.rate_mbps.is_nan()))
             .cloned();
     }
+}
+
+/// One (C, γ, ε) point of the slot-SVR grid and its out-of-fold slot RMSE.
+#[derive(Serialize, Clone, Debug)]
+pub struct GridPoint {
+    /// C.
+    pub c: f64,
+    /// γ.
+    pub gamma: f64,
+    /// ε.
+    pub epsilon: f64,
+    /// Slot RMSE of its out-of-fold predictions.
+    pub slot_rmse: f64,
+}
+
+/// The slot SVR chosen by [`svr_stage`].
+pub struct SvrStage {
+    /// The slot rows (from out-of-fold packet predictions).
+    pub rows: SlotRows,
+    /// The chosen point.
+    pub params: SvrParams,
+    /// The SVR refitted on all slot rows at that point.
+    pub model: SvrModel,
+    /// Out-of-fold SVR predictions at the chosen parameters.
+    pub pred: Vec<f64>,
+    /// Per send rate: slot RMSE of the packet model alone and corrected.
+    pub per_rate: Vec<SlotRateReport>,
+    /// Slot RMSE of the chosen point.
+    pub svr_rmse: f64,
+    /// Slot RMSE of the packet model alone.
+    pub base_rmse: f64,
+    /// Folds used (at most the k asked for: as many as the shortest capture allows).
+    pub folds: usize,
+    /// Every grid point with its RMSE.
+    pub grid: Vec<GridPoint>,
+}
+
+/// Slot rows from out-of-fold packet predictions → grid search of (C, γ, ε) by contiguous CV on
+/// slot rows (points in parallel, each CV deterministic) → the SVR refitted on all slot rows
+/// with the best point.
+pub fn svr_stage(
+    data: &Dataset,
+    oof: &[bool],
+    spec: &FeatureSpec,
+    k: usize,
+    grid: &[ValidSvrParams],
+    progress: &mut dyn Progress,
+) -> Result<SvrStage, CvError> {
+    let rows = slot_rows(data, oof, spec);
+    if rows.len() < 2 {
+        return Err(CvError::TooFewSlotRows {
+            rows: rows.len(),
+            d: spec.d,
+            slot_ms: spec.slot_ns / 1_000_000,
+        });
+    }
+    if grid.is_empty() {
+        return Err(CvError::EmptyGrid);
+    }
+    // As many folds as the shortest capture allows (at most k).
+    let mut min_per_group = usize::MAX;
+    let mut s = 0;
+    while s < rows.group.len() {
+        let e = (s..rows.group.len())
+            .find(|&i| rows.group[i] != rows.group[s])
+            .unwrap_or(rows.group.len());
+        min_per_group = min_per_group.min(e - s);
+        s = e;
+    }
+    let kf = k.min(min_per_group);
+    if kf < 2 {
+        return Err(CvError::ShortSlotCapture(min_per_group));
+    }
+    let folds = contiguous_folds(&rows.group, kf)?;
+    progress.start("SVR grid search", grid.len() as u64);
+    // Grid points spread over the cores; results come back over a channel so that progress is
+    // reported from this thread, and are put back in grid order.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let mut results: Vec<Option<Result<Vec<f64>, Error>>> = (0..grid.len()).map(|_| None).collect();
+    std::thread::scope(|sc| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for t in 0..threads {
+            let (rows, folds, tx) = (&rows, &folds, tx.clone());
+            sc.spawn(move || {
+                for g in (t..grid.len()).step_by(threads) {
+                    let r = cv_predict_svr(&rows.x, rows.d, &rows.target, folds, &grid[g]);
+                    if tx.send((g, r)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (g, r) in rx {
+            results[g] = Some(r);
+            progress.inc();
+        }
+    });
+    progress.finish();
+    let rmse = |pred: &[f64]| AggMetrics::from_values(&rows.target, pred).rmse();
+    let mut points = Vec::new();
+    let mut best: Option<(f64, usize, Vec<f64>)> = None;
+    for (g, r) in results.into_iter().enumerate() {
+        let pred = r.ok_or(CvError::EmptyGrid)??;
+        let e = rmse(&pred);
+        let p = grid[g].get();
+        points.push(GridPoint {
+            c: p.c,
+            gamma: p.gamma,
+            epsilon: p.epsilon,
+            slot_rmse: e,
+        });
+        if best.as_ref().is_none_or(|b| e < b.0) {
+            best = Some((e, g, pred));
+        }
+    }
+    let (svr_rmse, g, pred) = best.ok_or(CvError::EmptyGrid)?;
+    let model = fit_svr(&rows.x, rows.d, &rows.target, &grid[g])?;
+    let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
+    let base_rmse = rmse(&base);
+    let per_rate = slot_rate_reports(&rows, &pred);
+    Ok(SvrStage {
+        params: *grid[g].get(),
+        rows,
+        model,
+        pred,
+        per_rate,
+        svr_rmse,
+        base_rmse,
+        folds: kf,
+        grid: points,
+    })
 }
 
 #[cfg(test)]
