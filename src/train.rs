@@ -42,7 +42,7 @@ pub fn fit_scaler_set(data: &Dataset, rows: &RowSet) -> Scaler {
 impl From<aggrate_core::model::ParamError> for Error {
     fn from(e: aggrate_core::model::ParamError) -> Error {
         Error::BadParam {
-            name: e.name,
+            name: e.field,
             value: e.value,
             allowed: e.allowed,
         }

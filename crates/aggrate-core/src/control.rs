@@ -111,42 +111,33 @@ impl Default for PiParams {
     }
 }
 
-/// Errors of controller parameters.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("control.{field} = {value}: {allowed}")]
-pub struct ParamError {
-    /// Field.
-    pub field: &'static str,
-    /// Value.
-    pub value: f64,
-    /// Allowed range.
-    pub allowed: &'static str,
-}
+/// Errors of controller parameters (field names `control.…`).
+pub use crate::model::ParamError;
 
 impl PiParams {
     /// Check ranges.
     pub fn check(self) -> Result<PiParams, ParamError> {
         let err = |field, value, allowed| Err(ParamError { field, value, allowed });
         if !(self.target > 0.0 && self.target <= 1024.0) {
-            return err("target", self.target, "in (0, 1024]");
+            return err("control.target", self.target, "in (0, 1024]");
         }
         if !(self.k0 > 0.0 && self.k0.is_finite()) {
-            return err("k0", self.k0, "> 0");
+            return err("control.k0", self.k0, "> 0");
         }
         if self.stations == 0 {
-            return err("stations", 0.0, ">= 1");
+            return err("control.stations", 0.0, ">= 1");
         }
         if !(self.min_mbps > 0.0 && self.min_mbps <= self.max_mbps && self.max_mbps.is_finite()) {
-            return err("min_mbps", self.min_mbps, "0 < min_mbps <= max_mbps < ∞");
+            return err("control.min_mbps", self.min_mbps, "0 < min_mbps <= max_mbps < ∞");
         }
         if !(self.initial_mbps >= self.min_mbps && self.initial_mbps <= self.max_mbps) {
-            return err("initial_mbps", self.initial_mbps, "within [min_mbps, max_mbps]");
+            return err("control.initial_mbps", self.initial_mbps, "within [min_mbps, max_mbps]");
         }
         if !(0.0..1.0).contains(&self.silence_decay) {
-            return err("silence_decay", self.silence_decay, "in [0, 1)");
+            return err("control.silence_decay", self.silence_decay, "in [0, 1)");
         }
         if !(1.0..=4.0).contains(&self.startup_factor) {
-            return err("startup_factor", self.startup_factor, "in [1, 4]");
+            return err("control.startup_factor", self.startup_factor, "in [1, 4]");
         }
         if !(0.0..=1.0).contains(&self.backhaul_loss) || !(0.0..=1.0).contains(&self.backhaul_probe) {
             return err(

@@ -3,12 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A model hyper-parameter out of range.
+/// A parameter out of range (model hyper-parameters here, the controller's in `control`).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{name} = {value}: {allowed}")]
+#[error("{field} = {value}: {allowed}")]
 pub struct ParamError {
-    /// Parameter.
-    pub name: &'static str,
+    /// The parameter, with its section (`svr.c`, `control.k0`).
+    pub field: &'static str,
     /// Value.
     pub value: f64,
     /// Allowed.
@@ -206,12 +206,12 @@ impl ValidSvrParams {
 impl SvrParams {
     /// Check ranges.
     pub fn check(self) -> Result<ValidSvrParams, ParamError> {
-        let pos = |name, value: f64| {
+        let pos = |field, value: f64| {
             if value.is_finite() && value > 0.0 {
                 Ok(())
             } else {
                 Err(ParamError {
-                    name,
+                    field,
                     value,
                     allowed: "a finite number > 0",
                 })
@@ -222,14 +222,14 @@ impl SvrParams {
         pos("svr.tol", self.tol)?;
         if !(self.epsilon.is_finite() && self.epsilon >= 0.0) {
             return Err(ParamError {
-                name: "svr.epsilon",
+                field: "svr.epsilon",
                 value: self.epsilon,
                 allowed: "a finite number >= 0",
             });
         }
         if self.max_iter == 0 {
             return Err(ParamError {
-                name: "svr.max_iter",
+                field: "svr.max_iter",
                 value: 0.0,
                 allowed: ">= 1",
             });
