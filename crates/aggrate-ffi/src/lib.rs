@@ -70,6 +70,26 @@ fn guard(name: &str, f: impl FnOnce() -> AggrateStatus) -> AggrateStatus {
     }
 }
 
+/// Hand a new object to the caller through `out`.
+///
+/// # Safety
+/// `out` must be non-null and writable.
+unsafe fn put<T>(out: *mut *mut T, v: T) {
+    // SAFETY: per this function's contract.
+    unsafe { *out = Box::into_raw(Box::new(v)) };
+}
+
+/// Take back an object handed out by [`put`] (null: nothing).
+///
+/// # Safety
+/// `p` must be null or come from [`put`], and be released once.
+unsafe fn release<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: per this function's contract.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
 fn fail(status: AggrateStatus, msg: impl Into<String>) -> AggrateStatus {
     set_error(msg);
     status
@@ -189,7 +209,7 @@ pub unsafe extern "C" fn aggrate_model_from_json(
         match ModelFile::from_json(text, "model") {
             Ok(m) => {
                 // SAFETY: `out` is non-null and writable per the contract.
-                unsafe { *out = Box::into_raw(Box::new(AggrateModel(m))) };
+                unsafe { put(out, AggrateModel(m)) };
                 AggrateStatus::Ok
             }
             Err(e) => fail(AggrateStatus::BadModel, e.to_string()),
@@ -213,7 +233,7 @@ pub unsafe extern "C" fn aggrate_model_shipped(out: *mut *mut AggrateModel) -> A
         match ModelFile::shipped() {
             Ok(m) => {
                 // SAFETY: `out` is non-null and writable per the contract.
-                unsafe { *out = Box::into_raw(Box::new(AggrateModel(m))) };
+                unsafe { put(out, AggrateModel(m)) };
                 AggrateStatus::Ok
             }
             Err(e) => fail(AggrateStatus::Internal, e.to_string()),
@@ -227,10 +247,8 @@ pub unsafe extern "C" fn aggrate_model_shipped(out: *mut *mut AggrateModel) -> A
 /// `m` must be null or a model from this library not yet released.
 #[no_mangle]
 pub unsafe extern "C" fn aggrate_model_free(m: *mut AggrateModel) {
-    if !m.is_null() {
-        // SAFETY: per the contract `m` came from Box::into_raw and is released once.
-        drop(unsafe { Box::from_raw(m) });
-    }
+    // SAFETY: per the contract `m` is null or came from `put` and is released once.
+    unsafe { release(m) }
 }
 
 /// A new estimator for `model` reporting every `interval_ns` (10 ms ..= 60 s). The model is
@@ -256,7 +274,7 @@ pub unsafe extern "C" fn aggrate_estimator_new(
         match OnlineEstimator::from_model(m, Duration::from_nanos(interval_ns)) {
             Ok(est) => {
                 // SAFETY: `out` is non-null and writable per the contract.
-                unsafe { *out = Box::into_raw(Box::new(AggrateEstimator { est, last_ns: None })) };
+                unsafe { put(out, AggrateEstimator { est, last_ns: None }) };
                 AggrateStatus::Ok
             }
             Err(e) => fail(AggrateStatus::BadArgument, format!("aggrate_estimator_new: {e}")),
@@ -270,10 +288,8 @@ pub unsafe extern "C" fn aggrate_estimator_new(
 /// `e` must be null or an estimator from this library not yet released.
 #[no_mangle]
 pub unsafe extern "C" fn aggrate_estimator_free(e: *mut AggrateEstimator) {
-    if !e.is_null() {
-        // SAFETY: per the contract `e` came from Box::into_raw and is released once.
-        drop(unsafe { Box::from_raw(e) });
-    }
+    // SAFETY: per the contract `e` is null or came from `put` and is released once.
+    unsafe { release(e) }
 }
 
 /// One received packet, in receive order: its transport sequence number, its kernel receive
@@ -433,7 +449,7 @@ pub unsafe extern "C" fn aggrate_controller_new(
         match PiController::new(p) {
             Ok(c) => {
                 // SAFETY: `out` is non-null and writable per the contract.
-                unsafe { *out = Box::into_raw(Box::new(AggrateController(c))) };
+                unsafe { put(out, AggrateController(c)) };
                 AggrateStatus::Ok
             }
             Err(e) => fail(AggrateStatus::BadArgument, format!("aggrate_controller_new: {e}")),
@@ -447,10 +463,8 @@ pub unsafe extern "C" fn aggrate_controller_new(
 /// `c` must be null or a controller from this library not yet released.
 #[no_mangle]
 pub unsafe extern "C" fn aggrate_controller_free(c: *mut AggrateController) {
-    if !c.is_null() {
-        // SAFETY: per the contract `c` came from Box::into_raw and is released once.
-        drop(unsafe { Box::from_raw(c) });
-    }
+    // SAFETY: per the contract `c` is null or came from `put` and is released once.
+    unsafe { release(c) }
 }
 
 /// Feed a report (as the receiver sent it) to the controller at `now_ns`; `*rate_mbps` gets the
