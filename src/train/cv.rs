@@ -70,6 +70,9 @@ pub enum CvError {
     /// No SVR grid point.
     #[error("slot SVR: empty (C, γ, ε) grid")]
     EmptyGrid,
+    /// A grid-search worker failed (a bug: it panicked).
+    #[error("slot SVR: a grid worker failed")]
+    GridWorker,
     /// Fewer than two receivers to leave out.
     #[error("leave-one-receiver-out needs at least 2 receivers; the data has {0}")]
     TooFewReceivers(usize),
@@ -578,21 +581,28 @@ pub fn svr_stage(
     let mut results: Vec<Option<Result<Vec<f64>, Error>>> = (0..grid.len()).map(|_| None).collect();
     std::thread::scope(|sc| {
         let (tx, rx) = std::sync::mpsc::channel();
-        for t in 0..threads {
-            let (rows, folds, tx) = (&rows, &folds, tx.clone());
-            sc.spawn(move || {
-                for g in (t..grid.len()).step_by(threads) {
-                    let r = cv_predict_svr(&rows.x, rows.d, &rows.target, folds, &grid[g]);
-                    if tx.send((g, r)).is_err() {
-                        return;
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (rows, folds, tx) = (&rows, &folds, tx.clone());
+                sc.spawn(move || {
+                    for g in (t..grid.len()).step_by(threads) {
+                        let r = cv_predict_svr(&rows.x, rows.d, &rows.target, folds, &grid[g]);
+                        if tx.send((g, r)).is_err() {
+                            return;
+                        }
                     }
-                }
-            });
-        }
+                })
+            })
+            .collect();
         drop(tx);
         for (g, r) in rx {
             results[g] = Some(r);
             progress.inc();
+        }
+        // Joined here, a worker that panicked leaves its points empty (an error below) instead
+        // of taking the process down with it.
+        for w in workers {
+            let _ = w.join();
         }
     });
     progress.finish();
@@ -600,7 +610,7 @@ pub fn svr_stage(
     let mut points = Vec::new();
     let mut best: Option<(f64, usize, Vec<f64>)> = None;
     for (g, r) in results.into_iter().enumerate() {
-        let pred = r.ok_or(CvError::EmptyGrid)??;
+        let pred = r.ok_or(CvError::GridWorker)??;
         let e = rmse(&pred);
         let p = grid[g].get();
         points.push(GridPoint {
