@@ -621,16 +621,25 @@ impl<R: Rng> WlanSim<R> {
         let tsft = Tsft(tsft_ts.as_nanos() / 1000 + c.tsf_offset_us);
         let reference = self.next_ref;
         self.next_ref = self.next_ref.wrapping_add(1);
+        // An MPDU's packets share its fate (one error draw per MPDU), so the delivered ones form
+        // whole MPDUs; walk them in place (no list per A-MPDU).
         let count = self.ampdu.iter().filter(|f| f.ok).count() as u16;
-        let delivered: Vec<&InFlight> = self.ampdu.iter().filter(|f| f.ok).collect();
-        let mpdus = 1 + delivered.windows(2).filter(|w| w[0].mpdu != w[1].mpdu).count() as u16;
+        let mpdus = self
+            .ampdu
+            .iter()
+            .enumerate()
+            .filter(|&(i, f)| f.ok && (i == 0 || self.ampdu[i - 1].mpdu != f.mpdu))
+            .count() as u16;
         let mode = self.mode[sta];
-        let mut mpdu = 0u16;
-        let mut i = 0;
-        while i < delivered.len() {
-            let m = delivered[i].mpdu;
-            let k = delivered[i..].iter().take_while(|f| f.mpdu == m).count();
-            for (j, f) in delivered[i..i + k].iter().enumerate() {
+        let (mut index, mut mpdu, mut i) = (0u16, 0u16, 0usize);
+        while i < self.ampdu.len() {
+            let m = self.ampdu[i].mpdu;
+            let k = self.ampdu[i..].iter().take_while(|f| f.mpdu == m).count();
+            if !self.ampdu[i].ok {
+                i += k;
+                continue;
+            }
+            for (j, f) in self.ampdu[i..i + k].iter().enumerate() {
                 let q = &f.q;
                 self.stats[sta].delivered += 1;
                 self.stats[sta].bytes += q.pkt.len as u64;
@@ -642,7 +651,7 @@ impl<R: Rng> WlanSim<R> {
                     mac_time: end,
                     tsft,
                     ampdu_ref: reference,
-                    index: (i + j) as u16,
+                    index,
                     count,
                     mpdu,
                     mpdus,
@@ -651,6 +660,7 @@ impl<R: Rng> WlanSim<R> {
                     dot11_seq: q.dot11_seq.unwrap_or(0),
                     retry: q.retries > 0,
                 });
+                index += 1;
             }
             self.stats[sta].mpdus += 1;
             mpdu += 1;
