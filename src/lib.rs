@@ -5,9 +5,9 @@
 //! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`), re-exported here.
 //!
 //! Layers (a module may use those above it and `time`):
-//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `train` → `model` →
+//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `pipeline` → `train` → `model` →
 //! `runtime` → `control` → `transport` → `sim`; `wlan` (the emulator) and `testbed` (real
-//! kernel receive paths) produce captures. The library never prints and never reads the real
+//! kernel receive paths) produce captures; `progress` is the callback long work reports through. The library never prints and never reads the real
 //! clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the `aggrate` binary is
 //! the thin shell around it.
 #![warn(missing_docs)]
@@ -21,6 +21,8 @@ pub mod dataset;
 pub mod label;
 pub mod model;
 pub mod phy;
+pub mod pipeline;
+pub mod progress;
 pub mod report;
 pub mod sim;
 pub mod testbed;

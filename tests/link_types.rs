@@ -190,9 +190,9 @@ fn kernel_timestamps_join_by_sequence_number() {
         let (_, err) = text(&out);
         assert!(out.status.success(), "{err}");
         assert!(
-            err.contains(
-                "39 packets matched, 1 ground-truth packets without a kernel time, 0 kernel entries unmatched"
-            ),
+            err.contains(&format!(
+                "joined 39 packets with {kernel_file}; 1 capture packets without a kernel time, 0 log entries without a capture packet"
+            )),
             "{err}"
         );
         let table = std::fs::read_to_string(dir.path().join("j.csv")).unwrap();

@@ -283,6 +283,19 @@ impl Error {
     pub fn is_packet_level(&self) -> bool {
         matches!(self, Error::Decode { .. } | Error::UnsupportedLinkType { .. })
     }
+
+    /// Byte offset in the (uncompressed) stream the error is about.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Error::Empty | Error::BadMagic { .. } | Error::BadHeader { .. } => Some(0),
+            Error::UnsupportedCompression { .. } | Error::UnsupportedFileLinkType { .. } => None,
+            Error::UnsupportedLinkType { offset, .. }
+            | Error::Truncated { offset, .. }
+            | Error::Corrupt { offset, .. }
+            | Error::Decode { offset, .. }
+            | Error::Io { offset, .. } => Some(*offset),
+        }
+    }
 }
 
 enum Inner<R: BufRead> {

@@ -276,9 +276,9 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         caps_hit,
         timestamps_fixed: outcome.timestamps_fixed,
         other_link_records: outcome.other_link_packets,
-        complete: outcome.error.is_none() && outcome.stopped.is_none(),
+        complete: outcome.damage.is_none(),
         unread_bytes: outcome.unread_bytes,
-        error: outcome.error.clone().or(outcome.stopped.clone()),
+        error: outcome.damage.as_ref().map(|e| format!("{}: {e}", a.capture.display())),
     };
     if let Some(s) = &report.selected_flow {
         ui.info(format!("selected flow: {s} ({})", report.selection));
@@ -292,7 +292,7 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
     }
     out.flush()?;
     drop(out);
-    outcome.into_result()?;
+    outcome.fatal_damage(&a.capture)?;
     // A readable capture is described and is not an error, whatever it holds.
     if report.packets == 0 {
         ui.info(format!(

@@ -15,7 +15,6 @@ mod rows;
 mod sim;
 mod simulate;
 mod sweep;
-mod table;
 mod tool;
 mod train;
 
@@ -152,6 +151,8 @@ pub(crate) fn exit_code_for(err: &anyhow::Error) -> Exit {
         e.downcast_ref::<InputError>().is_some()
             || e.downcast_ref::<aggrate::capture::io::OpenError>()
                 .is_some_and(|o| matches!(o, aggrate::capture::io::OpenError::Capture { .. }))
+            || e.downcast_ref::<aggrate::pipeline::Error>()
+                .is_some_and(|p| p.is_bad_input())
             || e.downcast_ref::<aggrate::label::Error>().is_some()
             || e.downcast_ref::<aggrate::wlan::ConfigError>().is_some()
             || e.downcast_ref::<aggrate::model::Error>().is_some()

@@ -53,7 +53,7 @@ impl Ui {
     }
 }
 
-/// Library progress ([`aggrate::train::cv::Progress`]) drawn as a spinner (unknown length) or a
+/// Library progress ([`aggrate::progress::Progress`]) drawn as a spinner (unknown length) or a
 /// counting bar.
 pub(crate) struct Bars<'a> {
     ui: &'a Ui,
@@ -66,7 +66,7 @@ impl<'a> Bars<'a> {
     }
 }
 
-impl aggrate::train::cv::Progress for Bars<'_> {
+impl aggrate::progress::Progress for Bars<'_> {
     fn start(&mut self, what: &str, total: u64) {
         self.finish();
         self.bar = Some(if total == 0 {
@@ -81,9 +81,45 @@ impl aggrate::train::cv::Progress for Bars<'_> {
             b.inc(1);
         }
     }
+    fn set(&mut self, pos: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(pos);
+        }
+    }
     fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
+        }
+    }
+}
+
+/// Library progress of capture reads (bytes): a [`Progress`] bar per file, shown only when a
+/// read takes over a second.
+pub(crate) struct ByteBars<'a> {
+    ui: &'a Ui,
+    bar: Option<Progress>,
+}
+
+impl<'a> ByteBars<'a> {
+    pub(crate) fn new(ui: &'a Ui) -> ByteBars<'a> {
+        ByteBars { ui, bar: None }
+    }
+}
+
+impl aggrate::progress::Progress for ByteBars<'_> {
+    fn start(&mut self, what: &str, total: u64) {
+        self.finish();
+        self.bar = Some(self.ui.bytes_bar(total, what));
+    }
+    fn inc(&mut self) {}
+    fn set(&mut self, pos: u64) {
+        if let Some(b) = &mut self.bar {
+            b.set(pos);
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish();
         }
     }
 }

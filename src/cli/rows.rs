@@ -6,62 +6,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::capture::io::{open_path, read_seq_log};
-use aggrate::dataset::{Dataset, Join, RowExtractor};
+use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
+pub(crate) use aggrate::pipeline::Input;
+use aggrate::pipeline::{load_dataset, receiver_from_comment};
 
-use super::features::{pick_flow, rate_from_name};
-use super::ingest::for_each_record;
-use super::progress::Ui;
-use super::{FlowArgs, InputError};
-
-/// One input of a training or evaluation run.
-#[derive(Clone, Debug)]
-pub(crate) struct Input {
-    /// A capture (pcap/pcapng, optionally .gz/.xz) or a feature table (.parquet/.csv).
-    pub(crate) path: PathBuf,
-    /// The receiver it came through (manifest `receiver`, the capture's pcapng comment, or none).
-    pub(crate) receiver: Option<String>,
-    /// Kernel receive times to join (a `seq,host_ns` CSV or a receiver-side capture).
-    pub(crate) kernel: Option<PathBuf>,
-}
-
-impl Input {
-    pub(crate) fn is_table(&self) -> bool {
-        matches!(
-            self.path
-                .extension()
-                .and_then(|e| e.to_str())
-                .map(|e| e.to_ascii_lowercase())
-                .as_deref(),
-            Some("parquet" | "pq" | "csv")
-        )
-    }
-    pub(crate) fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    }
-}
+use super::progress::{Bars, Ui};
+use super::FlowArgs;
 
 fn is_capture(p: &Path) -> bool {
     p.extension()
         .is_some_and(|e| e == "pcapng" || e == "pcap" || e == "gz" || e == "xz")
-}
-
-/// The receiver named in a capture's pcapng section comment (written by `simulate` and
-/// `dataset build`), if any.
-pub(crate) fn receiver_from_comment(path: &Path) -> Option<String> {
-    let f = open_path(path).ok()?;
-    for c in f.reader.section_comments() {
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&c) {
-            if let Some(r) = v["receiver"].as_str().or_else(|| v["replay"]["receiver"].as_str()) {
-                return Some(r.to_string());
-            }
-        }
-    }
-    None
 }
 
 /// Inputs from the command line: dataset folders (their manifest's runs — training runs only
@@ -163,129 +118,30 @@ pub(crate) fn inputs(args: &[PathBuf], train_only: bool, kernel: &[PathBuf]) -> 
     Ok(out)
 }
 
-/// Kernel receive times from a `seq,host_ns` CSV or a receiver-side capture (its flow picked
-/// like the capture's; sequence numbers at `seq_offset` in the UDP payload).
-pub(crate) fn load_kernel(ui: &Ui, path: &Path, flow: &FlowArgs, seq_offset: usize) -> Result<Join> {
-    let is_csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    if is_csv {
-        return Ok(Join::new(read_seq_log(path)?));
-    }
-    let filter = pick_flow(ui, path, flow)?;
-    let mut pairs = Vec::new();
-    let out = for_each_record(ui, path, flow.keep_going, |r| {
-        if filter.matches(r) {
-            if let Some(s) = r.payload_seq(seq_offset) {
-                pairs.push((s, r.host.as_nanos()));
+/// Rows of all inputs (group = input index), read on all cores (the result does not depend on
+/// the thread count); notes partial kernel-log joins.
+pub(crate) fn load_rows(ui: &Ui, inputs: &[Input], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Dataset> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let loaded = load_dataset(
+        inputs,
+        spec,
+        &flow.filter(),
+        flow.keep_going,
+        threads,
+        &mut Bars::new(ui),
+    )?;
+    for out in loaded.outcomes.iter().flatten() {
+        if let Some((_, j)) = &out.join {
+            if j.unmatched_truth > 0 || j.unmatched_kernel > 0 {
+                ui.info(format!(
+                    "{}: joined {} packets; {} capture packets without a kernel time, {} log entries without a capture packet",
+                    out.path.display(),
+                    j.matched,
+                    j.unmatched_truth,
+                    j.unmatched_kernel
+                ));
             }
         }
-    })?;
-    out.into_result()?;
-    Ok(Join::new(pairs))
-}
-
-/// Rows of all inputs (group = input index). Inputs are read on all cores, each into its own
-/// block, and concatenated in input order (the result does not depend on the thread count).
-pub(crate) fn load_rows(ui: &Ui, inputs: &[Input], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Dataset> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, inputs.len().max(1));
-    if threads == 1 {
-        let mut data = Dataset::new(spec.width());
-        for (g, input) in inputs.iter().enumerate() {
-            load_input(ui, input, g as u32, spec, flow, &mut data)?;
-        }
-        return Ok(data);
     }
-    let bar = ui.count_bar(
-        inputs.len() as u64,
-        "reading captures [{bar:30}] {pos}/{len}, eta {eta}",
-    );
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let quiet = Ui { quiet: true };
-    let mut parts: Vec<(usize, Result<Dataset>)> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let (next, bar, quiet) = (&next, &bar, &quiet);
-                sc.spawn(move || {
-                    let mut out = Vec::new();
-                    loop {
-                        let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(input) = inputs.get(g) else { break };
-                        let mut d = Dataset::new(spec.width());
-                        let r = load_input(quiet, input, g as u32, spec, flow, &mut d).map(|_| d);
-                        bar.inc(1);
-                        out.push((g, r));
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-    });
-    bar.finish_and_clear();
-    parts.sort_by_key(|p| p.0);
-    if parts.len() != inputs.len() {
-        bail!("a capture reader thread failed");
-    }
-    let mut data = Dataset::new(spec.width());
-    for (_, part) in parts {
-        data.append(&part?);
-    }
-    Ok(data)
-}
-
-/// One input's rows appended to `data` as group `g`.
-fn load_input(ui: &Ui, input: &Input, g: u32, spec: &FeatureSpec, flow: &FlowArgs, data: &mut Dataset) -> Result<()> {
-    if input.is_table() {
-        return super::table::read_rows(&input.path, spec, g, data);
-    }
-    let path = &input.path;
-    let filter = pick_flow(&Ui { quiet: true }, path, flow)?;
-    let rate = rate_from_name(path).map_or(f32::NAN, |r| r as f32);
-    let mut join = match &input.kernel {
-        Some(k) => {
-            Some(load_kernel(&Ui { quiet: true }, k, flow, 0).with_context(|| format!("kernel log {}", k.display()))?)
-        }
-        None => None,
-    };
-    let mut ex = RowExtractor::new(*spec, 0)?;
-    let mut sink =
-        |m: &aggrate::dataset::RowMeta, x: &[f64]| data.push_at(m.host, x, m.first_of_frame, g, rate, m.level);
-    let out = for_each_record(ui, path, flow.keep_going, |r| {
-        if filter.matches(r) {
-            let host = match join.as_mut() {
-                Some(j) => j.lookup(r.payload_seq(0)),
-                None => Some(r.host),
-            };
-            ex.push(r, host, &mut sink);
-        }
-    })?;
-    ex.finish(&mut sink);
-    out.into_result()?;
-    if !ex.has_ground_truth() {
-        return Err(aggrate::label::Error::NoGroundTruth { packets: ex.packets_in })
-            .with_context(|| path.display().to_string());
-    }
-    if let (Some(j), Some(k)) = (&join, &input.kernel) {
-        if j.matched == 0 {
-            return Err(InputError(format!(
-                "{}: no sequence number in common with the {} packets of {}'s flow ({} log entries): a log of another flow or capture?",
-                k.display(),
-                j.unmatched_truth,
-                path.display(),
-                j.len()
-            ))
-            .into());
-        }
-        if j.unmatched_truth > 0 || j.unmatched_kernel() > 0 {
-            ui.info(format!(
-                "{}: joined {} packets; {} capture packets without a kernel time, {} log entries without a capture packet",
-                path.display(),
-                j.matched,
-                j.unmatched_truth,
-                j.unmatched_kernel()
-            ));
-        }
-    }
-    Ok(())
+    Ok(loaded.data)
 }

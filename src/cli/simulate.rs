@@ -7,14 +7,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::capture::writer::{CaptureWriter, OutFormat};
+use aggrate::capture::writer::CaptureWriter;
 use aggrate::testbed::{KernelPath, Testbed};
 use aggrate::wlan::noise::{NoisePreset, ReceivePath};
 use aggrate::wlan::run::{run, MpduFrames, RunSummary, Scenario, ValidScenario};
 use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
+use aggrate::wlan::write;
 use aggrate::wlan::{StationConfig, WlanConfig};
 
-use super::progress::Ui;
+use super::progress::{ByteBars, Ui};
 use super::Exit;
 
 #[derive(Debug, clap::Args)]
@@ -181,33 +182,11 @@ fn set_station(st: &mut StationConfig, a: &SimulateArgs) {
     }
 }
 
-/// Per-station output paths.
-pub(crate) fn station_paths(out: &Path, n: usize) -> Vec<PathBuf> {
-    if n == 1 {
-        return vec![out.to_path_buf()];
-    }
-    let stem = out
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = out
-        .extension()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "pcapng".into());
-    (0..n)
-        .map(|i| out.with_file_name(format!("{stem}.sta{i}.{ext}")))
-        .collect()
-}
-
-/// The snap length to write with: as asked, or 128 bytes (65,535 when the AP builds A-MSDUs,
-/// whose later subframes a shorter snap length would cut off — said on stderr when asked for).
+/// The snap length to write with ([`aggrate::wlan::write::snaplen_for`]), with a note on stderr
+/// when A-MSDU subframes would be cut off.
 pub(crate) fn snaplen_for(ui: &Ui, asked: Option<u32>, wlan: &WlanConfig) -> Result<u32> {
-    let amsdu = wlan.amsdu_max_msdus > 1;
-    let s = asked.unwrap_or(if amsdu { 65_535 } else { 128 });
-    if !(64..=65_535).contains(&s) {
-        bail!("--snaplen = {s}: 64..=65535");
-    }
-    if amsdu && s < 65_535 {
+    let s = write::snaplen_for(asked, wlan)?;
+    if wlan.amsdu_max_msdus > 1 && s < 65_535 {
         ui.info(format!(
             "note: snap length {s} with A-MSDUs: subframes past byte {s} of a frame cannot be read back"
         ));
@@ -222,62 +201,8 @@ pub(crate) fn simulate_to(
     out: &Path,
     snaplen: Option<u32>,
 ) -> Result<(RunSummary, Vec<PathBuf>)> {
-    let format = match out.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()) {
-        Some(e) if e == "pcap" => OutFormat::Pcap,
-        Some(e) if e == "pcapng" => OutFormat::Pcapng,
-        _ => bail!("{}: the output must end in .pcapng or .pcap", out.display()),
-    };
     let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
-    let n = scn.wlan.config().stations.len();
-    let paths = station_paths(out, n);
-    let comment = serde_json::json!({
-        "aggrate": env!("CARGO_PKG_VERSION"),
-        "seed": scn.scenario.seed,
-        "receiver": scn.noise.as_ref().map_or("none".to_string(), |p| p.path().name.clone()),
-        "receive_path": scn.noise.as_ref().map(|p| p.path()),
-    })
-    .to_string();
-    let mut writers = Vec::new();
-    for p in &paths {
-        super::ensure_parent(p)?;
-        let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        writers.push(CaptureWriter::with_comment(
-            BufWriter::with_capacity(1 << 20, f),
-            format,
-            snaplen,
-            Some(&comment),
-        )?);
-    }
-    let channel = scn.wlan.config().channel_mhz;
-    let mut buf = Vec::with_capacity(256);
-    let mut frames: Vec<MpduFrames> = (0..n).map(|_| MpduFrames::default()).collect();
-    let mut err: Option<std::io::Error> = None;
-    let total = scn.scenario.duration_s;
-    let mut bar = ui.bytes_bar((total * 1000.0) as u64, "simulating (virtual ms)");
-    let summary = run(
-        scn,
-        |d, host| {
-            // A packet the receive path dropped never reached the receiver's log.
-            if err.is_some() {
-                return;
-            }
-            let sta = d.sta.0 as usize;
-            if let Some((at, orig)) = frames[sta].push(d, host, channel, snaplen as usize, &mut buf) {
-                if let Err(e) = writers[sta].write(at, &buf, orig as u32) {
-                    err = Some(e);
-                }
-            }
-        },
-        |now| bar.set((now.as_secs_f64() * 1000.0) as u64),
-    );
-    bar.finish();
-    if let Some(e) = err {
-        return Err(e).context(format!("writing {}", out.display()));
-    }
-    for (w, p) in writers.into_iter().zip(&paths) {
-        w.finish().with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok((summary, paths))
+    Ok(write::simulate_to(scn, out, Some(snaplen), &mut ByteBars::new(ui))?)
 }
 
 /// The real-kernel receive path asked for by --veth / --kernel-path, if any.
@@ -314,15 +239,11 @@ pub(crate) fn simulate_replayed(
             scn.scenario.duration_s
         );
     }
-    let format = match out.extension().and_then(|e| e.to_str()) {
-        Some("pcap") => OutFormat::Pcap,
-        Some("pcapng") => OutFormat::Pcapng,
-        _ => bail!("{}: the output must end in .pcapng or .pcap", out.display()),
-    };
+    let format = write::out_format(out)?;
     let mut ds = Vec::new();
     let summary = run(&scn, |d, _| ds.push(*d), |_| {});
     let n = scn.wlan.config().stations.len();
-    let paths = station_paths(out, n);
+    let paths = write::station_paths(out, n);
     let channel = scn.wlan.config().channel_mhz;
     let bed = match kernel {
         Some(k) => Some(Testbed::create(k).context("setting up the veth testbed")?),

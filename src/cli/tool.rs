@@ -148,7 +148,7 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
     ex.finish(&mut sink);
     let secs = start.elapsed().as_secs_f64();
     let records = out.records;
-    out.into_result()?;
+    out.fatal_damage(input)?;
     println!(
         "{}",
         serde_json::json!({

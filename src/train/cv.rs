@@ -19,24 +19,7 @@ use crate::features::FeatureSpec;
 use crate::model::EstimatorModel;
 use crate::report::{AggMetrics, BinaryMetrics};
 
-/// Progress of long work (the CLI draws bars from it).
-pub trait Progress {
-    /// A phase of `total` steps begins (`total = 0`: unknown length).
-    fn start(&mut self, what: &str, total: u64);
-    /// One step done.
-    fn inc(&mut self);
-    /// The phase is over.
-    fn finish(&mut self);
-}
-
-/// No progress display.
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn start(&mut self, _: &str, _: u64) {}
-    fn inc(&mut self) {}
-    fn finish(&mut self) {}
-}
+pub use crate::progress::{NoProgress, Progress};
 
 /// Errors of the CV drivers.
 #[derive(Debug, thiserror::Error)]

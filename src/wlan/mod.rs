@@ -24,6 +24,7 @@ pub mod noise;
 pub mod run;
 pub mod timing;
 pub mod traffic;
+pub mod write;
 
 use std::collections::VecDeque;
 use std::time::Duration;
