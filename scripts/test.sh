@@ -25,14 +25,20 @@ fi
 export PATH="$PATH:/usr/sbin:/sbin"
 
 # Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports; polars,
-# matplotlib and nbclient to execute notebooks/training.ipynb headless.
+# matplotlib and nbclient to execute notebooks/training.ipynb headless; maturin, pytest and
+# scikit-learn for the Python package.
 venv="${AGGRATE_VENV:-$HOME/.cache/aggrate/venv}"
-if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel" >/dev/null 2>&1; then
-  echo "== setting up $venv (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel)"
+if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel, sklearn, pytest, maturin" >/dev/null 2>&1; then
+  echo "== setting up $venv (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel, scikit-learn, pytest, maturin)"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel
+  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel scikit-learn pytest maturin
 fi
 export AGGRATE_PYTHON="$venv/bin/python"
+
+# The Python package, as a user installs it (`pip install .`), built with the dev profile here
+# (the tests' compiled dependencies are reused; a user's install builds an optimised release).
+echo "== pip install . (the aggrate Python package)"
+MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
 
 echo "== cargo test"
 # The lean core crate on its own (its unit tests and docs), then everything with it.
@@ -42,3 +48,6 @@ cargo test --locked -p aggrate-core --doc
 cargo test --locked -p aggrate-ffi --all-targets
 cargo test --locked --features onnx --doc
 cargo test --locked --features onnx --all-targets
+
+echo "== pytest (the Python package)"
+AGGRATE_BIN="$CARGO_TARGET_DIR/debug/aggrate" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python

@@ -1,6 +1,7 @@
-//! notebooks/training.ipynb runs headless (nbclient, in the venv scripts/test.sh sets up) on the
-//! small dataset: features Parquet, a slot-SVR report and a reduced sweep, all made here by the
-//! CLI. A renamed column or report field fails this test.
+//! notebooks/training.ipynb runs headless (nbclient, in the venv scripts/test.sh sets up, with the
+//! `aggrate` Python package it installs) on the small dataset: the captures (read in the notebook
+//! by `aggrate.read_capture`), a slot-SVR report and a reduced sweep made here by the CLI. A
+//! renamed column, package function or report field fails this test.
 
 mod common;
 
@@ -27,9 +28,6 @@ fn training_notebook_executes_on_the_small_dataset() {
         .map(|p| p.display().to_string())
         .collect();
     assert_eq!(captures.len(), 9);
-    let mut args = vec!["-q", "features", "-o", "small.parquet"];
-    args.extend(captures.iter().map(|s| s.as_str()));
-    run(&args);
     run(&[
         "-q",
         "train",
@@ -67,7 +65,7 @@ fn training_notebook_executes_on_the_small_dataset() {
         .arg(root.join("notebooks/training.ipynb"))
         .arg(dir.path().join("executed.ipynb"))
         .arg(dir.path())
-        .env("AGGRATE_FEATURES", dir.path().join("small.parquet"))
+        .env("AGGRATE_CAPTURES", dir.path().join("small"))
         .env(
             "AGGRATE_REPORT",
             dir.path().join("models/slot_svr_m20_sigma_d3.report.json"),

@@ -1,0 +1,509 @@
+//! `aggrate._aggrate`: the Rust half of the Python package (the Python half, in `python/aggrate`,
+//! builds polars DataFrames, the exceptions and the scikit-learn estimators around it).
+//!
+//! Arrays cross as little-endian byte buffers (`bytes` here, `numpy.frombuffer` there), one copy
+//! per column and never a Python list. Not pyo3-polars: it pins pyo3 0.29 and imports Arrow
+//! arrays through Python polars' private API (tied to the installed polars version), and its
+//! `polars-error/python` feature rebuilds polars a second time. Long work (reading captures,
+//! fitting, simulating) releases the GIL.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use aggrate::capture::filter::FlowFilter;
+use aggrate::dataset::Dataset;
+use aggrate::features::FeatureSpec;
+use aggrate::model::{EstimatorModel, ModelFile, Predict, TrainingSummary};
+use aggrate::pipeline::table::Columns;
+use aggrate::pipeline::{capture_rows, RowsOptions};
+use aggrate::progress::NoProgress;
+use aggrate::runtime::{OnlineEstimator, RxPacket};
+use aggrate::train::{LogisticParams, SvmParams};
+use aggrate::Ts;
+
+create_exception!(_aggrate, AggrateError, PyException, "Base of aggrate's errors.");
+create_exception!(
+    _aggrate,
+    InputError,
+    AggrateError,
+    "The input data is at fault: a damaged or unreadable capture, no flow, no ground truth, a log that does not match."
+);
+create_exception!(
+    _aggrate,
+    ModelError,
+    AggrateError,
+    "A model file or model parameters are invalid."
+);
+
+fn model_err(e: impl std::fmt::Display) -> PyErr {
+    ModelError::new_err(e.to_string())
+}
+
+/// An error and its causes in one line (`a: b: c`), skipping causes the message already holds.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s = format!("{s}: {m}");
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// f64s from a little-endian byte buffer of `n × d` values.
+fn f64s(buf: &[u8], n: usize, d: usize, what: &str) -> PyResult<Vec<f64>> {
+    let want = n.checked_mul(d).and_then(|v| v.checked_mul(8));
+    if want != Some(buf.len()) {
+        return Err(PyValueError::new_err(format!(
+            "{what}: {} bytes for {n} rows × {d} float64 columns (expected {})",
+            buf.len(),
+            want.map_or("an overflow".to_string(), |w| w.to_string())
+        )));
+    }
+    Ok(buf
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+fn bytes_of<T: Copy, const N: usize>(py: Python<'_>, v: &[T], f: impl Fn(T) -> [u8; N]) -> Py<PyBytes> {
+    let mut out = Vec::with_capacity(v.len() * N);
+    for x in v {
+        out.extend_from_slice(&f(*x));
+    }
+    PyBytes::new(py, &out).unbind()
+}
+
+/// A column: (numpy dtype, data, validity or None).
+type Col = (&'static str, Py<PyBytes>, Option<Py<PyBytes>>);
+
+fn opt_col<T: Copy + Default, const N: usize>(
+    py: Python<'_>,
+    dtype: &'static str,
+    v: &[Option<T>],
+    f: impl Fn(T) -> [u8; N],
+) -> Col {
+    let data: Vec<T> = v.iter().map(|x| x.unwrap_or_default()).collect();
+    let valid = if v.iter().all(Option::is_some) {
+        None
+    } else {
+        Some(bytes_of(py, v, |x| [u8::from(x.is_some())]))
+    };
+    (dtype, bytes_of(py, &data, f), valid)
+}
+
+fn columns_dict<'py>(py: Python<'py>, c: &Columns, names: &[String]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item(
+        "number",
+        ("<u8", bytes_of(py, &c.number, u64::to_le_bytes), None::<Py<PyBytes>>),
+    )?;
+    d.set_item(
+        "host_ns",
+        ("<u8", bytes_of(py, &c.host_ns, u64::to_le_bytes), None::<Py<PyBytes>>),
+    )?;
+    d.set_item("tsft_us", opt_col(py, "<u8", &c.tsft_us, u64::to_le_bytes))?;
+    d.set_item("seq", opt_col(py, "<u4", &c.seq, u32::to_le_bytes))?;
+    d.set_item("y", ("|b1", bytes_of(py, &c.y, |b| [u8::from(b)]), None::<Py<PyBytes>>))?;
+    d.set_item(
+        "frame_id",
+        ("<u8", bytes_of(py, &c.frame_id, u64::to_le_bytes), None::<Py<PyBytes>>),
+    )?;
+    d.set_item(
+        "agg_level",
+        ("<u4", bytes_of(py, &c.agg_level, u32::to_le_bytes), None::<Py<PyBytes>>),
+    )?;
+    d.set_item("phy_rate_bps", opt_col(py, "<u8", &c.phy_rate_bps, u64::to_le_bytes))?;
+    for (name, col) in names.iter().zip(&c.x) {
+        d.set_item(name, ("<f8", bytes_of(py, col, f64::to_le_bytes), None::<Py<PyBytes>>))?;
+    }
+    Ok(d)
+}
+
+fn spec_from(m: usize, sigma: bool, context: u32, n_max: u16) -> PyResult<FeatureSpec> {
+    FeatureSpec {
+        m,
+        sigma: sigma && context == 0,
+        context,
+        n_max,
+        ..FeatureSpec::default()
+    }
+    .check()
+    .map_err(|e| PyValueError::new_err(format!("feature spec: {e}")))
+}
+
+/// A feature layout: `(spec as JSON, feature column names)`.
+#[pyfunction]
+#[pyo3(signature = (m=20, sigma=true, context=0, n_max=64))]
+fn layout(m: usize, sigma: bool, context: u32, n_max: u16) -> PyResult<(String, Vec<String>)> {
+    let spec = spec_from(m, sigma, context, n_max)?;
+    Ok((serde_json::to_string(&spec).unwrap_or_default(), spec.column_names()))
+}
+
+/// `(columns, info, error)` of [`read_capture`].
+type CaptureRows<'py> = (Bound<'py, PyDict>, Bound<'py, PyDict>, Option<Bound<'py, PyDict>>);
+
+/// Labelled feature rows of one capture: `(columns, info, error)`. `columns` maps each column to
+/// `(dtype, data, validity)`; `error` is `None` or a dict (`kind`, `message`, `path`, `offset`) —
+/// the rows read before the error are in `columns` either way.
+#[pyfunction]
+#[pyo3(signature = (path, kernel=None, m=20, sigma=true, context=0, n_max=64, seq_offset=0, keep_going=false, port=None, proto=None))]
+#[allow(clippy::too_many_arguments)]
+fn read_capture<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    kernel: Option<PathBuf>,
+    m: usize,
+    sigma: bool,
+    context: u32,
+    n_max: u16,
+    seq_offset: usize,
+    keep_going: bool,
+    port: Option<u16>,
+    proto: Option<u8>,
+) -> PyResult<CaptureRows<'py>> {
+    let spec = spec_from(m, sigma, context, n_max)?;
+    if seq_offset > 8 {
+        return Err(PyValueError::new_err(format!("seq_offset = {seq_offset}: 0..=8")));
+    }
+    let opts = RowsOptions {
+        spec,
+        filter: FlowFilter {
+            port,
+            proto,
+            ..FlowFilter::default()
+        },
+        seq_offset,
+        keep_going,
+        kernel,
+    };
+    let (cols, result) = py.detach(|| {
+        let mut cols = Columns::new(&spec);
+        let r = capture_rows(&path, &opts, &mut NoProgress, |meta, x| cols.push(meta, x)).and_then(|o| o.check());
+        (cols, r)
+    });
+    let columns = columns_dict(py, &cols, &spec.column_names())?;
+    let info = PyDict::new(py);
+    info.set_item("rows", cols.len())?;
+    let error = match result {
+        Ok(out) => {
+            info.set_item("packets", out.packets)?;
+            info.set_item("frames", out.frames)?;
+            info.set_item("duplicates_dropped", out.duplicates_dropped)?;
+            info.set_item("skipped", out.read.skipped)?;
+            info.set_item("flow", out.pick.picked.map(|(f, _)| f.to_string()))?;
+            if let Some((_, j)) = out.join {
+                info.set_item("joined", j.matched)?;
+                info.set_item("capture_packets_without_kernel_time", j.unmatched_truth)?;
+                info.set_item("log_entries_unmatched", j.unmatched_kernel)?;
+            }
+            None
+        }
+        Err(e) => {
+            let d = PyDict::new(py);
+            d.set_item("kind", if e.is_bad_input() { "input" } else { "io" })?;
+            d.set_item("message", chain(&e))?;
+            d.set_item("path", e.path().map(|p| p.to_path_buf()))?;
+            d.set_item("offset", e.offset())?;
+            Some(d)
+        }
+    };
+    Ok((columns, info, error))
+}
+
+/// A fitted estimator model with the feature layout it expects (a model file).
+#[pyclass(name = "Model", module = "aggrate._aggrate", frozen)]
+struct PyModel {
+    file: ModelFile,
+}
+
+#[pymethods]
+impl PyModel {
+    /// A model from the JSON text of a model file (`name` names it in errors).
+    #[staticmethod]
+    #[pyo3(signature = (text, name="<json>"))]
+    fn from_json(text: &str, name: &str) -> PyResult<PyModel> {
+        Ok(PyModel {
+            file: ModelFile::from_json(text, name).map_err(|e| model_err(chain(&e)))?,
+        })
+    }
+    /// A model file from disk.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<PyModel> {
+        Ok(PyModel {
+            file: ModelFile::load(&path).map_err(|e| model_err(chain(&e)))?,
+        })
+    }
+    /// The model shipped in the package (the one `aggrate recv` uses by default).
+    #[staticmethod]
+    fn shipped() -> PyResult<PyModel> {
+        Ok(PyModel {
+            file: ModelFile::shipped().map_err(|e| model_err(chain(&e)))?,
+        })
+    }
+    /// The model file as JSON.
+    fn to_json(&self) -> String {
+        self.file.to_json()
+    }
+    /// Write the model file.
+    fn save(&self, path: PathBuf) -> PyResult<()> {
+        std::fs::write(&path, self.file.to_json())
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display())))
+    }
+    /// "logistic", "svm", "threshold", "mlp", …
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.file.model.kind()
+    }
+    /// The feature spec as JSON.
+    #[getter]
+    fn spec_json(&self) -> String {
+        serde_json::to_string(&self.file.spec).unwrap_or_default()
+    }
+    /// Feature column names, in order.
+    #[getter]
+    fn feature_names(&self) -> Vec<String> {
+        self.file.spec.column_names()
+    }
+    /// Features per row.
+    #[getter]
+    fn width(&self) -> usize {
+        self.file.spec.width()
+    }
+    /// Decision values (> 0: frame start) of `n` rows of float64 features (row-major bytes).
+    fn decision_function<'py>(&self, py: Python<'py>, x: &[u8], n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let d = self.file.spec.width();
+        let x = f64s(x, n, d, "features")?;
+        let out: Vec<f64> = py.detach(|| x.chunks_exact(d.max(1)).map(|r| self.file.model.decision(r)).collect());
+        let mut b = Vec::with_capacity(out.len() * 8);
+        for v in out {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        Ok(PyBytes::new(py, &b))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Model(kind={:?}, m={}, sigma={}, context={}, rows={})",
+            self.file.model.kind(),
+            self.file.spec.m,
+            self.file.spec.sigma,
+            self.file.spec.context,
+            self.file.training.rows
+        )
+    }
+}
+
+/// Fit `kind` ("logistic", "svm", "threshold") with the project's solvers on `n` rows of float64
+/// features `x` (row-major bytes, the spec's width) and labels `y` (one byte per row). `params`:
+/// JSON of the solver's parameters (missing fields: defaults); `spec`: JSON of the feature spec.
+#[pyfunction]
+#[pyo3(signature = (kind, x, y, n, spec, params="{}"))]
+fn fit(py: Python<'_>, kind: &str, x: &[u8], y: &[u8], n: usize, spec: &str, params: &str) -> PyResult<PyModel> {
+    let spec: FeatureSpec = serde_json::from_str(spec).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let spec = spec.check().map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    let d = spec.width();
+    let x = f64s(x, n, d, "X")?;
+    if y.len() != n {
+        return Err(PyValueError::new_err(format!("y has {} labels for {n} rows", y.len())));
+    }
+    let mut data = Dataset::new(d);
+    for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
+        data.push(row, y[i] != 0, 0, f32::NAN, 1);
+    }
+    let bad = |e: serde_json::Error| model_err(format!("{kind} parameters: {e}"));
+    let model = match kind {
+        "logistic" => {
+            let p: LogisticParams = merge(LogisticParams::default(), params).map_err(bad)?;
+            let p = p.check().map_err(model_err)?;
+            py.detach(|| aggrate::train::fit_logistic(&data, &p).map(EstimatorModel::Logistic))
+        }
+        "svm" => {
+            let p: SvmParams = merge(SvmParams::default(), params).map_err(bad)?;
+            let p = p.check().map_err(model_err)?;
+            py.detach(|| aggrate::train::fit_linear_svm(&data, &p).map(EstimatorModel::LinearSvm))
+        }
+        "threshold" => py.detach(|| aggrate::train::fit_threshold(&data).map(EstimatorModel::Threshold)),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "kind {other:?}: logistic, svm or threshold"
+            )))
+        }
+    }
+    .map_err(model_err)?;
+    let positives = data.y.iter().filter(|&&v| v).count() as u64;
+    Ok(PyModel {
+        file: ModelFile::new(
+            spec,
+            model,
+            TrainingSummary {
+                rows: n as u64,
+                positives,
+                captures: Vec::new(),
+                rates_mbps: Vec::new(),
+            },
+        ),
+    })
+}
+
+/// `defaults` with the fields given in the JSON object `given` replaced (unknown fields refused).
+fn merge<T: serde::Serialize + serde::de::DeserializeOwned>(defaults: T, given: &str) -> Result<T, serde_json::Error> {
+    let mut v = serde_json::to_value(defaults)?;
+    let g: serde_json::Value = serde_json::from_str(given)?;
+    if let (Some(base), Some(over)) = (v.as_object_mut(), g.as_object()) {
+        for (k, x) in over {
+            if !base.contains_key(k) {
+                return Err(serde::de::Error::custom(format!(
+                    "unknown field `{k}` (known: {})",
+                    base.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            base.insert(k.clone(), x.clone());
+        }
+    }
+    serde_json::from_value(v)
+}
+
+/// The receiver's online estimator: push packets as they arrive (sequence number, kernel receive
+/// time in ns), take a report of the mean aggregation level μ_N every interval.
+#[pyclass(name = "OnlineEstimator", module = "aggrate._aggrate")]
+struct PyEstimator {
+    est: OnlineEstimator,
+    last_ns: Option<u64>,
+}
+
+fn report_dict<'py>(py: Python<'py>, r: &aggrate::runtime::AggReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("start_ns", r.start.as_nanos())?;
+    d.set_item("end_ns", r.end.as_nanos())?;
+    d.set_item("frames", r.frames)?;
+    d.set_item("packets", r.packets)?;
+    d.set_item("mean_agg", r.mean_agg)?;
+    d.set_item("corrected_agg", r.corrected_agg)?;
+    d.set_item("level", r.level())?;
+    d.set_item("rx_rate_bps", r.rx_rate_bps)?;
+    d.set_item("lost", r.lost)?;
+    d.set_item("loss_rate", r.loss_rate)?;
+    d.set_item("owd_mean_ms", r.owd_mean_ms)?;
+    d.set_item("owd_p95_ms", r.owd_p95_ms)?;
+    Ok(d)
+}
+
+#[pymethods]
+impl PyEstimator {
+    /// An estimator for `model` (default: the shipped model), reporting every `interval_ms`.
+    #[new]
+    #[pyo3(signature = (model=None, interval_ms=100.0))]
+    fn new(model: Option<&PyModel>, interval_ms: f64) -> PyResult<PyEstimator> {
+        let file = match model {
+            Some(m) => m.file.clone(),
+            None => ModelFile::shipped().map_err(|e| model_err(chain(&e)))?,
+        };
+        if !(interval_ms.is_finite() && (10.0..=60_000.0).contains(&interval_ms)) {
+            return Err(PyValueError::new_err(format!(
+                "interval_ms = {interval_ms}: 10..=60000"
+            )));
+        }
+        let est = OnlineEstimator::from_model(&file, Duration::from_secs_f64(interval_ms / 1e3))
+            .map_err(|e| model_err(chain(&e)))?;
+        Ok(PyEstimator { est, last_ns: None })
+    }
+    /// One packet; returns `(start_ns, level)` when it closed a frame, else None. Receive times
+    /// must not go backwards (ValueError).
+    #[pyo3(signature = (seq, kernel_ns, length=1448, sent_ns=None))]
+    fn push(
+        &mut self,
+        seq: Option<u64>,
+        kernel_ns: u64,
+        length: u32,
+        sent_ns: Option<u64>,
+    ) -> PyResult<Option<(u64, u16)>> {
+        if let Some(prev) = self.last_ns.filter(|&p| kernel_ns < p) {
+            return Err(PyValueError::new_err(format!(
+                "kernel_ns {kernel_ns} is before the previous packet's {prev} (seq {seq:?})"
+            )));
+        }
+        self.last_ns = Some(kernel_ns);
+        Ok(self
+            .est
+            .push(&RxPacket {
+                host: Ts(kernel_ns),
+                seq,
+                sent: sent_ns.map(Ts),
+                len: length,
+                ..RxPacket::default()
+            })
+            .map(|f| (f.start.as_nanos(), f.level)))
+    }
+    /// The next finished report at receive time `now_ns`, if one is due (a dict).
+    fn poll_report<'py>(&mut self, py: Python<'py>, now_ns: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.est
+            .poll_report(Ts(now_ns))
+            .map(|r| report_dict(py, &r))
+            .transpose()
+    }
+    /// Run a whole trace: `kernel_ns` (uint64 bytes) and optional `seq` (uint64 bytes); every
+    /// report due along the way, as a list of dicts.
+    #[pyo3(signature = (kernel_ns, seq=None))]
+    fn run<'py>(&mut self, py: Python<'py>, kernel_ns: &[u8], seq: Option<&[u8]>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let u64s = |b: &[u8]| -> Vec<u64> {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect()
+        };
+        if !kernel_ns.len().is_multiple_of(8) || seq.is_some_and(|s| s.len() != kernel_ns.len()) {
+            return Err(PyValueError::new_err(
+                "kernel_ns and seq must be uint64 buffers of the same length",
+            ));
+        }
+        let ts = u64s(kernel_ns);
+        let seqs = seq.map(u64s);
+        let mut out = Vec::new();
+        for (i, &t) in ts.iter().enumerate() {
+            self.push(seqs.as_ref().map(|s| s[i]), t, 1448, None)?;
+            while let Some(r) = self.est.poll_report(Ts(t)) {
+                out.push(report_dict(py, &r)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Run the 802.11ac emulator and write one capture per station (`output`, or `STEM.staK.EXT`);
+/// `scenario`: JSON of a scenario (the TOML of `aggrate simulate --config`, as JSON). Returns the
+/// run summary as JSON.
+#[pyfunction]
+fn simulate(py: Python<'_>, output: PathBuf, scenario: &str) -> PyResult<(String, Vec<PathBuf>)> {
+    let s: aggrate::wlan::run::Scenario =
+        serde_json::from_str(scenario).map_err(|e| PyValueError::new_err(format!("scenario: {e}")))?;
+    let scn = s
+        .check()
+        .map_err(|e| PyValueError::new_err(format!("scenario: {}", chain(&e))))?;
+    let (summary, paths) = py
+        .detach(|| aggrate::wlan::write::simulate_to(&scn, &output, None, &mut NoProgress))
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(chain(&e)))?;
+    Ok((serde_json::to_string(&summary).unwrap_or_default(), paths))
+}
+
+/// The Rust half of the `aggrate` Python package.
+#[pymodule]
+fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("AggrateError", m.py().get_type::<AggrateError>())?;
+    m.add("InputError", m.py().get_type::<InputError>())?;
+    m.add("ModelError", m.py().get_type::<ModelError>())?;
+    m.add_function(wrap_pyfunction!(read_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(fit, m)?)?;
+    m.add_function(wrap_pyfunction!(layout, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_class::<PyModel>()?;
+    m.add_class::<PyEstimator>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

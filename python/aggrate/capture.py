@@ -1,0 +1,109 @@
+"""Captures to polars DataFrames of labelled feature rows."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Union
+
+import numpy as np
+import polars as pl
+
+from . import _aggrate
+from ._aggrate import InputError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_PROTOS = {"udp": 17, "tcp": 6}
+
+
+class CaptureError(InputError):
+    """A capture (or its kernel log) could not be read to the end, or gave no rows.
+
+    Attributes: ``path`` (the file at fault), ``offset`` (byte offset of the damage, or None),
+    ``rows`` (a DataFrame of the rows read before the error; may be empty).
+    """
+
+    def __init__(self, message: str, path: Optional[str], offset: Optional[int], rows: pl.DataFrame):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.rows = rows
+
+
+def _series(name: str, spec) -> pl.Series:
+    dtype, data, valid = spec
+    values = np.frombuffer(data, dtype=np.dtype(dtype))
+    s = pl.Series(name, values)
+    if valid is not None:
+        mask = np.frombuffer(valid, dtype=np.bool_)
+        s = pl.select(pl.when(pl.lit(pl.Series(mask))).then(pl.lit(s)).otherwise(None).alias(name)).to_series()
+    return s
+
+
+def _rate_from_name(path: str) -> Optional[float]:
+    m = re.search(r"([0-9.]+)mbps", os.path.basename(path).lower())
+    try:
+        return float(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def read_capture(
+    path: PathLike,
+    kernel: Optional[PathLike] = None,
+    *,
+    m: int = 20,
+    sigma: bool = True,
+    context: int = 0,
+    n_max: int = 64,
+    seq_offset: int = 0,
+    keep_going: bool = False,
+    port: Optional[int] = None,
+    proto: Union[str, int, None] = None,
+    rate_mbps: Optional[float] = None,
+) -> pl.DataFrame:
+    """Labelled feature rows of one capture, as ``aggrate features`` writes them.
+
+    ``kernel``: a receiver's ``seq,host_ns`` CSV or receiver-side capture whose times replace the
+    capture's (joined by sequence number). ``m``/``sigma``/``context``: the feature layout (a
+    model's ``spec``). The flow is the largest UDP flow (else TCP) unless ``port``/``proto`` say.
+
+    Columns: capture, rate_mbps, number, host_ns, tsft_us, seq, y (frame start), frame_id,
+    agg_level, phy_rate_bps, then the features (``gap_1`` … / context columns).
+
+    Raises :class:`CaptureError` (with ``path``, ``offset`` and the rows read before the damage in
+    ``rows``) for a damaged capture, no flow, no ground truth, or a log that matches nothing.
+    """
+    path = os.fspath(path)
+    if isinstance(proto, str):
+        try:
+            proto = _PROTOS[proto.lower()]
+        except KeyError:
+            raise ValueError(f"proto {proto!r}: udp, tcp or a number") from None
+    cols, info, err = _aggrate.read_capture(
+        path,
+        None if kernel is None else os.fspath(kernel),
+        m=m,
+        sigma=sigma,
+        context=context,
+        n_max=n_max,
+        seq_offset=seq_offset,
+        keep_going=keep_going,
+        port=port,
+        proto=proto,
+    )
+    rate = rate_mbps if rate_mbps is not None else _rate_from_name(path)
+    n = info["rows"]
+    df = pl.DataFrame(
+        [
+            pl.Series("capture", [os.path.basename(path)] * n, dtype=pl.Utf8),
+            pl.Series("rate_mbps", [rate] * n, dtype=pl.Float64),
+        ]
+        + [_series(name, spec) for name, spec in cols.items()]
+    )
+    if err is not None:
+        if err["kind"] == "input":
+            raise CaptureError(err["message"], err["path"] and os.fspath(err["path"]), err["offset"], df)
+        raise OSError(err["message"])
+    return df

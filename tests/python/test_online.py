@@ -1,0 +1,51 @@
+"""The online estimator and the emulator from Python."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+import aggrate
+
+
+def test_online_estimator_tracks_the_true_level(sample):
+    rows = aggrate.read_capture(sample)
+    reports = aggrate.OnlineEstimator().run(rows["host_ns"], rows["seq"].cast(pl.UInt64))
+    assert reports.height >= 20  # 2.5 s at 100 ms
+    true_level = rows.height / rows["y"].sum()
+    est = reports["packets"].sum() / reports["frames"].sum()
+    # The shipped model on the ns-3 capture (clean receive times): within 2 % of the truth.
+    assert abs(est - true_level) / true_level < 0.02, (est, true_level)
+    assert (reports["lost"] == 0).all()
+
+    # One packet at a time gives the same reports.
+    e = aggrate.OnlineEstimator()
+    one = []
+    for s, t in zip(rows["seq"].to_list(), rows["host_ns"].to_list()):
+        e.push(s, t)
+        while (r := e.poll_report(t)) is not None:
+            one.append(r)
+    assert pl.DataFrame(one).equals(reports)
+
+
+def test_online_estimator_refuses_time_going_back():
+    e = aggrate.OnlineEstimator(aggrate.Model.shipped())
+    e.push(1, 1_000_000)
+    with pytest.raises(ValueError, match="before the previous"):
+        e.push(2, 999_999)
+    with pytest.raises(ValueError, match="interval_ms"):
+        aggrate.OnlineEstimator(interval_ms=float("nan"))
+
+
+def test_simulate_is_deterministic_and_readable(tmp_path):
+    a = aggrate.simulate(tmp_path / "a.pcapng", rate_mbps=200, duration_s=0.5, seed=3)
+    b = aggrate.simulate(tmp_path / "b.pcapng", rate_mbps=200, duration_s=0.5, seed=3)
+    assert (tmp_path / "a.pcapng").read_bytes() == (tmp_path / "b.pcapng").read_bytes()
+    st = a["stations"][0]
+    assert st["received_mbps"] == pytest.approx(200, rel=0.05)
+    assert a["paths"] == [str(tmp_path / "a.pcapng")]
+    df = aggrate.read_capture(a["paths"][0])
+    assert df["y"].sum() == pytest.approx(df.height / st["mean_agg"], rel=0.02)
+    amsdu = aggrate.simulate(tmp_path / "c.pcapng", rate_mbps=200, duration_s=0.5, amsdu=4)
+    assert amsdu["stations"][0]["stats"]["mpdus"] < amsdu["stations"][0]["stats"]["delivered"]
+    with pytest.raises(ValueError, match="scenario"):
+        aggrate.simulate(tmp_path / "d.pcapng", noise="no-such-preset")
