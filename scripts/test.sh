@@ -38,7 +38,7 @@ export AGGRATE_PYTHON="$venv/bin/python"
 # The Python package, as a user installs it (`pip install .`), built with the dev profile here
 # (the tests' compiled dependencies are reused; a user's install builds an optimised release).
 echo "== pip install . (the aggrate Python package)"
-MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
+PATH="$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
 
 echo "== cargo test"
 # The lean core crate on its own (its unit tests and docs), then everything with it.
