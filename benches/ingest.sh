@@ -51,7 +51,9 @@ for k in 1 10; do
   ins=$(measure "$bin" -q inspect "$tmp/x$k.pcap" --json)
   row "aggrate inspect (${k}x)" "$n" "$ins"
   fea=$(measure "$bin" -q features "$tmp/x$k.pcap" --port 5001 -o "$tmp/f.parquet")
-  row "aggrate features -> parquet (${k}x)" "$n" "$fea"
+  row "aggrate features -> parquet zstd (${k}x)" "$n" "$fea"
+  lz=$(measure "$bin" -q features "$tmp/x$k.pcap" --port 5001 --compression lz4 -o "$tmp/f.parquet")
+  row "aggrate features -> parquet lz4 (${k}x)" "$n" "$lz"
   [ $k = 1 ] && { ins1="$ins"; fea1="$fea"; }
   [ $k = 10 ] && { ins10="$ins"; fea10="$fea"; }
 done

@@ -1,6 +1,12 @@
 //! Metrics as data: binary classification (F1, precision, recall, accuracy), aggregation-level
 //! errors, mean ± std over folds; and renderers of the typed reports the CV drivers return
-//! (leave-one-receiver-out tables as Markdown and CSV). Plots live in the CLI.
+//! (per-rate and leave-one-receiver-out tables as Markdown and CSV), their PNG charts
+//! ([`plot`]) and the report files a training run writes ([`write_model_reports`],
+//! [`write_receiver_reports`]).
+
+pub mod plot;
+
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -499,4 +505,200 @@ mod receiver_tests {
         assert!(md.contains("| good | model | 0.995 / 0.990 |"), "{md}");
         assert_eq!(receivers_csv(&reps).lines().count(), 1 + 5);
     }
+}
+
+/// Writing report files failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A file could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A chart could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] plot::Error),
+}
+
+fn write_file(dir: &Path, file: &str, bytes: Vec<u8>) -> Result<PathBuf, WriteError> {
+    let p = dir.join(file);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).map_err(|source| WriteError::Io {
+            path: d.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::write(&p, bytes).map_err(|source| WriteError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    Ok(p)
+}
+
+use crate::train::cv::{RateReport, ReceiverReport, SlotRateReport, SvrStage};
+
+/// `NAME.report.json`, `.report.md`, `.per_rate.csv`, the F1-per-rate PNG and, with the slot
+/// SVR's stage, `.slots.csv` and its two PNGs, in `dir`; returns the paths.
+pub fn write_model_reports(
+    dir: &Path,
+    name: &str,
+    headline: &str,
+    report: &serde_json::Value,
+    rates: &[RateReport],
+    slots: Option<&SvrStage>,
+) -> Result<Vec<PathBuf>, WriteError> {
+    use plot::Series;
+    let mut out = Vec::new();
+    let write = |out: &mut Vec<PathBuf>, file: String, bytes: Vec<u8>| -> Result<(), WriteError> {
+        out.push(write_file(dir, &file, bytes)?);
+        Ok(())
+    };
+    write(
+        &mut out,
+        format!("{name}.report.json"),
+        serde_json::to_string_pretty(report).unwrap_or_default().into_bytes(),
+    )?;
+    write(
+        &mut out,
+        format!("{name}.report.md"),
+        rates_md(name, headline, rates).into_bytes(),
+    )?;
+    write(&mut out, format!("{name}.per_rate.csv"), rates_csv(rates).into_bytes())?;
+    let known: Vec<&RateReport> = rates.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
+    let png = dir.join(format!("{name}.f1_vs_rate.png"));
+    plot::lines(
+        &png,
+        &format!("{name}: F1 per send rate"),
+        "send rate (Mb/s)",
+        "F1",
+        &[Series::new("F1", known.iter().map(|r| (r.rate_mbps, r.f1)).collect())],
+        Some((0.0, 1.0)),
+    )?;
+    out.push(png);
+    if let Some(st) = slots {
+        // The slot rows themselves too (most recent slot first), for peers and notebooks.
+        let mut csv = String::from("group,rate_mbps,slot_start_ns,true_level,logistic_level,svr_level");
+        for k in 1..=st.rows.d / 3 {
+            csv.push_str(&format!(",mean_{k},var_{k},count_{k}"));
+        }
+        csv.push('\n');
+        for i in 0..st.rows.len() {
+            csv.push_str(&format!(
+                "{},{},{},{},{},{}",
+                st.rows.group[i],
+                st.rows.rate_mbps[i],
+                st.rows.slot_start[i].as_nanos(),
+                st.rows.target[i],
+                st.rows.base_level(i),
+                st.pred[i]
+            ));
+            for v in st.rows.row(i) {
+                csv.push_str(&format!(",{v}"));
+            }
+            csv.push('\n');
+        }
+        write(&mut out, format!("{name}.slots.csv"), csv.into_bytes())?;
+        let pr: Vec<&SlotRateReport> = st.per_rate.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
+        let png = dir.join(format!("{name}.agg_vs_rate.png"));
+        plot::lines(
+            &png,
+            "slot aggregation RMSE per send rate",
+            "send rate (Mb/s)",
+            "RMSE (MPDUs per A-MPDU)",
+            &[
+                Series::new("logistic", pr.iter().map(|r| (r.rate_mbps, r.base_rmse)).collect()),
+                Series::new("logistic + SVR", pr.iter().map(|r| (r.rate_mbps, r.svr_rmse)).collect()),
+            ],
+            None,
+        )?;
+        out.push(png);
+        let png = dir.join(format!("{name}.pred_vs_actual.png"));
+        plot::scatter(
+            &png,
+            "predicted vs actual mean aggregation level per slot",
+            "actual level",
+            "predicted level",
+            &[
+                Series::new(
+                    "logistic",
+                    (0..st.rows.len())
+                        .map(|i| (st.rows.target[i], st.rows.base_level(i)))
+                        .collect(),
+                ),
+                Series::new(
+                    "logistic + SVR",
+                    (0..st.rows.len()).map(|i| (st.rows.target[i], st.pred[i])).collect(),
+                ),
+            ],
+        )?;
+        out.push(png);
+    }
+    Ok(out)
+}
+
+/// `NAME.receivers.json` (the `report`), `.receivers.md` (`md`, from [`receivers_md`]),
+/// `.receivers.csv` and the held-out F1 PNG of a leave-one-receiver-out run, in `dir`.
+pub fn write_receiver_reports(
+    dir: &Path,
+    name: &str,
+    report: &serde_json::Value,
+    md: &str,
+    reports: &[ReceiverReport],
+) -> Result<Vec<PathBuf>, WriteError> {
+    Ok(vec![
+        write_file(
+            dir,
+            &format!("{name}.receivers.json"),
+            serde_json::to_string_pretty(report).unwrap_or_default().into_bytes(),
+        )?,
+        write_file(dir, &format!("{name}.receivers.md"), md.as_bytes().to_vec())?,
+        write_file(
+            dir,
+            &format!("{name}.receivers.csv"),
+            receivers_csv(reports).into_bytes(),
+        )?,
+        receivers_png(dir, name, reports)?,
+    ])
+}
+
+/// Held-out F1 per rate of the model and of the m = 1 threshold: the mean over receivers and the
+/// worst receiver, in one figure.
+pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Result<PathBuf, WriteError> {
+    use plot::Series;
+    /// Rate, held-out F1 of the model and of the threshold, over receivers.
+    type AtRate = (f64, Vec<f64>, Vec<f64>);
+    let mut by_rate: std::collections::BTreeMap<i64, AtRate> = std::collections::BTreeMap::new();
+    for r in reports {
+        for p in &r.per_rate {
+            if !p.rate_mbps.is_finite() {
+                continue;
+            }
+            let e = by_rate
+                .entry((p.rate_mbps * 1000.0) as i64)
+                .or_insert((p.rate_mbps, Vec::new(), Vec::new()));
+            e.1.push(p.held_out.f1);
+            e.2.push(p.threshold_held_out.f1);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let series = |f: &dyn Fn(&AtRate) -> f64| by_rate.values().map(|e| (e.0, f(e))).collect::<Vec<_>>();
+    let png = dir.join(format!("{name}.receivers.png"));
+    plot::lines(
+        &png,
+        &format!("{name} vs the m = 1 threshold on held-out receivers"),
+        "send rate (Mb/s)",
+        "held-out F1",
+        &[
+            Series::new(format!("{name}, mean"), series(&|e| mean(&e.1))),
+            Series::new("m = 1 threshold, mean", series(&|e| mean(&e.2))),
+            Series::new(format!("{name}, worst receiver"), series(&|e| min(&e.1))),
+            Series::new("m = 1 threshold, worst receiver", series(&|e| min(&e.2))),
+        ],
+        Some((0.0, 1.0)),
+    )?;
+    Ok(png)
 }

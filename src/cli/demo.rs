@@ -59,6 +59,7 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
             captures: vec![capture],
             output,
             format: None,
+            compression: super::features::CompressionArg::Zstd,
             m: 20,
             no_sigma: false,
             context: 0,

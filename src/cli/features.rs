@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::pipeline::table::{Format, RowTable};
+use aggrate::pipeline::table::{Compression, Format, RowTable};
 use aggrate::pipeline::{capture_rows, rate_from_name, RowsOptions, RowsOutcome};
 
 use super::ingest::report_read;
@@ -17,6 +17,26 @@ use super::{Exit, FlowArgs};
 pub(crate) enum TableFormat {
     Parquet,
     Csv,
+}
+
+/// Parquet compression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CompressionArg {
+    Zstd,
+    Lz4,
+    Snappy,
+    None,
+}
+
+impl From<CompressionArg> for Compression {
+    fn from(c: CompressionArg) -> Compression {
+        match c {
+            CompressionArg::Zstd => Compression::Zstd,
+            CompressionArg::Lz4 => Compression::Lz4,
+            CompressionArg::Snappy => Compression::Snappy,
+            CompressionArg::None => Compression::None,
+        }
+    }
 }
 
 impl From<TableFormat> for Format {
@@ -39,6 +59,9 @@ pub(crate) struct FeaturesArgs {
     /// Output format (default: from the extension).
     #[arg(long, value_enum)]
     pub(crate) format: Option<TableFormat>,
+    /// Parquet compression: zstd (smallest), lz4 (fastest to write), snappy, none.
+    #[arg(long, value_enum, default_value_t = CompressionArg::Zstd)]
+    pub(crate) compression: CompressionArg,
     /// Gaps per row (m).
     #[arg(long, default_value_t = 20)]
     pub(crate) m: usize,
@@ -87,7 +110,7 @@ pub(crate) fn run(ui: &Ui, a: FeaturesArgs) -> Result<Exit> {
         );
     }
     super::ensure_parent(&a.output)?;
-    let mut table = RowTable::create(&a.output, format, &spec)?;
+    let mut table = RowTable::create_with(&a.output, format, &spec, a.compression.into())?;
     let mut failure: Option<anyhow::Error> = None;
     for (id, path) in a.captures.iter().enumerate() {
         match one_capture(ui, &a, &spec, path, id as u32, &mut table) {

@@ -381,7 +381,7 @@ pub(crate) fn live_loop(
         ));
     }
     std::fs::write(out.join("live.csv"), csv).with_context(|| format!("writing {}", out.join("live.csv").display()))?;
-    use super::plots::{lines, Series};
+    use aggrate::report::plot::{lines, Series};
     lines(
         &out.join("live_rate.png"),
         "live loop: send and receive rate",

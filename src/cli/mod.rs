@@ -9,7 +9,6 @@ mod features;
 mod ingest;
 mod inspect;
 mod live;
-mod plots;
 mod progress;
 mod rows;
 mod sim;

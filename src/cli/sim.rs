@@ -13,9 +13,9 @@ use aggrate::wlan::noise::NoisePreset;
 use aggrate::wlan::traffic::BackhaulConfig;
 use aggrate::wlan::WlanConfig;
 
-use super::plots::{self, Series};
 use super::progress::Ui;
 use super::Exit;
+use aggrate::report::plot::{self as plots, Series};
 
 /// Sender choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

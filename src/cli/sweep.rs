@@ -15,8 +15,8 @@ use aggrate::features::FeatureSpec;
 use aggrate::report::mean_std;
 use aggrate::train::{LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
-use super::plots::{self, Series};
 use super::progress::Ui;
+use aggrate::report::plot::{self as plots, Series};
 use aggrate::train::cv::{packet_cv, rate_reports, Fitter, PacketCv};
 
 use super::progress::Bars;
@@ -377,7 +377,8 @@ pub(crate) fn fig13a(points: &[Point], path: &std::path::Path) -> Result<()> {
         "F1",
         &series,
         range,
-    )
+    )?;
+    Ok(())
 }
 
 /// Redraw panel (a) from a `sweep.json` (hidden tool).

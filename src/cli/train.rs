@@ -1,8 +1,7 @@
 //! `aggrate train`: captures → labelled rows → contiguous k-fold CV → report.json / report.md →
 //! the final model fitted on all rows, saved as a versioned model file.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
@@ -10,9 +9,7 @@ use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::report::mean_std;
-use aggrate::train::cv::{
-    packet_cv, rate_reports, receiver_cv, Fitter, RateReport, ReceiverReport, SlotRateReport, SvrStage,
-};
+use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, SvrStage};
 use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::progress::{Bars, Ui};
@@ -331,7 +328,8 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         "rows": data.len(),
         "captures": file.training.captures,
     });
-    let written = write_reports(&a.output, &name, &headline, &report, &rates, slot_stage.as_ref())?;
+    let written =
+        aggrate::report::write_model_reports(&a.output, &name, &headline, &report, &rates, slot_stage.as_ref())?;
     if !ui.quiet {
         print!("{}", aggrate::report::rates_md(&name, &headline, &rates));
     }
@@ -349,26 +347,15 @@ fn receiver_run(
     data: &Dataset,
     how: Fitter,
 ) -> Result<Exit> {
-    use aggrate::report::{receiver_verdicts, receivers_csv, receivers_md, ReceiverCriteria};
-    let mut names: Vec<String> = Vec::new();
-    let mut receiver_of_group = Vec::new();
-    for f in files {
-        let r = f.receiver.clone().with_context(|| {
-            format!(
-                "{}: which receiver? --group-by receiver needs a dataset folder whose manifest.json names each run's \
-                 receiver (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
-                f.path.display()
-            )
-        })?;
-        let idx = match names.iter().position(|n| *n == r) {
-            Some(i) => i,
-            None => {
-                names.push(r);
-                names.len() - 1
-            }
-        };
-        receiver_of_group.push(idx as u32);
-    }
+    use aggrate::report::{receiver_verdicts, receivers_md, ReceiverCriteria};
+    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
+    let (names, receiver_of_group) = aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
+        anyhow::anyhow!(
+            "{}: which receiver? --group-by receiver needs a dataset folder whose manifest.json names each run's \
+             receiver (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
+            files[i].path.display()
+        )
+    })?;
     ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
     let reports = receiver_cv(
         data,
@@ -431,20 +418,7 @@ fn receiver_run(
         "receivers": reports,
         "rows": data.len(),
     });
-    let write = |file: String, bytes: Vec<u8>| -> Result<PathBuf> {
-        let p = a.output.join(file);
-        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
-        Ok(p)
-    };
-    let mut written = vec![
-        write(
-            format!("{name}.receivers.json"),
-            serde_json::to_string_pretty(&report)?.into_bytes(),
-        )?,
-        write(format!("{name}.receivers.md"), md.clone().into_bytes())?,
-        write(format!("{name}.receivers.csv"), receivers_csv(&reports).into_bytes())?,
-    ];
-    written.push(receivers_png(&a.output, &name, &reports)?);
+    let written = aggrate::report::write_receiver_reports(&a.output, &name, &report, &md, &reports)?;
     if !ui.quiet {
         print!("{md}");
     }
@@ -455,45 +429,6 @@ fn receiver_run(
         list(&written)
     ));
     Ok(Exit::Ok)
-}
-
-/// Held-out F1 per rate of the model and of the m = 1 threshold: the mean over receivers and the
-/// worst receiver, in one figure.
-fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Result<PathBuf> {
-    use super::plots::{self, Series};
-    /// Rate, held-out F1 of the model and of the threshold, over receivers.
-    type AtRate = (f64, Vec<f64>, Vec<f64>);
-    let mut by_rate: BTreeMap<i64, AtRate> = BTreeMap::new();
-    for r in reports {
-        for p in &r.per_rate {
-            if !p.rate_mbps.is_finite() {
-                continue;
-            }
-            let e = by_rate
-                .entry((p.rate_mbps * 1000.0) as i64)
-                .or_insert((p.rate_mbps, Vec::new(), Vec::new()));
-            e.1.push(p.held_out.f1);
-            e.2.push(p.threshold_held_out.f1);
-        }
-    }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-    let series = |f: &dyn Fn(&AtRate) -> f64| by_rate.values().map(|e| (e.0, f(e))).collect::<Vec<_>>();
-    let png = dir.join(format!("{name}.receivers.png"));
-    plots::lines(
-        &png,
-        &format!("{name} vs the m = 1 threshold on held-out receivers"),
-        "send rate (Mb/s)",
-        "held-out F1",
-        &[
-            Series::new(format!("{name}, mean"), series(&|e| mean(&e.1))),
-            Series::new("m = 1 threshold, mean", series(&|e| mean(&e.2))),
-            Series::new(format!("{name}, worst receiver"), series(&|e| min(&e.1))),
-            Series::new("m = 1 threshold, worst receiver", series(&|e| min(&e.2))),
-        ],
-        Some((0.0, 1.0)),
-    )?;
-    Ok(png)
 }
 
 /// The (C, γ, ε) grid from the flags, each point checked.
@@ -544,110 +479,6 @@ pub(crate) fn svr_stage(
         st.folds
     ));
     Ok(st)
-}
-
-/// report.json, report.md, per_rate.csv and the PNG plots of one model; returns the paths.
-pub(crate) fn write_reports(
-    dir: &std::path::Path,
-    name: &str,
-    headline: &str,
-    report: &serde_json::Value,
-    rates: &[RateReport],
-    slots: Option<&SvrStage>,
-) -> Result<Vec<PathBuf>> {
-    use super::plots::{self, Series};
-    let mut out = Vec::new();
-    let write = |out: &mut Vec<PathBuf>, file: String, bytes: Vec<u8>| -> Result<()> {
-        let p = dir.join(file);
-        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
-        out.push(p);
-        Ok(())
-    };
-    write(
-        &mut out,
-        format!("{name}.report.json"),
-        serde_json::to_string_pretty(report)?.into_bytes(),
-    )?;
-    write(
-        &mut out,
-        format!("{name}.report.md"),
-        aggrate::report::rates_md(name, headline, rates).into_bytes(),
-    )?;
-    write(
-        &mut out,
-        format!("{name}.per_rate.csv"),
-        aggrate::report::rates_csv(rates).into_bytes(),
-    )?;
-    let known: Vec<&RateReport> = rates.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
-    let png = dir.join(format!("{name}.f1_vs_rate.png"));
-    plots::lines(
-        &png,
-        &format!("{name}: F1 per send rate"),
-        "send rate (Mb/s)",
-        "F1",
-        &[Series::new("F1", known.iter().map(|r| (r.rate_mbps, r.f1)).collect())],
-        Some((0.0, 1.0)),
-    )?;
-    out.push(png);
-    if let Some(st) = slots {
-        // The slot rows themselves too (most recent slot first), for peers and notebooks.
-        let mut csv = String::from("group,rate_mbps,slot_start_ns,true_level,logistic_level,svr_level");
-        for k in 1..=st.rows.d / 3 {
-            csv.push_str(&format!(",mean_{k},var_{k},count_{k}"));
-        }
-        csv.push('\n');
-        for i in 0..st.rows.len() {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{}",
-                st.rows.group[i],
-                st.rows.rate_mbps[i],
-                st.rows.slot_start[i].as_nanos(),
-                st.rows.target[i],
-                st.rows.base_level(i),
-                st.pred[i]
-            ));
-            for v in st.rows.row(i) {
-                csv.push_str(&format!(",{v}"));
-            }
-            csv.push('\n');
-        }
-        write(&mut out, format!("{name}.slots.csv"), csv.into_bytes())?;
-        let pr: Vec<&SlotRateReport> = st.per_rate.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
-        let png = dir.join(format!("{name}.agg_vs_rate.png"));
-        plots::lines(
-            &png,
-            "slot aggregation RMSE per send rate",
-            "send rate (Mb/s)",
-            "RMSE (MPDUs per A-MPDU)",
-            &[
-                Series::new("logistic", pr.iter().map(|r| (r.rate_mbps, r.base_rmse)).collect()),
-                Series::new("logistic + SVR", pr.iter().map(|r| (r.rate_mbps, r.svr_rmse)).collect()),
-            ],
-            None,
-        )?;
-        out.push(png);
-        let png = dir.join(format!("{name}.pred_vs_actual.png"));
-        plots::scatter(
-            &png,
-            "predicted vs actual mean aggregation level per slot",
-            "actual level",
-            "predicted level",
-            &[
-                Series::new(
-                    "logistic",
-                    (0..st.rows.len())
-                        .map(|i| (st.rows.target[i], st.rows.base_level(i)))
-                        .collect(),
-                ),
-                Series::new(
-                    "logistic + SVR",
-                    (0..st.rows.len()).map(|i| (st.rows.target[i], st.pred[i])).collect(),
-                ),
-            ],
-        )?;
-        out.push(png);
-    }
-    Ok(out)
 }
 
 /// Paths as "a, b, c" for the closing line.

@@ -361,6 +361,25 @@ pub struct ReceiverReport {
     pub per_rate: Vec<ReceiverRate>,
 }
 
+/// Receivers as [`receiver_cv`] takes them: the distinct names in first-seen order and, per
+/// group (input), its receiver's index. `Err(i)`: input `i` names no receiver.
+pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec<u32>), usize> {
+    let mut names: Vec<String> = Vec::new();
+    let mut of_group = Vec::with_capacity(receivers.len());
+    for (i, r) in receivers.iter().enumerate() {
+        let r = r.as_ref().ok_or(i)?;
+        let idx = match names.iter().position(|n| n == r) {
+            Some(k) => k,
+            None => {
+                names.push(r.clone());
+                names.len() - 1
+            }
+        };
+        of_group.push(idx as u32);
+    }
+    Ok((names, of_group))
+}
+
 /// Leave-one-receiver-out: for each receiver (rows whose capture maps to it in
 /// `receiver_of_group`), fit `fit` (and the m = 1 threshold) on every other receiver's rows and
 /// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
@@ -628,6 +647,15 @@ pub fn svr_stage(
 mod tests {
     use super::*;
     use crate::train::LogisticParams;
+
+    #[test]
+    fn receiver_groups_name_each_receiver_once_in_first_seen_order() {
+        let r = |s: &str| Some(s.to_string());
+        let (names, of) = receiver_groups(&[r("b"), r("a"), r("b"), r("c"), r("a")]).unwrap();
+        assert_eq!(names, ["b", "a", "c"]);
+        assert_eq!(of, [0, 1, 0, 2, 1]);
+        assert_eq!(receiver_groups(&[r("a"), None, r("b")]), Err(1));
+    }
 
     /// Two receivers with different gap scales; labels from the gap relative to the receiver.
     fn two_receivers() -> (Dataset, Vec<u32>, Vec<String>) {

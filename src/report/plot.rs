@@ -5,17 +5,31 @@
 use std::path::Path;
 use std::sync::Once;
 
-use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
+/// A chart could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("plotting {}: {what}", path.display())]
+pub struct Error {
+    /// The PNG.
+    pub path: std::path::PathBuf,
+    /// plotters' message (its error types are generic over the backend).
+    pub what: String,
+}
+
+type Result<T> = std::result::Result<T, Error>;
+
 /// One named series of (x, y) points.
-pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) points: Vec<(f64, f64)>,
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// Points (non-finite ones dropped).
+    pub points: Vec<(f64, f64)>,
 }
 
 impl Series {
-    pub(crate) fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+    /// A series; points with a non-finite coordinate are left out.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
         Series {
             name: name.into(),
             points: points
@@ -37,7 +51,7 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-fn font() -> Result<()> {
+fn font(path: &Path) -> Result<()> {
     static ONCE: Once = Once::new();
     let mut ok = true;
     ONCE.call_once(|| {
@@ -46,7 +60,10 @@ fn font() -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(anyhow!("could not load the embedded DejaVu Sans font"))
+        Err(Error {
+            path: path.to_path_buf(),
+            what: "could not load the embedded DejaVu Sans font".into(),
+        })
     }
 }
 
@@ -79,8 +96,11 @@ fn draw(
     y_range: Option<(f64, f64)>,
     lines: bool,
 ) -> Result<()> {
-    font()?;
-    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
+    font(path)?;
+    let err = |e: &dyn std::fmt::Display| Error {
+        path: path.to_path_buf(),
+        what: e.to_string(),
+    };
     let root = BitMapBackend::new(path, (800, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let ((x0, x1), (y0, y1)) = bounds(series, y_range);
@@ -141,7 +161,7 @@ fn draw(
 }
 
 /// A line chart (points marked).
-pub(crate) fn lines(
+pub fn lines(
     path: &Path,
     title: &str,
     x_desc: &str,
@@ -153,6 +173,6 @@ pub(crate) fn lines(
 }
 
 /// A scatter plot with the y = x diagonal.
-pub(crate) fn scatter(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
+pub fn scatter(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
     draw(path, title, x_desc, y_desc, series, None, false)
 }
