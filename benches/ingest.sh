@@ -59,8 +59,12 @@ for k in 1 10; do
 done
 lib=$("$bin" -q tool ingest-rate "$tmp/x10.pcap")
 lib_rate=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f" % (d["records"]/d["seconds"]/1e6))' "$lib")
+write_rate=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.2f" % (d["parquet_write_rows"]/d["parquet_write_seconds"]/1e6))' "$lib")
+rows10=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["rows"])' "$lib")
 echo
 echo "library pipeline, in-process, one core (10x): $lib_rate M records/s  ($lib)"
+echo "Parquet writer alone (rows in memory, zstd):  $write_rate M rows/s"
+echo "features -> parquet zstd, end to end (10x):   $(rate "$rows10" "$(echo "$fea10" | cut -d' ' -f1)") M rows/s"
 tw=$(echo "$ts" | cut -d' ' -f1)
 both1=$(awk -v a="$(echo "$ins1" | cut -d' ' -f1)" -v b="$(echo "$fea1" | cut -d' ' -f1)" 'BEGIN{print a+b}')
 echo "inspect+features vs tshark (1x, wall):      $(awk -v t="$tw" -v a="$both1" 'BEGIN{printf "%.1f", t/a}')x faster"

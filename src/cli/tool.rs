@@ -149,6 +149,26 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
     let secs = start.elapsed().as_secs_f64();
     let records = out.records;
     out.fatal_damage(input)?;
+
+    // The Parquet writer alone: the same rows, already in memory, written as `features` does.
+    let spec = FeatureSpec::default();
+    let mut rows: Vec<(aggrate::dataset::RowMeta, Vec<f64>)> = Vec::new();
+    let opts = aggrate::pipeline::RowsOptions::new(spec);
+    aggrate::pipeline::capture_rows(input, &opts, &mut aggrate::progress::NoProgress, |m, x| {
+        rows.push((*m, x.to_vec()))
+    })?
+    .check()?;
+    let tmp = std::env::temp_dir().join(format!("aggrate-write-rate-{}.parquet", std::process::id()));
+    let start = std::time::Instant::now();
+    let mut table = aggrate::pipeline::table::RowTable::create(&tmp, aggrate::pipeline::table::Format::Parquet, &spec)?;
+    table.begin_capture("bench", 0, None)?;
+    for (m, x) in &rows {
+        table.push(m, x)?;
+    }
+    table.finish()?;
+    let write_secs = start.elapsed().as_secs_f64();
+    let bytes = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&tmp);
     println!(
         "{}",
         serde_json::json!({
@@ -157,6 +177,9 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
             "rows": ex.rows_out,
             "seconds": secs,
             "checksum": acc,
+            "parquet_write_rows": rows.len(),
+            "parquet_write_seconds": write_secs,
+            "parquet_bytes": bytes,
         })
     );
     Ok(Exit::Ok)

@@ -6,8 +6,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use polars::prelude::{
-    AnyValue, Column, CsvReadOptions, CsvWriter, DataFrame, DataType, ParquetReader, ParquetWriter, PolarsError,
-    Scalar, SerReader, SerWriter,
+    AnyValue, Column, CsvReadOptions, CsvWriter, DataFrame, DataType, ParquetReader, PolarsError, Scalar, SerReader,
+    SerWriter,
 };
 
 use crate::dataset::{Dataset, RowMeta};
@@ -24,6 +24,14 @@ pub enum Error {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The Parquet writer failed.
+    #[error("writing {}: {source}", path.display())]
+    Parquet {
+        /// The table.
+        path: PathBuf,
+        /// The parquet crate's error.
+        source: parquet::errors::ParquetError,
     },
     /// polars failed reading or writing it.
     #[error("{action} {}: {source}", path.display())]
@@ -68,6 +76,7 @@ impl Error {
     pub fn path(&self) -> &Path {
         match self {
             Error::Io { path, .. }
+            | Error::Parquet { path, .. }
             | Error::Polars { path, .. }
             | Error::Column { path, .. }
             | Error::EmptyFeature { path, .. }
@@ -205,6 +214,20 @@ impl Columns {
             ..Columns::default()
         }
     }
+    /// Empty columns for `width` features with room for `rows` rows (no reallocation below).
+    pub fn with_capacity(width: usize, rows: usize) -> Columns {
+        Columns {
+            number: Vec::with_capacity(rows),
+            host_ns: Vec::with_capacity(rows),
+            tsft_us: Vec::with_capacity(rows),
+            seq: Vec::with_capacity(rows),
+            y: Vec::with_capacity(rows),
+            frame_id: Vec::with_capacity(rows),
+            agg_level: Vec::with_capacity(rows),
+            phy_rate_bps: Vec::with_capacity(rows),
+            x: (0..width).map(|_| Vec::with_capacity(rows)).collect(),
+        }
+    }
     /// Rows held.
     pub fn len(&self) -> usize {
         self.number.len()
@@ -212,6 +235,18 @@ impl Columns {
     /// No rows.
     pub fn is_empty(&self) -> bool {
         self.number.is_empty()
+    }
+    /// Drop every row, keeping the allocations.
+    pub fn clear(&mut self) {
+        self.number.clear();
+        self.host_ns.clear();
+        self.tsft_us.clear();
+        self.seq.clear();
+        self.y.clear();
+        self.frame_id.clear();
+        self.agg_level.clear();
+        self.phy_rate_bps.clear();
+        self.x.iter_mut().for_each(Vec::clear);
     }
     /// Append one row.
     pub fn push(&mut self, m: &RowMeta, x: &[f64]) {
@@ -229,8 +264,8 @@ impl Columns {
     }
 }
 
-/// Parquet page compression: zstd (the smallest files) by default; lz4 writes ~1.3× faster for
-/// ~1.7× larger files; none is for a pipe into something that compresses anyway.
+/// Parquet page compression: zstd (level 3, the smallest files) by default; lz4 writes a little
+/// faster for ~4× larger files; none is for a pipe into something that compresses anyway.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Compression {
     /// Zstandard (polars' default level).
@@ -245,13 +280,13 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn polars(self) -> polars::prelude::ParquetCompression {
-        use polars::prelude::ParquetCompression as P;
+    fn parquet(self) -> parquet::basic::Compression {
+        use parquet::basic::Compression as P;
         match self {
-            Compression::Zstd => P::Zstd(None),
-            Compression::Lz4 => P::Lz4Raw,
-            Compression::Snappy => P::Snappy,
-            Compression::None => P::Uncompressed,
+            Compression::Zstd => P::ZSTD(parquet::basic::ZstdLevel::try_new(3).unwrap_or_default()),
+            Compression::Lz4 => P::LZ4_RAW,
+            Compression::Snappy => P::SNAPPY,
+            Compression::None => P::UNCOMPRESSED,
         }
     }
 }
@@ -285,6 +320,9 @@ pub struct RowTable {
     rate_mbps: Option<f64>,
     rows: u64,
     tx: Option<std::sync::mpsc::SyncSender<Batch>>,
+    /// Emptied batches coming back from the writer, to be filled again (fresh pages for every
+    /// batch cost page faults and zeroing on this thread).
+    free: std::sync::mpsc::Receiver<Columns>,
     worker: Option<std::thread::JoinHandle<Result<(), Error>>>,
 }
 
@@ -306,22 +344,24 @@ impl RowTable {
             source,
         })?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUE);
+        let (free_tx, free) = std::sync::mpsc::sync_channel::<Columns>(QUEUE + 1);
         let (wpath, names) = (path.to_path_buf(), spec.column_names());
         let worker = std::thread::Builder::new()
             .name("aggrate-table-writer".into())
-            .spawn(move || write_batches(&wpath, format, compression, &names, file, rx))
+            .spawn(move || write_batches(&wpath, format, compression, &names, file, rx, free_tx))
             .map_err(|source| Error::Io {
                 path: path.to_path_buf(),
                 source,
             })?;
         Ok(RowTable {
             path: path.to_path_buf(),
-            cols: Columns::new(spec),
+            cols: Columns::with_capacity(spec.width(), BATCH),
             capture: "".into(),
             capture_id: 0,
             rate_mbps: None,
             rows: 0,
             tx: Some(tx),
+            free,
             worker: Some(worker),
         })
     }
@@ -354,10 +394,10 @@ impl RowTable {
         if self.cols.is_empty() {
             return Ok(());
         }
-        let fresh = Columns {
-            x: vec![Vec::with_capacity(BATCH); self.cols.x.len()],
-            ..Columns::default()
-        };
+        let fresh = self
+            .free
+            .try_recv()
+            .unwrap_or_else(|_| Columns::with_capacity(self.cols.x.len(), BATCH));
         let batch = Batch {
             cols: std::mem::replace(&mut self.cols, fresh),
             capture: self.capture.clone(),
@@ -403,11 +443,6 @@ impl Drop for RowTable {
     }
 }
 
-enum Writer {
-    Parquet(Box<polars::io::parquet::write::BatchedWriter<File>>),
-    Csv(polars::io::csv::write::BatchedWriter<File>),
-}
-
 /// The writer thread: batches → DataFrames → the file, then the footer.
 fn write_batches(
     path: &Path,
@@ -416,45 +451,51 @@ fn write_batches(
     names: &[String],
     file: File,
     rx: std::sync::mpsc::Receiver<Batch>,
+    free: std::sync::mpsc::SyncSender<Columns>,
 ) -> Result<(), Error> {
     let polars = |action, source| Error::Polars {
         path: path.to_path_buf(),
         action,
         source,
     };
-    let mut file = Some(file);
-    let mut writer: Option<Writer> = None;
-    let mut open = |df: &DataFrame, writer: &mut Option<Writer>| -> Result<(), Error> {
-        if writer.is_some() {
-            return Ok(());
+    let pq = |source| Error::Parquet {
+        path: path.to_path_buf(),
+        source,
+    };
+    if format == Format::Parquet {
+        // Written even with no rows: the schema alone is a readable, empty table.
+        let mut sink = ParquetSink::new(file, names, compression).map_err(pq)?;
+        for mut b in rx {
+            sink.write(&b).map_err(pq)?;
+            b.cols.clear();
+            let _ = free.try_send(b.cols); // full: the table has enough spare batches
         }
-        let Some(file) = file.take() else { return Ok(()) };
-        let schema = df.schema().as_ref().clone();
-        *writer = Some(match format {
-            Format::Parquet => Writer::Parquet(Box::new(
-                ParquetWriter::new(file)
-                    .with_compression(compression.polars())
-                    .batched(&schema)
-                    .map_err(|e| polars("writing", e))?,
-            )),
-            Format::Csv => Writer::Csv(
+        return sink.finish().map_err(pq);
+    }
+    let mut file = Some(file);
+    let mut writer: Option<polars::io::csv::write::BatchedWriter<File>> = None;
+    let mut open =
+        |df: &DataFrame, writer: &mut Option<polars::io::csv::write::BatchedWriter<File>>| -> Result<(), Error> {
+            if writer.is_some() {
+                return Ok(());
+            }
+            let Some(file) = file.take() else { return Ok(()) };
+            let schema = df.schema().as_ref().clone();
+            *writer = Some(
                 CsvWriter::new(file)
                     .include_header(true)
                     .batched(&schema)
                     .map_err(|e| polars("writing", e))?,
-            ),
-        });
-        Ok(())
-    };
+            );
+            Ok(())
+        };
     let mut any = false;
     for b in rx {
         let df = frame(b, names).map_err(|e| polars("writing", e))?;
         open(&df, &mut writer)?;
         any = true;
-        match writer.as_mut() {
-            Some(Writer::Parquet(w)) => w.write_batch(&df).map_err(|e| polars("writing", e))?,
-            Some(Writer::Csv(w)) => w.write_batch(&df).map_err(|e| polars("writing", e))?,
-            None => {}
+        if let Some(w) = writer.as_mut() {
+            w.write_batch(&df).map_err(|e| polars("writing", e))?;
         }
     }
     if !any {
@@ -470,20 +511,146 @@ fn write_batches(
         };
         let df = frame(empty, names).map_err(|e| polars("writing", e))?;
         open(&df, &mut writer)?;
-        match writer.as_mut() {
-            Some(Writer::Parquet(w)) => w.write_batch(&df).map_err(|e| polars("writing", e))?,
-            Some(Writer::Csv(w)) => w.write_batch(&df).map_err(|e| polars("writing", e))?,
-            None => {}
+        if let Some(w) = writer.as_mut() {
+            w.write_batch(&df).map_err(|e| polars("writing", e))?;
         }
     }
-    match writer.as_mut() {
-        Some(Writer::Parquet(w)) => {
-            w.finish().map_err(|e| polars("finishing", e))?;
-        }
-        Some(Writer::Csv(w)) => w.finish().map_err(|e| polars("finishing", e))?,
-        None => {}
+    if let Some(w) = writer.as_mut() {
+        w.finish().map_err(|e| polars("finishing", e))?;
     }
     Ok(())
+}
+
+/// A Parquet file written column chunk by column chunk, one row group per batch: plain
+/// encoding, no dictionaries (the columns are floats and counters that rarely repeat), min/max
+/// statistics per chunk. The schema is the one polars gives the same columns (unsigned integers
+/// as annotated INT32/INT64, nullable `tsft_us`, `seq`, `phy_rate_bps`, `rate_mbps`), so readers
+/// see the same table either way.
+struct ParquetSink {
+    w: parquet::file::writer::SerializedFileWriter<File>,
+}
+
+impl ParquetSink {
+    fn new(
+        file: File,
+        names: &[String],
+        compression: Compression,
+    ) -> Result<ParquetSink, parquet::errors::ParquetError> {
+        use parquet::basic::{LogicalType, Repetition, Type as Physical};
+        use parquet::schema::types::Type;
+        use std::sync::Arc;
+        let field = |name: &str, physical, logical: Option<LogicalType>, optional: bool| {
+            Type::primitive_type_builder(name, physical)
+                .with_logical_type(logical)
+                .with_repetition(if optional {
+                    Repetition::OPTIONAL
+                } else {
+                    Repetition::REQUIRED
+                })
+                .build()
+                .map(Arc::new)
+        };
+        let u64 = || Some(LogicalType::integer(64, false));
+        let u32 = || Some(LogicalType::integer(32, false));
+        let mut fields = vec![
+            field("capture", Physical::BYTE_ARRAY, Some(LogicalType::String), false)?,
+            field("capture_id", Physical::INT32, u32(), false)?,
+            field("rate_mbps", Physical::DOUBLE, None, true)?,
+            field("number", Physical::INT64, u64(), false)?,
+            field("host_ns", Physical::INT64, u64(), false)?,
+            field("tsft_us", Physical::INT64, u64(), true)?,
+            field("seq", Physical::INT32, u32(), true)?,
+            field("y", Physical::BOOLEAN, None, false)?,
+            field("frame_id", Physical::INT64, u64(), false)?,
+            field("agg_level", Physical::INT32, u32(), false)?,
+            field("phy_rate_bps", Physical::INT64, u64(), true)?,
+        ];
+        for n in names {
+            fields.push(field(n, Physical::DOUBLE, None, false)?);
+        }
+        let schema = Arc::new(Type::group_type_builder("schema").with_fields(fields).build()?);
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(compression.parquet())
+            .set_dictionary_enabled(false)
+            .set_encoding(parquet::basic::Encoding::PLAIN)
+            .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
+            .set_max_row_group_row_count(Some(BATCH))
+            .build();
+        Ok(ParquetSink {
+            w: parquet::file::writer::SerializedFileWriter::new(file, schema, Arc::new(props))?,
+        })
+    }
+
+    fn write(&mut self, b: &Batch) -> Result<(), parquet::errors::ParquetError> {
+        use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int32Type, Int64Type};
+        let n = b.cols.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let c = &b.cols;
+        let mut rg = self.w.next_row_group()?;
+        let mut i64s: Vec<i64> = Vec::with_capacity(n);
+        let mut i32s: Vec<i32> = Vec::with_capacity(n);
+        let mut def: Vec<i16> = Vec::with_capacity(n);
+        // Unsigned values go in as their two's-complement bits, as the INT annotations say.
+        macro_rules! column {
+            ($ty:ty, $values:expr, $def:expr) => {{
+                let mut col = rg.next_column()?.ok_or_else(|| {
+                    parquet::errors::ParquetError::General("schema has fewer columns than the table".into())
+                })?;
+                col.typed::<$ty>().write_batch($values, $def, None)?;
+                col.close()?;
+            }};
+        }
+        let name = ByteArray::from(&*b.capture);
+        column!(ByteArrayType, &vec![name; n], None);
+        column!(Int32Type, &vec![b.capture_id as i32; n], None);
+        match b.rate_mbps {
+            Some(r) => column!(DoubleType, &vec![r; n], Some(&vec![1; n])),
+            None => column!(DoubleType, &[], Some(&vec![0; n])),
+        }
+        let u64_col = |v: &[u64], out: &mut Vec<i64>| {
+            out.clear();
+            out.extend(v.iter().map(|&x| x as i64));
+        };
+        u64_col(&c.number, &mut i64s);
+        column!(Int64Type, &i64s, None);
+        u64_col(&c.host_ns, &mut i64s);
+        column!(Int64Type, &i64s, None);
+        opt(&c.tsft_us, |x| x as i64, &mut i64s, &mut def);
+        column!(Int64Type, &i64s, Some(&def));
+        opt(&c.seq, |x| x as i32, &mut i32s, &mut def);
+        column!(Int32Type, &i32s, Some(&def));
+        column!(BoolType, &c.y, None);
+        u64_col(&c.frame_id, &mut i64s);
+        column!(Int64Type, &i64s, None);
+        i32s.clear();
+        i32s.extend(c.agg_level.iter().map(|&x| x as i32));
+        column!(Int32Type, &i32s, None);
+        opt(&c.phy_rate_bps, |x| x as i64, &mut i64s, &mut def);
+        column!(Int64Type, &i64s, Some(&def));
+        for x in &c.x {
+            column!(DoubleType, x, None);
+        }
+        rg.close()?;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), parquet::errors::ParquetError> {
+        self.w.close().map(|_| ())
+    }
+}
+
+/// The present values of an optional column and its definition levels (1 present, 0 null).
+fn opt<T: Copy, U>(v: &[Option<T>], f: impl Fn(T) -> U, values: &mut Vec<U>, def: &mut Vec<i16>) {
+    values.clear();
+    def.clear();
+    for x in v {
+        def.push(i16::from(x.is_some()));
+        if let Some(x) = x {
+            values.push(f(*x));
+        }
+    }
 }
 
 /// One batch as a DataFrame in the table's column order.
