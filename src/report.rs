@@ -5,6 +5,7 @@
 //! [`write_receiver_reports`]).
 
 pub mod plot;
+pub mod sweep;
 
 use std::path::{Path, PathBuf};
 
@@ -701,4 +702,48 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
         Some((0.0, 1.0)),
     )?;
     Ok(png)
+}
+
+/// A closed-loop run's time series: `LABEL.series.csv` and one PNG per quantity (send rate, μ_N,
+/// delay, AP queue) with a line per station, in `dir`.
+pub fn write_sim_series(dir: &Path, label: &str, r: &crate::sim::SimResult) -> Result<Vec<PathBuf>, WriteError> {
+    use plot::Series;
+    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,delay_ms,queue,lost\n");
+    for s in &r.series {
+        csv.push_str(&format!(
+            "{:.3},{},{:.3},{:.3},{:.3},{},{}\n",
+            s.t, s.sta, s.rate_mbps, s.mean_agg, s.delay_ms, s.queue, s.lost
+        ));
+    }
+    let mut written = vec![write_file(dir, &format!("{label}.series.csv"), csv.into_bytes())?];
+    let n = r.stations.len();
+    let per_sta = |f: &dyn Fn(&crate::sim::Sample) -> f64| -> Vec<Series> {
+        (0..n)
+            .map(|i| {
+                Series::new(
+                    format!("station {i} (MCS {})", r.stations[i].mcs),
+                    r.series
+                        .iter()
+                        .filter(|s| s.sta as usize == i)
+                        .map(|s| (s.t, f(s)))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    for (what, unit, f) in [
+        (
+            "rate",
+            "send rate (Mb/s)",
+            &(|s: &crate::sim::Sample| s.rate_mbps) as &dyn Fn(&crate::sim::Sample) -> f64,
+        ),
+        ("agg", "μ_N (MPDUs per A-MPDU)", &|s| s.mean_agg),
+        ("delay", "one-way delay (ms)", &|s| s.delay_ms),
+        ("queue", "AP queue (packets)", &|s| s.queue as f64),
+    ] {
+        let png = dir.join(format!("{label}.{what}.png"));
+        plot::lines(&png, &format!("{label}: {unit}"), "time (s)", unit, &per_sta(f), None)?;
+        written.push(png);
+    }
+    Ok(written)
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::{Dataset, RowSet};
 use crate::features::FeatureSpec;
+use crate::model::{EstimatorModel, MlpModel};
 
 pub mod cv;
 mod mlp;
@@ -327,6 +328,51 @@ fn loss_pass(
         total += loss(s, data.y[i]);
     }
     total
+}
+
+/// Checked hyper-parameters that fit one kind of model on some rows of a dataset: the one way
+/// training code (the CV drivers, the CLI, the Python package) fits anything. The fitted model is
+/// plain data from the core ([`Predict`], and an [`EstimatorModel`] to save or run).
+pub trait Fit {
+    /// What the fit produces.
+    type Model: Predict + Into<EstimatorModel>;
+    /// Fit on the rows `rows` of `data` (all of them: [`RowSet::all`]).
+    fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<Self::Model, Error>;
+}
+
+impl Fit for ValidLogisticParams {
+    type Model = LogisticModel;
+    fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<LogisticModel, Error> {
+        Ok(fit_logistic_rows(data, rows, self, None)?.model)
+    }
+}
+
+impl Fit for ValidSvmParams {
+    type Model = LinearSvmModel;
+    fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<LinearSvmModel, Error> {
+        Ok(fit_svm_rows(data, rows, &self.0, None)?.model)
+    }
+}
+
+/// The m = 1 threshold has no hyper-parameters: this is its [`Fit`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThresholdFit;
+
+impl Fit for ThresholdFit {
+    type Model = ThresholdModel;
+    fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<ThresholdModel, Error> {
+        if rows.len() == data.len() {
+            return fit_threshold(data);
+        }
+        fit_threshold(&data.select(&rows.iter().collect::<Vec<_>>()))
+    }
+}
+
+impl Fit for ValidMlpParams {
+    type Model = MlpModel;
+    fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<MlpModel, Error> {
+        fit_mlp(data, rows, self)
+    }
 }
 
 /// Fit logistic regression by Newton's method (IRLS) on standardised features.
@@ -737,6 +783,29 @@ pub fn check_width(data: &Dataset, spec: &FeatureSpec) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fitting through [`Fit`] on some rows (read in place) gives the model fitted on those rows
+    /// copied out: the same for the logistic model and the threshold, and an SVM that decides
+    /// the same way.
+    #[test]
+    fn fit_on_a_row_set_equals_fit_on_the_rows_copied_out() {
+        let mut d = Dataset::new(2);
+        for i in 0..600u32 {
+            let big = i % 5 == 0;
+            let g = if big { 60.0 } else { 8.0 } + ((i * 37) % 23) as f64;
+            d.push(&[g, ((i * 13) % 7) as f64], big, i / 100, 100.0, 5);
+        }
+        let rows = RowSet::from_indices(&(0..600).filter(|i| (i / 100) % 2 == 0).collect::<Vec<_>>());
+        let sub = d.select(&rows.iter().collect::<Vec<_>>());
+        let lp = LogisticParams::default().check().unwrap();
+        assert_eq!(lp.fit(&d, &rows).unwrap(), fit_logistic(&sub, &lp).unwrap());
+        assert_eq!(ThresholdFit.fit(&d, &rows).unwrap(), fit_threshold(&sub).unwrap());
+        let sp = SvmParams::default().check().unwrap();
+        let (a, b) = (sp.fit(&d, &rows).unwrap(), fit_linear_svm(&sub, &sp).unwrap());
+        assert!((0..d.len()).all(|i| a.predict_row(d.row(i)) == b.predict_row(d.row(i))));
+        let all: EstimatorModel = lp.fit(&d, &RowSet::all(d.len())).unwrap().into();
+        assert_eq!(all.kind(), "logistic");
+    }
 
     #[test]
     fn logistic_separates_and_threshold_finds_the_gap() {

@@ -15,7 +15,6 @@ use aggrate::wlan::WlanConfig;
 
 use super::progress::Ui;
 use super::Exit;
-use aggrate::report::plot::{self as plots, Series};
 
 /// Sender choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -147,7 +146,7 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
         let label = format!("{s:?}").to_lowercase();
         let r = run_one(ui, &cfg, &label)?;
         if let Some(out) = &a.output {
-            write_series(out, &label, &r)?;
+            aggrate::report::write_sim_series(out, &label, &r)?;
         }
         results.push(r);
     }
@@ -194,51 +193,4 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
         ui.info(format!("wrote time series and plots to {}", out.display()));
     }
     Ok(Exit::Ok)
-}
-
-fn write_series(dir: &std::path::Path, label: &str, r: &SimResult) -> Result<()> {
-    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,delay_ms,queue,lost\n");
-    for s in &r.series {
-        csv.push_str(&format!(
-            "{:.3},{},{:.3},{:.3},{:.3},{},{}\n",
-            s.t, s.sta, s.rate_mbps, s.mean_agg, s.delay_ms, s.queue, s.lost
-        ));
-    }
-    let p = dir.join(format!("{label}.series.csv"));
-    std::fs::write(&p, csv).with_context(|| format!("writing {}", p.display()))?;
-    let n = r.stations.len();
-    let per_sta = |f: &dyn Fn(&aggrate::sim::Sample) -> f64| -> Vec<Series> {
-        (0..n)
-            .map(|i| {
-                Series::new(
-                    format!("station {i} (MCS {})", r.stations[i].mcs),
-                    r.series
-                        .iter()
-                        .filter(|s| s.sta as usize == i)
-                        .map(|s| (s.t, f(s)))
-                        .collect(),
-                )
-            })
-            .collect()
-    };
-    for (what, unit, f) in [
-        (
-            "rate",
-            "send rate (Mb/s)",
-            &(|s: &aggrate::sim::Sample| s.rate_mbps) as &dyn Fn(&aggrate::sim::Sample) -> f64,
-        ),
-        ("agg", "μ_N (MPDUs per A-MPDU)", &|s| s.mean_agg),
-        ("delay", "one-way delay (ms)", &|s| s.delay_ms),
-        ("queue", "AP queue (packets)", &|s| s.queue as f64),
-    ] {
-        plots::lines(
-            &dir.join(format!("{label}.{what}.png")),
-            &format!("{label}: {unit}"),
-            "time (s)",
-            unit,
-            &per_sta(f),
-            None,
-        )?;
-    }
-    Ok(())
 }

@@ -16,7 +16,7 @@ use aggrate::report::mean_std;
 use aggrate::train::{LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
 
 use super::progress::Ui;
-use aggrate::report::plot::{self as plots, Series};
+use aggrate::report::sweep::{DPoint, Point};
 use aggrate::train::cv::{packet_cv, rate_reports, Fitter, PacketCv};
 
 use super::progress::Bars;
@@ -73,27 +73,6 @@ pub(crate) struct SweepArgs {
     pub(crate) svm_epochs: usize,
     #[command(flatten)]
     pub(crate) flow: FlowArgs,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-pub(crate) struct Point {
-    model: String,
-    m: usize,
-    sigma: bool,
-    f1_mean: f64,
-    f1_std: f64,
-    /// (rate, F1) per send rate.
-    per_rate_f1: Vec<(f64, f64)>,
-}
-
-#[derive(serde::Serialize)]
-struct DPoint {
-    d: usize,
-    slot_rmse: f64,
-    base_slot_rmse: f64,
-    c: f64,
-    gamma: f64,
-    epsilon: f64,
 }
 
 fn svr_grid() -> Result<Vec<ValidSvrParams>> {
@@ -218,101 +197,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         "svr_d": dpoints,
         "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
     });
-    let out = |f: &str| a.output.join(f);
-    std::fs::write(out("sweep.json"), serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", out("sweep.json").display()))?;
-    let mut csv = String::from("model,m,sigma,f1_mean,f1_std\n");
-    for p in &points {
-        csv.push_str(&format!("{},{},{},{},{}\n", p.model, p.m, p.sigma, p.f1_mean, p.f1_std));
-    }
-    std::fs::write(out("sweep.csv"), csv).with_context(|| format!("writing {}", out("sweep.csv").display()))?;
-
-    // (a) F1 vs m.
-    fig13a(&points, &out("fig13a_f1_vs_m.png"))?;
-    // (b) F1 vs send rate: m = 20 + σ and m = 1.
-    let mut series = Vec::new();
-    for p in &points {
-        if (p.model == "logistic" && p.m == 20 && p.sigma) || p.model == "threshold" {
-            let label = if p.model == "threshold" {
-                "threshold, m = 1".to_string()
-            } else {
-                "logistic, m = 20 + σ".to_string()
-            };
-            series.push(Series::new(label, p.per_rate_f1.clone()));
-        }
-    }
-    plots::lines(
-        &out("fig13b_f1_vs_rate.png"),
-        "(b) F1 vs send rate",
-        "send rate (Mb/s)",
-        "F1",
-        &series,
-        Some((0.0, 1.0)),
-    )?;
-    if let Some(st) = &d5 {
-        let pr: Vec<_> = st.per_rate.iter().filter(|r| !r.rate_mbps.is_nan()).collect();
-        plots::lines(
-            &out("fig13c_agg_vs_rate.png"),
-            "(c) slot aggregation RMSE and ±1 accuracy vs send rate",
-            "send rate (Mb/s)",
-            "RMSE (MPDUs) | accuracy ×10",
-            &[
-                Series::new(
-                    "RMSE, logistic",
-                    pr.iter().map(|r| (r.rate_mbps, r.base_rmse)).collect(),
-                ),
-                Series::new(
-                    "RMSE, logistic + SVR",
-                    pr.iter().map(|r| (r.rate_mbps, r.svr_rmse)).collect(),
-                ),
-                Series::new(
-                    "±1 accuracy ×10, logistic",
-                    pr.iter().map(|r| (r.rate_mbps, 10.0 * r.base_acc_within1)).collect(),
-                ),
-                Series::new(
-                    "±1 accuracy ×10, logistic + SVR",
-                    pr.iter().map(|r| (r.rate_mbps, 10.0 * r.svr_acc_within1)).collect(),
-                ),
-            ],
-            None,
-        )?;
-        let n = st.rows.len();
-        plots::scatter(
-            &out("fig13d_pred_vs_actual.png"),
-            "(d) predicted vs actual mean aggregation level per slot",
-            "actual level",
-            "predicted level",
-            &[
-                Series::new(
-                    "logistic",
-                    (0..n).map(|i| (st.rows.target[i], st.rows.base_level(i))).collect(),
-                ),
-                Series::new(
-                    "logistic + SVR",
-                    (0..n).map(|i| (st.rows.target[i], st.pred[i])).collect(),
-                ),
-            ],
-        )?;
-    }
-    if !dpoints.is_empty() {
-        plots::lines(
-            &out("svr_rmse_vs_d.png"),
-            "slot SVR: CV slot RMSE vs d",
-            "d (slots per row)",
-            "slot RMSE (MPDUs)",
-            &[
-                Series::new(
-                    "logistic + SVR",
-                    dpoints.iter().map(|p| (p.d as f64, p.slot_rmse)).collect(),
-                ),
-                Series::new(
-                    "logistic",
-                    dpoints.iter().map(|p| (p.d as f64, p.base_slot_rmse)).collect(),
-                ),
-            ],
-            None,
-        )?;
-    }
+    aggrate::report::sweep::write_sweep(&a.output, &json, &points, d5.as_ref(), &dpoints)?;
     if !ui.quiet {
         println!("| model | m | σ | F1 (mean ± std over folds) |");
         println!("| --- | --- | --- | --- |");
@@ -340,47 +225,6 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Panel (a) from the sweep's points: one line per estimator and σ, y zoomed to the data (the
-/// differences between m are small).
-pub(crate) fn fig13a(points: &[Point], path: &std::path::Path) -> Result<()> {
-    let mut names: Vec<&str> = points
-        .iter()
-        .filter(|p| p.model != "threshold")
-        .map(|p| p.model.as_str())
-        .collect();
-    names.dedup();
-    let mut series = Vec::new();
-    for name in names {
-        for sigma in [true, false] {
-            series.push(Series::new(
-                format!("{name}{}", if sigma { " + σ" } else { "" }),
-                points
-                    .iter()
-                    .filter(|p| p.model == name && p.sigma == sigma)
-                    .map(|p| (p.m as f64, p.f1_mean))
-                    .collect(),
-            ));
-        }
-    }
-    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
-    let range = if lo.is_finite() {
-        let pad = ((hi - lo) * 0.2).max(0.002);
-        Some((lo - pad, hi + pad))
-    } else {
-        None
-    };
-    plots::lines(
-        path,
-        "(a) F1 vs window length m (mean over folds)",
-        "m (gaps)",
-        "F1",
-        &series,
-        range,
-    )?;
-    Ok(())
-}
-
 /// Redraw panel (a) from a `sweep.json` (hidden tool).
 pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()> {
     let v: serde_json::Value =
@@ -388,7 +232,8 @@ pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()
             .with_context(|| format!("{}: not JSON", json.display()))?;
     let points: Vec<Point> =
         serde_json::from_value(v["points"].clone()).with_context(|| format!("{}: field `points`", json.display()))?;
-    fig13a(&points, out)
+    aggrate::report::sweep::fig13a(&points, out)?;
+    Ok(())
 }
 
 fn point(model: &str, m: usize, sigma: bool, cv: &PacketCv) -> Point {

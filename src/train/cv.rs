@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
-    cv_predict_svr, fit_logistic, fit_mlp, fit_svr, fit_threshold, levels_from_starts, Error, LogisticCv, Predict,
-    SvmCv, SvrModel, SvrParams, ValidLogisticParams, ValidMlpParams, ValidSvmParams, ValidSvrParams,
+    cv_predict_svr, fit_svr, levels_from_starts, Error, Fit, LogisticCv, Predict, SvmCv, SvrModel, SvrParams,
+    ThresholdFit, ValidLogisticParams, ValidMlpParams, ValidSvmParams, ValidSvrParams,
 };
 use crate::dataset::{contiguous_folds, slot_rows, Dataset, FoldError, RowSet, SlotRows};
 use crate::features::FeatureSpec;
@@ -75,22 +75,13 @@ pub enum Fitter {
 }
 
 impl Fitter {
-    /// Fit on the rows `rows` of `data`.
+    /// Fit on the rows `rows` of `data` (through each kind's [`Fit`]).
     pub fn fit(&self, data: &Dataset, rows: &RowSet) -> Result<EstimatorModel, Error> {
-        let whole = rows.len() == data.len();
-        let sub;
-        let d = if whole {
-            data
-        } else {
-            let idx: Vec<usize> = rows.iter().collect();
-            sub = data.select(&idx);
-            &sub
-        };
         Ok(match self {
-            Fitter::Logistic(p) => EstimatorModel::Logistic(fit_logistic(d, p)?),
-            Fitter::Svm(p) => EstimatorModel::LinearSvm(super::fit_linear_svm(d, p)?),
-            Fitter::Threshold => EstimatorModel::Threshold(fit_threshold(d)?),
-            Fitter::Mlp(p) => EstimatorModel::Mlp(fit_mlp(data, rows, p)?),
+            Fitter::Logistic(p) => p.fit(data, rows)?.into(),
+            Fitter::Svm(p) => p.fit(data, rows)?.into(),
+            Fitter::Threshold => ThresholdFit.fit(data, rows)?.into(),
+            Fitter::Mlp(p) => p.fit(data, rows)?.into(),
         })
     }
 }

@@ -51,6 +51,17 @@ pub struct SlotSvrModel {
     pub svr: SvrModel,
 }
 
+macro_rules! into_estimator {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for EstimatorModel {
+            fn from(m: $t) -> EstimatorModel {
+                EstimatorModel::$v(m)
+            }
+        }
+    )*};
+}
+into_estimator!(LogisticModel => Logistic, LinearSvmModel => LinearSvm, ThresholdModel => Threshold, MlpModel => Mlp);
+
 impl EstimatorModel {
     /// Short name of the kind, as in the file's `kind` tag.
     pub fn kind(&self) -> &'static str {

@@ -17,13 +17,14 @@ use pyo3::types::{PyBytes, PyDict};
 
 use aggrate::capture::filter::FlowFilter;
 use aggrate::dataset::Dataset;
+use aggrate::dataset::RowSet;
 use aggrate::features::FeatureSpec;
 use aggrate::model::{EstimatorModel, ModelFile, Predict, TrainingSummary};
 use aggrate::pipeline::table::Columns;
 use aggrate::pipeline::{capture_rows, RowsOptions};
 use aggrate::progress::NoProgress;
 use aggrate::runtime::{OnlineEstimator, RxPacket};
-use aggrate::train::{LogisticParams, SvmParams};
+use aggrate::train::{Fit, LogisticParams, SvmParams, ThresholdFit};
 use aggrate::Ts;
 
 create_exception!(_aggrate, AggrateError, PyException, "Base of aggrate's errors.");
@@ -318,19 +319,20 @@ fn fit(py: Python<'_>, kind: &str, x: &[u8], y: &[u8], n: usize, spec: &str, par
     for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
         data.push(row, y[i] != 0, 0, f32::NAN, 1);
     }
+    let all = RowSet::all(n);
     let bad = |e: serde_json::Error| model_err(format!("{kind} parameters: {e}"));
     let model = match kind {
         "logistic" => {
             let p: LogisticParams = merge(LogisticParams::default(), params).map_err(bad)?;
             let p = p.check().map_err(model_err)?;
-            py.detach(|| aggrate::train::fit_logistic(&data, &p).map(EstimatorModel::Logistic))
+            py.detach(|| p.fit(&data, &all).map(EstimatorModel::from))
         }
         "svm" => {
             let p: SvmParams = merge(SvmParams::default(), params).map_err(bad)?;
             let p = p.check().map_err(model_err)?;
-            py.detach(|| aggrate::train::fit_linear_svm(&data, &p).map(EstimatorModel::LinearSvm))
+            py.detach(|| p.fit(&data, &all).map(EstimatorModel::from))
         }
-        "threshold" => py.detach(|| aggrate::train::fit_threshold(&data).map(EstimatorModel::Threshold)),
+        "threshold" => py.detach(|| ThresholdFit.fit(&data, &all).map(EstimatorModel::from)),
         other => {
             return Err(PyValueError::new_err(format!(
                 "kind {other:?}: logistic, svm or threshold"
