@@ -2,11 +2,11 @@
 //! per-station [`OnlineEstimator`] → reports (after a feedback delay) → rate control.
 //!
 //! Fully deterministic for a seed: every random stream is derived from it, and events at equal
-//! times are taken in a fixed order. Two sender kinds share the path: the aggregation-target
-//! loop ([`SenderKind::Aggrate`]: [`AirtimeSplit`] over [`PiController`](crate::control::PiController)) and a loss-based
-//! baseline ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7,
-//! acknowledged per packet after the feedback delay), to compare rate and delay on the same
-//! emulated WLAN.
+//! times are taken in a fixed order. Two senders share the path and the loop, each a
+//! [`Controller`]: the aggregation-target loop ([`SenderKind::Aggrate`]: [`AirtimeSplit`] over
+//! [`PiController`](crate::control::PiController)) and a loss-based baseline
+//! ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7, acknowledged per
+//! packet after the feedback delay), to compare rate and delay on the same emulated WLAN.
 //!
 //! Not yet in the loop: the transport wire format (reports are passed as structs).
 
@@ -17,7 +17,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::control::{AirtimeSplit, PiParams, Rate};
+use crate::control::{AirtimeSplit, Controller, PiParams, Rate};
 use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
@@ -230,11 +230,46 @@ impl Cubic {
     }
 }
 
+/// The Cubic baseline as a [`Controller`]: a window per station, acknowledged per packet,
+/// paced at twice the window rate (bursts without overrunning the clock).
+struct CubicSender {
+    windows: Vec<Cubic>,
+    rtt: Duration,
+    packet_len: u16,
+}
+
+impl Controller for CubicSender {
+    fn on_reports(&mut self, _: Ts, _: &[AggReport]) {}
+    fn on_silence(&mut self, _: Ts, _: Duration) {}
+    fn on_ack(&mut self, now: Ts, sta: usize, lost: bool) {
+        if lost {
+            self.windows[sta].on_loss(now, self.rtt);
+        } else {
+            self.windows[sta].on_ack(now);
+        }
+    }
+    fn wants_acks(&self) -> bool {
+        true
+    }
+    fn may_send(&self, sta: usize, inflight: u64) -> bool {
+        (inflight as f64) < self.windows[sta].cwnd
+    }
+    fn rate(&self, sta: usize) -> Rate {
+        Rate {
+            mbps: self.windows[sta].cwnd * self.packet_len as f64 * 8.0 / self.rtt.as_secs_f64() / 1e6,
+        }
+    }
+    fn pacing_rate(&self, sta: usize) -> Rate {
+        Rate {
+            mbps: (self.rate(sta).mbps * 2.0).max(1.0),
+        }
+    }
+}
+
 struct Station {
     seq: u64,
     next_send: Ts,
     inflight: u64,
-    cubic: Cubic,
     noise: Box<dyn NoiseModel>,
     rx: VecDeque<RxPacket>,
     est: OnlineEstimator,
@@ -269,7 +304,15 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let n = wlan.config().stations.len();
     let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
     let mut sim = WlanSim::new(wlan.clone(), derive(cfg.seed, 1));
-    let mut split = AirtimeSplit::new(cfg.control, n)?;
+    let rtt = cfg.feedback_delay * 2 + Duration::from_millis(1);
+    let mut ctl: Box<dyn Controller> = match cfg.sender {
+        SenderKind::Aggrate => Box::new(AirtimeSplit::new(cfg.control, n)?),
+        SenderKind::Cubic => Box::new(CubicSender {
+            windows: vec![Cubic::new(); n],
+            rtt,
+            packet_len: cfg.packet_len,
+        }),
+    };
     let mut backhaul = match &cfg.backhaul {
         Some(b) => {
             b.check()?;
@@ -289,7 +332,6 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 seq: 0,
                 next_send: Ts::ZERO,
                 inflight: 0,
-                cubic: Cubic::new(),
                 noise,
                 rx: VecDeque::new(),
                 est,
@@ -322,7 +364,6 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let mut batch = Vec::new();
     let mut now;
     let mut clock = Ts::ZERO;
-    let rtt = cfg.feedback_delay * 2 + Duration::from_millis(1);
     let mut steps = 0u64;
     loop {
         // The earliest event.
@@ -330,10 +371,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 feedback
         let mut who = 0usize;
         for (i, s) in stations.iter().enumerate() {
-            let can_send = match cfg.sender {
-                SenderKind::Aggrate => true,
-                SenderKind::Cubic => (s.inflight as f64) < s.cubic.cwnd,
-            };
+            let can_send = ctl.may_send(i, s.inflight);
             // A window-blocked sender whose turn has passed sends as soon as it may: never in
             // the past.
             let at = s.next_send.max(clock);
@@ -389,10 +427,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     series.push(Sample {
                         t: now.as_secs_f64(),
                         sta: i as u16,
-                        rate_mbps: match cfg.sender {
-                            SenderKind::Aggrate => split.rate(i).mbps,
-                            SenderKind::Cubic => s.cubic.cwnd * cfg.packet_len as f64 * 8.0 / rtt.as_secs_f64() / 1e6,
-                        },
+                        rate_mbps: ctl.rate(i).mbps,
                         mean_agg: r.level(),
                         delay_ms: r.owd_mean_ms.unwrap_or(0.0),
                         queue: sim.queue_len(StaId(i as u16)),
@@ -407,11 +442,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     }
                 }
                 next_tick = next_tick + cfg.interval;
-                if cfg.sender == SenderKind::Aggrate
-                    && now.saturating_since(last_feedback) > cfg.interval * 3
-                    && now > Ts::ZERO + cfg.interval * 3
-                {
-                    split.on_silence(now, now.saturating_since(last_feedback));
+                if now.saturating_since(last_feedback) > cfg.interval * 3 && now > Ts::ZERO + cfg.interval * 3 {
+                    ctl.on_silence(now, now.saturating_since(last_feedback));
                 }
             }
             1 => {
@@ -423,14 +455,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     len: cfg.packet_len,
                     sent: now,
                 };
-                let rate = match cfg.sender {
-                    SenderKind::Aggrate => split.rate(who),
-                    // Paced at twice the window rate: bursts without overrunning the clock.
-                    SenderKind::Cubic => Rate {
-                        mbps: (s.cubic.cwnd * cfg.packet_len as f64 * 8.0 / rtt.as_secs_f64() / 1e6 * 2.0).max(1.0),
-                    },
-                };
-                s.next_send = now + rate.interval(cfg.packet_len as u32);
+                s.next_send = now + ctl.pacing_rate(who).interval(cfg.packet_len as u32);
                 let at = match &mut backhaul {
                     Some(b) => b.push(now, cfg.packet_len),
                     None => Some(now),
@@ -466,7 +491,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         s.delays.push(now.saturating_since(sent).as_secs_f32() * 1e3);
                     }
                 }
-                if cfg.sender == SenderKind::Cubic {
+                if ctl.wants_acks() {
                     feedback.push_back((now + cfg.feedback_delay, Fb::Ack { sta: who, lost }));
                 }
             }
@@ -474,19 +499,11 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 let (_, fb) = feedback.pop_front().expect("peeked");
                 last_feedback = now;
                 match fb {
-                    Fb::Reports(r) => {
-                        if cfg.sender == SenderKind::Aggrate {
-                            split.on_reports(now, &r);
-                        }
-                    }
+                    Fb::Reports(r) => ctl.on_reports(now, &r),
                     Fb::Ack { sta, lost } => {
                         let s = &mut stations[sta];
                         s.inflight = s.inflight.saturating_sub(1);
-                        if lost {
-                            s.cubic.on_loss(now, rtt);
-                        } else {
-                            s.cubic.on_ack(now);
-                        }
+                        ctl.on_ack(now, sta, lost);
                     }
                 }
             }
@@ -528,7 +545,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         });
         // Cubic: packets lost in the AP queue are never acknowledged; the gap at the receiver
         // signals the loss, and the lost packets leave the window then.
-        if cfg.sender == SenderKind::Cubic {
+        if ctl.wants_acks() {
             for s in stations.iter_mut() {
                 let outstanding = s.seq.saturating_sub(s.expect_seq);
                 if s.inflight > outstanding + s.rx.len() as u64 + 64 {

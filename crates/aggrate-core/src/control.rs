@@ -408,6 +408,49 @@ impl AirtimeSplit {
     }
 }
 
+/// A sender's rate control as a closed loop drives it: receivers' reports and per-packet
+/// acknowledgements in, a pacing rate and a send window out. [`AirtimeSplit`] (the study's
+/// aggregation-target controller) implements it, and so does the loss-based Cubic baseline the
+/// virtual-clock loop compares it with (`aggrate::sim`), so both run the same loop.
+pub trait Controller {
+    /// One report per station (in station order) arrived at `now`.
+    fn on_reports(&mut self, now: Ts, reports: &[AggReport]);
+    /// No feedback for `silent` at `now`.
+    fn on_silence(&mut self, now: Ts, silent: Duration);
+    /// A packet to station `sta` was acknowledged at `now`; `lost`: the receiver saw a gap before
+    /// it. Only window-based controllers use acknowledgements.
+    fn on_ack(&mut self, now: Ts, sta: usize, lost: bool);
+    /// Whether the controller needs per-packet acknowledgements.
+    fn wants_acks(&self) -> bool;
+    /// Whether station `sta` may send another packet with `inflight` unacknowledged.
+    fn may_send(&self, sta: usize, inflight: u64) -> bool;
+    /// The controller's rate toward `sta` (for a window: the window per round trip).
+    fn rate(&self, sta: usize) -> Rate;
+    /// The rate packets to `sta` are paced at (default: [`Controller::rate`]).
+    fn pacing_rate(&self, sta: usize) -> Rate {
+        self.rate(sta)
+    }
+}
+
+impl Controller for AirtimeSplit {
+    fn on_reports(&mut self, now: Ts, reports: &[AggReport]) {
+        AirtimeSplit::on_reports(self, now, reports);
+    }
+    fn on_silence(&mut self, now: Ts, silent: Duration) {
+        AirtimeSplit::on_silence(self, now, silent);
+    }
+    fn on_ack(&mut self, _: Ts, _: usize, _: bool) {}
+    fn wants_acks(&self) -> bool {
+        false
+    }
+    fn may_send(&self, _: usize, _: u64) -> bool {
+        true
+    }
+    fn rate(&self, sta: usize) -> Rate {
+        AirtimeSplit::rate(self, sta)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
