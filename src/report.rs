@@ -747,3 +747,59 @@ pub fn write_sim_series(dir: &Path, label: &str, r: &crate::sim::SimResult) -> R
     }
     Ok(written)
 }
+
+/// One report interval of the live loop (the demo's `ap` + `recv` + `send` on loopback): send rate, estimated level,
+/// receive rate, one-way delay, losses.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct LiveRow {
+    /// Seconds since the start.
+    pub t_s: f64,
+    /// The sender's rate then (Mb/s).
+    pub rate_mbps: f64,
+    /// μ_N.
+    pub mean_agg: f64,
+    /// Receive rate (Mb/s).
+    pub rx_mbps: f64,
+    /// Mean one-way delay (ms; NaN without send times).
+    pub owd_ms: f64,
+    /// Packets lost in the interval.
+    pub lost: u64,
+}
+
+/// `live.csv`, `live_rate.png` (send and receive rate; `send` is the sender's rate over time)
+/// and `live_agg.png` (μ_N) in `dir`.
+pub fn write_live(dir: &Path, rows: &[LiveRow], send: &[(f64, f64)]) -> Result<Vec<PathBuf>, WriteError> {
+    use plot::Series;
+    let mut csv = String::from("t_s,send_mbps,mean_agg,rx_mbps,owd_ms,lost\n");
+    for r in rows {
+        csv.push_str(&format!(
+            "{:.3},{:.3},{:.3},{:.3},{:.4},{}\n",
+            r.t_s, r.rate_mbps, r.mean_agg, r.rx_mbps, r.owd_ms, r.lost
+        ));
+    }
+    let mut written = vec![write_file(dir, "live.csv", csv.into_bytes())?];
+    let png = dir.join("live_rate.png");
+    plot::lines(
+        &png,
+        "live loop: send and receive rate",
+        "time (s)",
+        "Mb/s",
+        &[
+            Series::new("send rate", send.to_vec()),
+            Series::new("receive rate", rows.iter().map(|r| (r.t_s, r.rx_mbps)).collect()),
+        ],
+        None,
+    )?;
+    written.push(png);
+    let png = dir.join("live_agg.png");
+    plot::lines(
+        &png,
+        "live loop: estimated aggregation level μ_N",
+        "time (s)",
+        "MPDUs per A-MPDU",
+        &[Series::new("μ_N", rows.iter().map(|r| (r.t_s, r.mean_agg)).collect())],
+        None,
+    )?;
+    written.push(png);
+    Ok(written)
+}

@@ -236,16 +236,7 @@ fn free_port() -> Result<SocketAddr> {
     Ok(s.local_addr()?)
 }
 
-/// One row of the live table.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
-pub(crate) struct LiveRow {
-    pub(crate) t_s: f64,
-    pub(crate) rate_mbps: f64,
-    pub(crate) mean_agg: f64,
-    pub(crate) rx_mbps: f64,
-    pub(crate) owd_ms: f64,
-    pub(crate) lost: u64,
-}
+use aggrate::report::LiveRow;
 
 /// `ap` + `recv` + `send` on threads over loopback for `duration`, one station at `mcs`;
 /// prints a live table each report and writes `live.csv` and PNGs into `out`.
@@ -372,34 +363,6 @@ pub(crate) fn live_loop(
             }
         })
         .collect();
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut csv = String::from("t_s,send_mbps,mean_agg,rx_mbps,owd_ms,lost\n");
-    for r in &rows {
-        csv.push_str(&format!(
-            "{:.3},{:.3},{:.3},{:.3},{:.4},{}\n",
-            r.t_s, r.rate_mbps, r.mean_agg, r.rx_mbps, r.owd_ms, r.lost
-        ));
-    }
-    std::fs::write(out.join("live.csv"), csv).with_context(|| format!("writing {}", out.join("live.csv").display()))?;
-    use aggrate::report::plot::{lines, Series};
-    lines(
-        &out.join("live_rate.png"),
-        "live loop: send and receive rate",
-        "time (s)",
-        "Mb/s",
-        &[
-            Series::new("send rate", rate_series.clone()),
-            Series::new("receive rate", rows.iter().map(|r| (r.t_s, r.rx_mbps)).collect()),
-        ],
-        None,
-    )?;
-    lines(
-        &out.join("live_agg.png"),
-        "live loop: estimated aggregation level μ_N",
-        "time (s)",
-        "MPDUs per A-MPDU",
-        &[Series::new("μ_N", rows.iter().map(|r| (r.t_s, r.mean_agg)).collect())],
-        None,
-    )?;
+    aggrate::report::write_live(out, &rows, &rate_series)?;
     Ok(rows)
 }
