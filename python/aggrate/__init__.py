@@ -15,7 +15,7 @@ receiver's online estimator, and run the 802.11ac emulator::
 
 from ._aggrate import AggrateError, InputError, ModelError, Model, OnlineEstimator as _OnlineEstimator
 from ._aggrate import __version__
-from .capture import CaptureError, read_capture
+from .capture import CaptureError, read_capture, read_dataset
 from .estimators import LinearSVC, LogisticRegression, ThresholdClassifier
 from .online import OnlineEstimator
 from .sim import simulate
@@ -32,5 +32,6 @@ __all__ = [
     "ThresholdClassifier",
     "__version__",
     "read_capture",
+    "read_dataset",
     "simulate",
 ]

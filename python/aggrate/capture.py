@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional, Union
+import json
+import pathlib
+from typing import List, Optional, Union
 
 import numpy as np
 import polars as pl
@@ -107,3 +109,45 @@ def read_capture(
             raise CaptureError(err["message"], err["path"] and os.fspath(err["path"]), err["offset"], df)
         raise OSError(err["message"])
     return df
+
+
+def read_dataset(folder: PathLike, *, train_only: bool = False, **options) -> pl.DataFrame:
+    """Rows of every capture of a dataset folder (``aggrate dataset build``), with ``receiver``,
+    ``role`` and ``rate_mbps`` from its ``manifest.json`` and each run's kernel log joined when
+    the manifest names one; without a manifest, every capture in the folder (receiver from the
+    capture's comment). ``options`` go to :func:`read_capture` (``m``, ``sigma``, ``context``, …).
+
+    Group by ``receiver`` to hold out whole receive paths (scikit-learn's ``GroupKFold``), as
+    ``aggrate train --group-by receiver`` does.
+    """
+    folder = pathlib.Path(folder)
+    manifest = folder / "manifest.json"
+    parts: List[pl.DataFrame] = []
+    if manifest.exists():
+        m = json.loads(manifest.read_text())
+        for run in m.get("runs", []):
+            if train_only and run.get("role") != "train":
+                continue
+            for st in run.get("stations", []):
+                kernel = st.get("kernel")
+                df = read_capture(
+                    folder / st["file"],
+                    None if kernel is None else folder / kernel,
+                    rate_mbps=run.get("rate_mbps"),
+                    **options,
+                )
+                parts.append(df.with_columns(
+                    pl.lit(run.get("receiver"), dtype=pl.Utf8).alias("receiver"),
+                    pl.lit(run.get("role"), dtype=pl.Utf8).alias("role"),
+                ))
+    else:
+        captures = sorted(p for p in folder.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz", ".xz"))
+        for p in captures:
+            df = read_capture(p, **options)
+            parts.append(df.with_columns(
+                pl.lit(_aggrate.receiver_of(os.fspath(p)), dtype=pl.Utf8).alias("receiver"),
+                pl.lit(None, dtype=pl.Utf8).alias("role"),
+            ))
+    if not parts:
+        raise InputError(f"{folder}: no captures (no manifest.json runs and no .pcap/.pcapng files)")
+    return pl.concat(parts)

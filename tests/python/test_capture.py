@@ -88,3 +88,40 @@ def test_kernel_log_replaces_the_host_times(emulated, tmp_path):
     assert 0.85 * df.height < joined.height < df.height
     both = joined.join(df.select("number", pl.col("host_ns").alias("own")), on="number")
     assert (both["host_ns"] - both["own"] == 5000).all()
+
+
+def test_a_dataset_folder_reads_with_receivers_and_kernel_logs(tmp_path, emulated):
+    """A manifest in the shape `aggrate dataset build` writes: two runs through two receivers,
+    one with a kernel log; and a folder without a manifest."""
+    import json
+    import shutil
+
+    a = aggrate.simulate(tmp_path / "r_a_200mbps.pcapng", rate_mbps=200, duration_s=0.5, noise="phone", seed=1)
+    b = aggrate.simulate(tmp_path / "r_b_300mbps.pcapng", rate_mbps=300, duration_s=0.5, noise="laptop", seed=2)
+    rows_b = aggrate.read_capture(b["paths"][0])
+    (tmp_path / "r_b.csv").write_text(
+        "seq,host_ns\n" + "".join(f"{s},{h + 1000}\n" for s, h in zip(rows_b["seq"], rows_b["host_ns"]))
+    )
+    manifest = {"runs": [
+        {"role": "train", "rate_mbps": 200.0, "receiver": "phone", "stations": [{"file": "r_a_200mbps.pcapng"}]},
+        {"role": "test", "rate_mbps": 300.0, "receiver": "laptop",
+         "stations": [{"file": "r_b_300mbps.pcapng", "kernel": "r_b.csv"}]},
+    ]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    df = aggrate.read_dataset(tmp_path, m=5)
+    assert sorted(df["receiver"].unique().to_list()) == ["laptop", "phone"]
+    laptop = df.filter(pl.col("receiver") == "laptop")
+    assert (laptop["role"] == "test").all() and (laptop["rate_mbps"] == 300.0).all()
+    # The kernel log's times (+1 µs) replaced the capture's.
+    both = laptop.join(rows_b.select("number", pl.col("host_ns").alias("own")), on="number")
+    assert both.height > 0.95 * rows_b.height and (both["host_ns"] - both["own"] == 1000).all()
+    assert aggrate.read_dataset(tmp_path, train_only=True, m=5)["receiver"].unique().to_list() == ["phone"]
+    # Without a manifest: receivers from the captures' comments.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(a["paths"][0], plain)
+    assert aggrate.read_dataset(plain, m=5)["receiver"].unique().to_list() == ["phone"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(aggrate.InputError, match="no captures"):
+        aggrate.read_dataset(empty)

@@ -220,6 +220,13 @@ fn read_capture<'py>(
     Ok((columns, info, error))
 }
 
+/// The receiver a capture names in its pcapng section comment (written by `simulate` and
+/// `dataset build`), if any.
+#[pyfunction]
+fn receiver_of(path: PathBuf) -> Option<String> {
+    aggrate::pipeline::receiver_from_comment(&path)
+}
+
 /// A fitted estimator model with the feature layout it expects (a model file).
 #[pyclass(name = "Model", module = "aggrate._aggrate", frozen)]
 struct PyModel {
@@ -503,6 +510,7 @@ fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_capture, m)?)?;
     m.add_function(wrap_pyfunction!(fit, m)?)?;
     m.add_function(wrap_pyfunction!(layout, m)?)?;
+    m.add_function(wrap_pyfunction!(receiver_of, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_class::<PyModel>()?;
     m.add_class::<PyEstimator>()?;
