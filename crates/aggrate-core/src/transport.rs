@@ -450,14 +450,33 @@ impl Receiver {
 
     /// A datagram from `from`, received at kernel time `host`: a hello, or data of the session.
     pub fn handle_datagram(&mut self, host: Ts, from: SocketAddr, bytes: &[u8]) -> Result<(), WireError> {
-        let r = self.datagram(host, from, bytes);
+        self.handle_datagram_radio(host, from, bytes, None)
+    }
+
+    /// [`Receiver::handle_datagram`] with the radio's MAC timestamp of the frame that carried
+    /// it, where the receiver can read one (a monitor interface, an emulator): the estimator's
+    /// MAC-timestamp mode needs it.
+    pub fn handle_datagram_radio(
+        &mut self,
+        host: Ts,
+        from: SocketAddr,
+        bytes: &[u8],
+        tsft: Option<crate::time::Tsft>,
+    ) -> Result<(), WireError> {
+        let r = self.datagram(host, from, bytes, tsft);
         if r.is_err() {
             self.stats.dropped += 1;
         }
         r
     }
 
-    fn datagram(&mut self, host: Ts, from: SocketAddr, bytes: &[u8]) -> Result<(), WireError> {
+    fn datagram(
+        &mut self,
+        host: Ts,
+        from: SocketAddr,
+        bytes: &[u8],
+        tsft: Option<crate::time::Tsft>,
+    ) -> Result<(), WireError> {
         let (kind, _, _) = wire::peek(bytes)?;
         match kind {
             Kind::Hello => {
@@ -522,7 +541,7 @@ impl Receiver {
                     seq: Some(d.seq),
                     sent: Some(d.sent),
                     len: (payload + wire::DATA_HEADER_LEN).min(u32::MAX as usize) as u32,
-                    tsft: None,
+                    tsft,
                     phy_rate_bps: self.phy_rate_bps,
                 });
                 Ok(())
@@ -630,6 +649,40 @@ mod tests {
                 .min(now + Duration::from_millis(5))
                 .max(now + Duration::from_micros(1));
         }
+    }
+
+    /// Data handed over with the radio's MAC timestamps: the MAC-timestamp estimator finds the
+    /// frames (four packets per TSFT here) and the feedback says so.
+    #[test]
+    fn radio_timestamps_reach_the_estimator() {
+        let (mut s, mut r) = pair(1);
+        run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(100));
+        assert!(s.connected(0));
+        let mut now = Ts::from_millis(100);
+        let mut k = 0u64;
+        while now < Ts::from_millis(1300) {
+            while let Some(t) = s.poll_transmit(now) {
+                let b = s.buffer()[..t.len].to_vec();
+                let tsft = crate::time::Tsft(1_000_000 + 500 * (k / 4));
+                r[0].handle_datagram_radio(now, addr(1), &b, Some(tsft)).unwrap();
+                k += 1;
+            }
+            while let Some((n, _)) = r[0].poll_transmit(now) {
+                let b = r[0].buffer()[..n].to_vec();
+                let _ = s.handle_datagram(now, 0, &b);
+            }
+            now = s
+                .poll_timeout()
+                .min(now + Duration::from_millis(5))
+                .max(now + Duration::from_micros(1));
+        }
+        let rep = r[0].last_report().copied().expect("a report");
+        assert!(rep.frames > 0);
+        assert!((rep.mean_agg - 4.0).abs() < 0.2, "{rep:?}");
+        // Without the timestamps the same mode sees no frame boundaries.
+        let (mut s2, mut r2) = pair(1);
+        run(&mut s2, &mut r2, Ts::ZERO, Ts::from_millis(1300));
+        assert!(r2[0].last_report().is_none_or(|x| (x.mean_agg - 4.0).abs() > 0.5));
     }
 
     #[test]
