@@ -8,9 +8,13 @@
 //! ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7, acknowledged per
 //! packet after the feedback delay), to compare rate and delay on the same emulated WLAN.
 //!
-//! Not yet in the loop: the transport wire format (reports are passed as structs).
+//! The aggregation-target sender is the transport itself: its sans-IO [`Sender`] paces the
+//! stations and one [`Receiver`] per station runs the estimator, exchanging real datagrams
+//! (session handshake, HMAC tags, feedback reports) — data through the emulated WLAN, hellos and
+//! feedback over the feedback delay. The Cubic baseline has no wire format: its acknowledgements
+//! are events.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use rand::SeedableRng;
@@ -22,6 +26,7 @@ use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
 use crate::time::Ts;
+use crate::transport::{wire, Receiver, Sender, SenderStats};
 use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
 use crate::wlan::{Packet, StaId, WlanConfig, WlanSim};
@@ -166,6 +171,11 @@ pub struct SimResult {
     pub stations: Vec<StationResult>,
     /// Sum of received rates (Mb/s), second half.
     pub total_mbps: f64,
+    /// The transport's counters (aggregation-target sender: hellos, sessions, data sent,
+    /// feedback accepted and refused); none for the Cubic baseline.
+    pub transport: Option<SenderStats>,
+    /// Data the receivers refused (bad tag, no session), summed over stations.
+    pub receiver_dropped: u64,
     /// Time series.
     #[serde(skip)]
     pub series: Vec<Sample>,
@@ -266,6 +276,39 @@ impl Controller for CubicSender {
     }
 }
 
+/// The aggregation-target sender as it runs live: the transport's sans-IO [`Sender`] (its
+/// [`AirtimeSplit`] paces the stations) and one [`Receiver`] per station, exchanging real
+/// datagrams — hellos and feedback over the feedback delay, data through the emulated WLAN.
+struct Wire {
+    sender: Sender,
+    receivers: Vec<Receiver>,
+    /// Data datagrams inside the WLAN, by station and sequence number (the WLAN carries sizes).
+    in_wlan: Vec<BTreeMap<u32, Vec<u8>>>,
+    /// Data datagrams sent per station (the WLAN packet's sequence number).
+    sent: Vec<u32>,
+    /// Hellos on their way to a receiver: (arrival, station, bytes).
+    down: VecDeque<(Ts, usize, Vec<u8>)>,
+    /// Hello-acks and feedback on their way to the sender.
+    up: VecDeque<(Ts, usize, Vec<u8>)>,
+}
+
+/// Where the virtual sender's datagrams come from (the receivers only answer this address).
+const SENDER_ADDR: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 1), 7000));
+
+/// Data datagrams kept for the WLAN per station at most (older ones were dropped in the WLAN).
+const MAX_IN_WLAN: usize = 1 << 16;
+
+impl Wire {
+    /// Drain `rx`'s answers due at `now` onto the way back.
+    fn answers(&mut self, sta: usize, now: Ts, delay: Duration) {
+        while let Some((n, _)) = self.receivers[sta].poll_transmit(now) {
+            let b = self.receivers[sta].buffer()[..n].to_vec();
+            self.up.push_back((now + delay, sta, b));
+        }
+    }
+}
+
 struct Station {
     seq: u64,
     next_send: Ts,
@@ -305,6 +348,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
     let mut sim = WlanSim::new(wlan.clone(), derive(cfg.seed, 1));
     let rtt = cfg.feedback_delay * 2 + Duration::from_millis(1);
+    // The loop's controller for the Cubic baseline; the aggregation-target sender's
+    // `AirtimeSplit` runs inside the transport's `Sender` (this one only checks the parameters).
     let mut ctl: Box<dyn Controller> = match cfg.sender {
         SenderKind::Aggrate => Box::new(AirtimeSplit::new(cfg.control, n)?),
         SenderKind::Cubic => Box::new(CubicSender {
@@ -346,6 +391,48 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             })
         })
         .collect::<Result<_, _>>()?;
+    let mut xport = match cfg.sender {
+        SenderKind::Aggrate => {
+            let payload = (cfg.packet_len as usize)
+                .checked_sub(28 + wire::DATA_HEADER_LEN)
+                .ok_or(Error::Bad {
+                    field: "packet_len",
+                    value: cfg.packet_len as f64,
+                    allowed: "at least 72 bytes (IP/UDP and the data header)",
+                })?;
+            // A fixed key and seeds: the loop is deterministic; tags are still made and checked.
+            let psk = wire::Psk::new(b"aggrate sim: the virtual loop's pre-shared key").map_err(|_| Error::Bad {
+                field: "psk",
+                value: 0.0,
+                allowed: "16..=1024 bytes",
+            })?;
+            let seed = |k: u64| {
+                let mut b = [0u8; 32];
+                b[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+                b[8..16].copy_from_slice(&k.to_le_bytes());
+                b
+            };
+            let sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
+            let receivers = stations
+                .iter()
+                .enumerate()
+                .map(|(i, st)| {
+                    let mut r = Receiver::new(psk.clone(), seed(1 + i as u64), st.est.clone());
+                    r.phy_rate_bps = Some(phy[i] as u64);
+                    r
+                })
+                .collect();
+            Some(Wire {
+                sender,
+                receivers,
+                in_wlan: vec![BTreeMap::new(); n],
+                sent: vec![0; n],
+                down: VecDeque::new(),
+                up: VecDeque::new(),
+            })
+        }
+        SenderKind::Cubic => None,
+    };
     let end = Ts((cfg.duration_s * 1e9) as u64);
     let half = Ts(end.as_nanos() / 2);
     let mut to_ap: VecDeque<(Ts, usize, Packet)> = VecDeque::new();
@@ -368,9 +455,28 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     loop {
         // The earliest event.
         let mut t_next = next_tick;
-        let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 feedback
+        let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 feedback, 6 down, 7 up
         let mut who = 0usize;
+        if let Some(w) = &xport {
+            let at = w.sender.poll_timeout().max(clock);
+            if at < t_next {
+                (t_next, kind) = (at, 1);
+            }
+            if let Some(&(a, _, _)) = w.down.front() {
+                if a < t_next {
+                    (t_next, kind) = (a, 6);
+                }
+            }
+            if let Some(&(a, _, _)) = w.up.front() {
+                if a < t_next {
+                    (t_next, kind) = (a, 7);
+                }
+            }
+        }
         for (i, s) in stations.iter().enumerate() {
+            if xport.is_some() {
+                break; // the transport's sender paces
+            }
             let can_send = ctl.may_send(i, s.inflight);
             // A window-blocked sender whose turn has passed sends as soon as it may: never in
             // the past.
@@ -416,8 +522,20 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 let mut reports = Vec::with_capacity(n);
                 for (i, s) in stations.iter_mut().enumerate() {
                     let mut r = s.last;
-                    while let Some(x) = s.est.poll_report(now) {
-                        r = x;
+                    match &mut xport {
+                        // The receiver reports on its own timer (the same interval boundaries):
+                        // its feedback leaves now.
+                        Some(w) => {
+                            w.answers(i, now, cfg.feedback_delay);
+                            if let Some(x) = w.receivers[i].last_report() {
+                                r = *x;
+                            }
+                        }
+                        None => {
+                            while let Some(x) = s.est.poll_report(now) {
+                                r = x;
+                            }
+                        }
                     }
                     if r.phy_rate_bps.is_none() {
                         r.phy_rate_bps = Some(phy[i]);
@@ -427,14 +545,19 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     series.push(Sample {
                         t: now.as_secs_f64(),
                         sta: i as u16,
-                        rate_mbps: ctl.rate(i).mbps,
+                        rate_mbps: match &xport {
+                            Some(w) => w.sender.rate(i).mbps,
+                            None => ctl.rate(i).mbps,
+                        },
                         mean_agg: r.level(),
                         delay_ms: r.owd_mean_ms.unwrap_or(0.0),
                         queue: sim.queue_len(StaId(i as u16)),
                         lost: s.lost_total,
                     });
                 }
-                feedback.push_back((now + cfg.feedback_delay, Fb::Reports(reports)));
+                if xport.is_none() {
+                    feedback.push_back((now + cfg.feedback_delay, Fb::Reports(reports)));
+                }
                 if now == half || (now > half && now.saturating_sub(cfg.interval) < half) {
                     for (i, st) in sim.stats().iter().enumerate() {
                         air_half[i] = st.airtime_ns;
@@ -442,31 +565,89 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     }
                 }
                 next_tick = next_tick + cfg.interval;
-                if now.saturating_since(last_feedback) > cfg.interval * 3 && now > Ts::ZERO + cfg.interval * 3 {
+                if xport.is_none()
+                    && now.saturating_since(last_feedback) > cfg.interval * 3
+                    && now > Ts::ZERO + cfg.interval * 3
+                {
                     ctl.on_silence(now, now.saturating_since(last_feedback));
                 }
             }
             1 => {
-                let s = &mut stations[who];
-                s.seq += 1;
-                s.inflight += 1;
-                let pkt = Packet {
-                    seq: s.seq as u32,
-                    len: cfg.packet_len,
-                    sent: now,
-                };
-                s.next_send = now + ctl.pacing_rate(who).interval(cfg.packet_len as u32);
-                let at = match &mut backhaul {
-                    Some(b) => b.push(now, cfg.packet_len),
-                    None => Some(now),
-                };
-                match at {
-                    Some(a) => to_ap.push_back((a, who, pkt)),
-                    None => {
-                        s.lost_total += 1;
-                        if now >= half {
-                            s.backhaul_lost += 1;
+                // What leaves the sender now: (station, packet) into the WLAN path.
+                let mut out: Vec<(usize, Packet)> = Vec::new();
+                match &mut xport {
+                    Some(w) => {
+                        w.sender.handle_timeout(now);
+                        while let Some(t) = w.sender.poll_transmit(now) {
+                            let b = w.sender.buffer()[..t.len].to_vec();
+                            if matches!(wire::peek(&b), Ok((wire::Kind::Data, _, _))) {
+                                w.sent[t.station] += 1;
+                                let seq = w.sent[t.station];
+                                let kept = &mut w.in_wlan[t.station];
+                                kept.insert(seq, b);
+                                if kept.len() > MAX_IN_WLAN {
+                                    kept.pop_first();
+                                }
+                                out.push((
+                                    t.station,
+                                    Packet {
+                                        seq,
+                                        len: cfg.packet_len,
+                                        sent: now,
+                                    },
+                                ));
+                            } else {
+                                // Hellos go the control path, like the feedback.
+                                w.down.push_back((now + cfg.feedback_delay, t.station, b));
+                            }
                         }
+                    }
+                    None => {
+                        let s = &mut stations[who];
+                        s.seq += 1;
+                        s.inflight += 1;
+                        s.next_send = now + ctl.pacing_rate(who).interval(cfg.packet_len as u32);
+                        out.push((
+                            who,
+                            Packet {
+                                seq: s.seq as u32,
+                                len: cfg.packet_len,
+                                sent: now,
+                            },
+                        ));
+                    }
+                }
+                for (sta, pkt) in out {
+                    let at = match &mut backhaul {
+                        Some(b) => b.push(now, cfg.packet_len),
+                        None => Some(now),
+                    };
+                    match at {
+                        Some(a) => to_ap.push_back((a, sta, pkt)),
+                        None => {
+                            let s = &mut stations[sta];
+                            s.lost_total += 1;
+                            if now >= half {
+                                s.backhaul_lost += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            6 => {
+                if let Some(w) = &mut xport {
+                    if let Some((_, sta, b)) = w.down.pop_front() {
+                        let _ = w.receivers[sta].handle_datagram(now, SENDER_ADDR, &b);
+                        w.answers(sta, now, cfg.feedback_delay);
+                    }
+                }
+            }
+            7 => {
+                if let Some(w) = &mut xport {
+                    if let Some((_, sta, b)) = w.up.pop_front() {
+                        // Refused feedback is counted in the sender's stats.
+                        let _ = w.sender.handle_datagram(now, sta, &b);
+                        last_feedback = now;
                     }
                 }
             }
@@ -481,7 +662,17 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             4 => {
                 let s = &mut stations[who];
                 let p = s.rx.pop_front().expect("peeked");
-                s.est.push(&p);
+                match &mut xport {
+                    Some(w) => {
+                        if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
+                            let _ = w.receivers[who].handle_datagram_radio(p.host, SENDER_ADDR, &b, p.tsft);
+                            w.answers(who, now, cfg.feedback_delay);
+                        }
+                    }
+                    None => {
+                        s.est.push(&p);
+                    }
+                }
                 let seq = p.seq.unwrap_or(0);
                 let lost = seq > s.expect_seq + 1 && s.expect_seq > 0;
                 s.expect_seq = s.expect_seq.max(seq);
@@ -599,6 +790,10 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         sender: cfg.sender,
         total_mbps: results.iter().map(|r| r.rate_mbps).sum(),
         stations: results,
+        transport: xport.as_ref().map(|w| w.sender.stats()),
+        receiver_dropped: xport
+            .as_ref()
+            .map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
         series,
     })
 }

@@ -38,6 +38,33 @@ fn one_station_settles_at_the_target_and_stays() {
     );
 }
 
+/// The loop runs the real transport: every station's session opens once, every datagram
+/// verifies, and the sender hears about one feedback report per station per interval.
+#[test]
+fn the_aggrate_sender_runs_the_wire_transport_in_the_loop() {
+    let cfg = SimConfig {
+        wlan: stations(&[9, 4]),
+        duration_s: 10.0,
+        ..SimConfig::default()
+    };
+    let r = go(&cfg);
+    let t = r.transport.expect("the aggregation-target sender runs the transport");
+    assert_eq!(t.sessions, 2, "{t:?}");
+    assert_eq!(t.feedback_dropped, 0, "{t:?}");
+    assert_eq!(r.receiver_dropped, 0);
+    let expected = 2.0 * cfg.duration_s / cfg.interval.as_secs_f64();
+    assert!(
+        t.feedback as f64 > 0.9 * expected && t.feedback as f64 <= expected + 2.0,
+        "{t:?}"
+    );
+    assert!(t.sent > 100_000, "{t:?}");
+    let cubic = go(&SimConfig {
+        sender: SenderKind::Cubic,
+        ..cfg
+    });
+    assert!(cubic.transport.is_none());
+}
+
 #[test]
 fn stations_with_different_mcs_share_airtime_equally() {
     for mcs in [&[9u8, 4][..], &[9, 7, 4], &[9, 8, 7, 6, 5, 4, 3, 2]] {
