@@ -5,18 +5,14 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use aggrate::dataset::slot_rows;
 use aggrate::model::ModelFile;
-use aggrate::report::{AggMetrics, BinaryMetrics};
-use aggrate::train::Predict;
 
 use super::progress::Ui;
-use aggrate::train::cv::{rate_reports, score, PerRate};
+use aggrate::train::cv::evaluate;
 
 use super::train::{inputs, load_rows};
 use super::{Exit, FlowArgs};
 use aggrate::report::{rates_csv, rates_md};
-use aggrate::train::cv::{attach_slots, slot_rate_reports};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct EvalArgs {
@@ -44,24 +40,16 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let spec = file.spec;
     let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
-    let idx: Vec<usize> = (0..data.len()).collect();
-    let mut per_rate = PerRate::new();
-    let (bm, agg): (BinaryMetrics, AggMetrics) = score(&data, &idx, &file.model, spec.n_max, &mut per_rate);
-    let mut rates = rate_reports(&per_rate);
-    let mut slot_json = serde_json::Value::Null;
-    if let Some(svr) = file.model.slot_svr() {
-        let pred: Vec<bool> = (0..data.len()).map(|i| file.model.predict_row(data.row(i))).collect();
-        let rows = slot_rows(&data, &pred, &spec);
-        let corrected: Vec<f64> = (0..rows.len()).map(|i| svr.predict(rows.row(i))).collect();
-        let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
-        let slots = slot_rate_reports(&rows, &corrected);
-        attach_slots(&mut rates, &slots);
-        slot_json = serde_json::json!({
-            "rows": rows.len(),
-            "slot_rmse": AggMetrics::from_values(&rows.target, &corrected).rmse(),
-            "base_slot_rmse": AggMetrics::from_values(&rows.target, &base).rmse(),
-        });
-    }
+    let ev = evaluate(&data, &file.model, &spec);
+    let (bm, agg, rates) = (ev.binary, ev.agg, ev.rates);
+    let slot_json = match ev.slots {
+        Some((rows, slot_rmse, base_slot_rmse)) => serde_json::json!({
+            "rows": rows,
+            "slot_rmse": slot_rmse,
+            "base_slot_rmse": base_slot_rmse,
+        }),
+        None => serde_json::Value::Null,
+    };
     let name = a
         .model
         .file_stem()

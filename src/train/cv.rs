@@ -459,6 +459,46 @@ pub fn receiver_cv(
     Ok(out)
 }
 
+/// How a fitted model scores on rows it was not fitted on (`aggrate eval`).
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// Frame starts over all rows.
+    pub binary: BinaryMetrics,
+    /// Per-packet aggregation level error over all rows.
+    pub agg: AggMetrics,
+    /// Per send rate (with the slot metrics when the model has a slot SVR).
+    pub rates: Vec<RateReport>,
+    /// The slot SVR's stage: `(slot rows, RMSE corrected, RMSE of the classifier alone)`.
+    pub slots: Option<(usize, f64, f64)>,
+}
+
+/// Score `model` on every row of `data` (its spec's `n_max` caps the levels); with a slot SVR,
+/// also per slot, corrected and uncorrected.
+pub fn evaluate(data: &Dataset, model: &EstimatorModel, spec: &FeatureSpec) -> Evaluation {
+    let idx: Vec<usize> = (0..data.len()).collect();
+    let mut per_rate = PerRate::new();
+    let (binary, agg) = score(data, &idx, model, spec.n_max, &mut per_rate);
+    let mut rates = rate_reports(&per_rate);
+    let slots = model.slot_svr().map(|svr| {
+        let pred: Vec<bool> = (0..data.len()).map(|i| model.predict_row(data.row(i))).collect();
+        let rows = slot_rows(data, &pred, spec);
+        let corrected: Vec<f64> = (0..rows.len()).map(|i| svr.predict(rows.row(i))).collect();
+        let base: Vec<f64> = (0..rows.len()).map(|i| rows.base_level(i)).collect();
+        attach_slots(&mut rates, &slot_rate_reports(&rows, &corrected));
+        (
+            rows.len(),
+            AggMetrics::from_values(&rows.target, &corrected).rmse(),
+            AggMetrics::from_values(&rows.target, &base).rmse(),
+        )
+    });
+    Evaluation {
+        binary,
+        agg,
+        rates,
+        slots,
+    }
+}
+
 /// Per send rate: slot RMSE of the logistic alone (the rows' base level) and of `pred`.
 pub fn slot_rate_reports(rows: &SlotRows, pred: &[f64]) -> Vec<SlotRateReport> {
     let mut per_rate = Vec::new();
