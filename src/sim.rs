@@ -2,17 +2,18 @@
 //! per-station [`OnlineEstimator`] → reports (after a feedback delay) → rate control.
 //!
 //! Fully deterministic for a seed: every random stream is derived from it, and events at equal
-//! times are taken in a fixed order. Two senders share the path and the loop, each a
-//! [`Controller`]: the aggregation-target loop ([`SenderKind::Aggrate`]: [`AirtimeSplit`] over
+//! times are taken in a fixed order. Two senders share the path, both driven by a
+//! [`Controller`] (`control`): the aggregation-target loop ([`SenderKind::Aggrate`]:
+//! [`AirtimeSplit`](crate::control::AirtimeSplit) over
 //! [`PiController`](crate::control::PiController)) and a loss-based baseline
 //! ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7, acknowledged per
 //! packet after the feedback delay), to compare rate and delay on the same emulated WLAN.
 //!
-//! The aggregation-target sender is the transport itself: its sans-IO [`Sender`] paces the
-//! stations and one [`Receiver`] per station runs the estimator, exchanging real datagrams
-//! (session handshake, HMAC tags, feedback reports) — data through the emulated WLAN, hellos and
-//! feedback over the feedback delay. The Cubic baseline has no wire format: its acknowledgements
-//! are events.
+//! The aggregation-target sender is the transport itself: its sans-IO [`Sender`] (which owns the
+//! `AirtimeSplit`) paces the stations and one [`Receiver`] per station runs the estimator,
+//! exchanging real datagrams (session handshake, HMAC tags, feedback reports) — data through the
+//! emulated WLAN, hellos and feedback over the feedback delay. The Cubic baseline has no wire
+//! format: its acknowledgements are events.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::control::{AirtimeSplit, Controller, PiParams, Rate};
+use crate::control::{Controller, PiParams, Rate};
 use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
@@ -277,7 +278,7 @@ impl Controller for CubicSender {
 }
 
 /// The aggregation-target sender as it runs live: the transport's sans-IO [`Sender`] (its
-/// [`AirtimeSplit`] paces the stations) and one [`Receiver`] per station, exchanging real
+/// [`AirtimeSplit`](crate::control::AirtimeSplit) paces the stations) and one [`Receiver`] per station, exchanging real
 /// datagrams — hellos and feedback over the feedback delay, data through the emulated WLAN.
 struct Wire {
     sender: Sender,
@@ -348,11 +349,11 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
     let mut sim = WlanSim::new(wlan.clone(), derive(cfg.seed, 1));
     let rtt = cfg.feedback_delay * 2 + Duration::from_millis(1);
-    // The loop's controller for the Cubic baseline; the aggregation-target sender's
-    // `AirtimeSplit` runs inside the transport's `Sender` (this one only checks the parameters).
-    let mut ctl: Box<dyn Controller> = match cfg.sender {
-        SenderKind::Aggrate => Box::new(AirtimeSplit::new(cfg.control, n)?),
-        SenderKind::Cubic => Box::new(CubicSender {
+    // The Cubic baseline's windows; the aggregation-target sender's `AirtimeSplit` runs inside
+    // the transport's `Sender` (`xport` below).
+    let mut window = match cfg.sender {
+        SenderKind::Aggrate => None,
+        SenderKind::Cubic => Some(CubicSender {
             windows: vec![Cubic::new(); n],
             rtt,
             packet_len: cfg.packet_len,
@@ -436,14 +437,10 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let end = Ts((cfg.duration_s * 1e9) as u64);
     let half = Ts(end.as_nanos() / 2);
     let mut to_ap: VecDeque<(Ts, usize, Packet)> = VecDeque::new();
-    // Feedback in flight: (arrival at the sender, station, what).
-    enum Fb {
-        Reports(Vec<AggReport>),
-        Ack { sta: usize, lost: bool },
-    }
-    let mut feedback: VecDeque<(Ts, Fb)> = VecDeque::new();
+    // The window sender's acknowledgements in flight: (arrival at the sender, station, lost).
+    // (The aggregation-target sender's feedback travels as datagrams in `xport`.)
+    let mut acks: VecDeque<(Ts, usize, bool)> = VecDeque::new();
     let mut next_tick = Ts::ZERO + cfg.interval;
-    let mut last_feedback = Ts::ZERO;
     let mut series = Vec::new();
     let mut air_half = vec![0u64; n];
     let mut drops_half = vec![0u64; n];
@@ -455,7 +452,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     loop {
         // The earliest event.
         let mut t_next = next_tick;
-        let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 feedback, 6 down, 7 up
+        let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 ack, 6 down, 7 up
         let mut who = 0usize;
         if let Some(w) = &xport {
             let at = w.sender.poll_timeout().max(clock);
@@ -474,10 +471,9 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             }
         }
         for (i, s) in stations.iter().enumerate() {
-            if xport.is_some() {
-                break; // the transport's sender paces
-            }
-            let can_send = ctl.may_send(i, s.inflight);
+            // Without a window the transport's sender paces (above).
+            let Some(c) = &window else { break };
+            let can_send = c.may_send(i, s.inflight);
             // A window-blocked sender whose turn has passed sends as soon as it may: never in
             // the past.
             let at = s.next_send.max(clock);
@@ -502,9 +498,9 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 }
             }
         }
-        if let Some((t, _)) = feedback.front() {
-            if *t < t_next {
-                (t_next, kind) = (*t, 5);
+        if let Some(&(t, _, _)) = acks.front() {
+            if t < t_next {
+                (t_next, kind) = (t, 5);
             }
         }
         now = t_next;
@@ -519,7 +515,6 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         match kind {
             0 => {
                 // Report tick: receivers report; the sender hears after the feedback delay.
-                let mut reports = Vec::with_capacity(n);
                 for (i, s) in stations.iter_mut().enumerate() {
                     let mut r = s.last;
                     match &mut xport {
@@ -541,22 +536,18 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         r.phy_rate_bps = Some(phy[i]);
                     }
                     s.last = r;
-                    reports.push(r);
                     series.push(Sample {
                         t: now.as_secs_f64(),
                         sta: i as u16,
                         rate_mbps: match &xport {
                             Some(w) => w.sender.rate(i).mbps,
-                            None => ctl.rate(i).mbps,
+                            None => window.as_ref().map_or(0.0, |c| c.rate(i).mbps),
                         },
                         mean_agg: r.level(),
                         delay_ms: r.owd_mean_ms.unwrap_or(0.0),
                         queue: sim.queue_len(StaId(i as u16)),
                         lost: s.lost_total,
                     });
-                }
-                if xport.is_none() {
-                    feedback.push_back((now + cfg.feedback_delay, Fb::Reports(reports)));
                 }
                 if now == half || (now > half && now.saturating_sub(cfg.interval) < half) {
                     for (i, st) in sim.stats().iter().enumerate() {
@@ -565,12 +556,6 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     }
                 }
                 next_tick = next_tick + cfg.interval;
-                if xport.is_none()
-                    && now.saturating_since(last_feedback) > cfg.interval * 3
-                    && now > Ts::ZERO + cfg.interval * 3
-                {
-                    ctl.on_silence(now, now.saturating_since(last_feedback));
-                }
             }
             1 => {
                 // What leaves the sender now: (station, packet) into the WLAN path.
@@ -606,7 +591,9 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         let s = &mut stations[who];
                         s.seq += 1;
                         s.inflight += 1;
-                        s.next_send = now + ctl.pacing_rate(who).interval(cfg.packet_len as u32);
+                        if let Some(c) = &window {
+                            s.next_send = now + c.pacing_rate(who).interval(cfg.packet_len as u32);
+                        }
                         out.push((
                             who,
                             Packet {
@@ -647,7 +634,6 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     if let Some((_, sta, b)) = w.up.pop_front() {
                         // Refused feedback is counted in the sender's stats.
                         let _ = w.sender.handle_datagram(now, sta, &b);
-                        last_feedback = now;
                     }
                 }
             }
@@ -682,20 +668,16 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         s.delays.push(now.saturating_since(sent).as_secs_f32() * 1e3);
                     }
                 }
-                if ctl.wants_acks() {
-                    feedback.push_back((now + cfg.feedback_delay, Fb::Ack { sta: who, lost }));
+                if window.as_ref().is_some_and(|c| c.wants_acks()) {
+                    acks.push_back((now + cfg.feedback_delay, who, lost));
                 }
             }
             _ => {
-                let (_, fb) = feedback.pop_front().expect("peeked");
-                last_feedback = now;
-                match fb {
-                    Fb::Reports(r) => ctl.on_reports(now, &r),
-                    Fb::Ack { sta, lost } => {
-                        let s = &mut stations[sta];
-                        s.inflight = s.inflight.saturating_sub(1);
-                        ctl.on_ack(now, sta, lost);
-                    }
+                let (_, sta, lost) = acks.pop_front().expect("peeked");
+                let s = &mut stations[sta];
+                s.inflight = s.inflight.saturating_sub(1);
+                if let Some(c) = &mut window {
+                    c.on_ack(now, sta, lost);
                 }
             }
         }
@@ -736,7 +718,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         });
         // Cubic: packets lost in the AP queue are never acknowledged; the gap at the receiver
         // signals the loss, and the lost packets leave the window then.
-        if ctl.wants_acks() {
+        if window.as_ref().is_some_and(|c| c.wants_acks()) {
             for s in stations.iter_mut() {
                 let outstanding = s.seq.saturating_sub(s.expect_seq);
                 if s.inflight > outstanding + s.rx.len() as u64 + 64 {
