@@ -209,10 +209,7 @@ pub struct Columns {
 impl Columns {
     /// Empty columns for `spec`'s features.
     pub fn new(spec: &FeatureSpec) -> Columns {
-        Columns {
-            x: vec![Vec::new(); spec.width()],
-            ..Columns::default()
-        }
+        Columns::with_capacity(spec.width(), 0)
     }
     /// Empty columns for `width` features with room for `rows` rows (no reallocation below).
     pub fn with_capacity(width: usize, rows: usize) -> Columns {
