@@ -207,15 +207,19 @@ pub(crate) fn report_rows(ui: &Ui, out: &RowsOutcome, rate: Option<f64>) {
             out.dedup_untracked
         ));
     }
-    if let Some((log, j)) = &out.join {
-        if j.matched > 0 {
-            ui.info(format!(
-                "{path}: joined {} packets with {}; {} capture packets without a kernel time, {} log entries without a capture packet",
-                j.matched,
-                log.display(),
-                j.unmatched_truth,
-                j.unmatched_kernel
-            ));
-        }
+    report_join(ui, out);
+}
+
+/// How a kernel log's join went (when it matched anything; no match is an error).
+pub(crate) fn report_join(ui: &Ui, out: &RowsOutcome) {
+    if let Some((log, j)) = out.join.as_ref().filter(|(_, j)| j.matched > 0) {
+        ui.info(format!(
+            "{}: joined {} packets with {}; {} capture packets without a kernel time, {} log entries without a capture packet",
+            out.path.display(),
+            j.matched,
+            log.display(),
+            j.unmatched_truth,
+            j.unmatched_kernel
+        ));
     }
 }

@@ -131,16 +131,12 @@ pub(crate) fn load_rows(ui: &Ui, inputs: &[Input], spec: &FeatureSpec, flow: &Fl
         &mut Bars::new(ui),
     )?;
     for out in loaded.outcomes.iter().flatten() {
-        if let Some((_, j)) = &out.join {
-            if j.unmatched_truth > 0 || j.unmatched_kernel > 0 {
-                ui.info(format!(
-                    "{}: joined {} packets; {} capture packets without a kernel time, {} log entries without a capture packet",
-                    out.path.display(),
-                    j.matched,
-                    j.unmatched_truth,
-                    j.unmatched_kernel
-                ));
-            }
+        if out
+            .join
+            .as_ref()
+            .is_some_and(|(_, j)| j.unmatched_truth > 0 || j.unmatched_kernel > 0)
+        {
+            super::features::report_join(ui, out);
         }
     }
     Ok(loaded.data)
