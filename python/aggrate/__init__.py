@@ -19,6 +19,7 @@ from .capture import CaptureError, read_capture, read_dataset
 from .estimators import LinearSVC, LogisticRegression, ThresholdClassifier
 from .online import OnlineEstimator
 from .sim import simulate
+from . import receivers  # leave-one-receiver-out: aggrate.receivers.leave_one_receiver_out
 
 __all__ = [
     "AggrateError",
@@ -33,5 +34,6 @@ __all__ = [
     "__version__",
     "read_capture",
     "read_dataset",
+    "receivers",
     "simulate",
 ]

@@ -1,0 +1,132 @@
+"""Leave-one-receiver-out evaluation in Python, the way ``aggrate train --group-by receiver`` does it.
+
+Does a model carry to a receive path it never saw? For each receiver of a dataset (a DataFrame
+from :func:`aggrate.read_dataset`), a model is fitted on every *other* receiver's rows and scored
+on this one ("held out"), and the same kind of model is cross-validated on this receiver alone
+with contiguous folds of each capture ("own"). The criterion of issue 10 / ``models/README.md``:
+at every rate up to 500 Mb/s the held-out F1 is within 0.01 of the own-CV F1, and at least 0.97
+wherever own CV reaches 0.98.
+
+Any scikit-learn-style classifier works (``make_model`` returns a fresh one), so a feature or a
+model can be tried on the whole receiver set in seconds before it is built into the estimator::
+
+    import aggrate
+    from aggrate.receivers import leave_one_receiver_out, verdicts
+    from sklearn.neural_network import MLPClassifier
+
+    df = aggrate.read_dataset("data/receivers", m=5, context=1024)
+    table = leave_one_receiver_out(df, lambda: MLPClassifier((8,), max_iter=8), max_train_rows=300_000)
+    verdicts(table)                     # one row per receiver: passes the criterion or not
+
+With :class:`aggrate.ThresholdClassifier` on ``m=1`` rows it gives the CLI's own numbers (a test
+checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence
+
+import numpy as np
+import polars as pl
+
+from .estimators import f1_score
+
+#: Columns of a dataset DataFrame that are not features.
+META = {
+    "capture", "capture_id", "rate_mbps", "number", "host_ns", "tsft_us", "seq", "y", "frame_id",
+    "agg_level", "phy_rate_bps", "receiver", "role",
+}
+
+
+def feature_columns(df: pl.DataFrame) -> List[str]:
+    """The feature columns of a DataFrame from :func:`aggrate.read_capture` / ``read_dataset``."""
+    return [c for c in df.columns if c not in META]
+
+
+def own_folds(captures: Sequence[Any], k: int) -> np.ndarray:
+    """Fold of each row: every run of equal ``captures`` is cut into ``k`` contiguous blocks (the
+    CLI's contiguous folds). A capture with fewer than ``k`` rows is refused."""
+    caps = np.asarray(captures)
+    fold = np.zeros(len(caps), dtype=np.int64)
+    start = 0
+    while start < len(caps):
+        end = start + 1
+        while end < len(caps) and caps[end] == caps[start]:
+            end += 1
+        n = end - start
+        if n < k:
+            raise ValueError(f"capture {caps[start]!r} has {n} rows, fewer than {k} folds")
+        # Block f holds rows [n·f/k, n·(f+1)/k) of the run, as the CLI cuts them.
+        pos = np.arange(n)
+        fold[start:end] = np.searchsorted([n * f // k for f in range(1, k)], pos, side="right")
+        start = end
+    return fold
+
+
+def leave_one_receiver_out(
+    df: pl.DataFrame,
+    make_model: Callable[[], Any],
+    features: Optional[Sequence[str]] = None,
+    *,
+    own_k: int = 3,
+    max_train_rows: Optional[int] = None,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Held-out and own-CV F1 per receiver and rate.
+
+    ``df`` needs ``receiver``, ``capture``, ``rate_mbps`` and ``y`` besides the features (all
+    columns that are not metadata unless ``features`` names them). ``make_model()`` returns an
+    unfitted classifier with ``fit(X, y)`` and ``predict(X)``. ``max_train_rows`` caps the rows of
+    each held-out fit (a seeded random subset; the own-CV fits use every row of their folds).
+
+    Returns one row per (receiver, rate): ``rows``, ``held_out_f1``, ``own_f1``, ``loss`` (own −
+    held out) and ``fails`` (the criterion, for rates ≤ 500 Mb/s; above, never).
+    """
+    for c in ("receiver", "capture", "rate_mbps", "y"):
+        if c not in df.columns:
+            raise ValueError(f"the DataFrame has no {c!r} column: read it with aggrate.read_dataset")
+    if df["receiver"].null_count() > 0:
+        raise ValueError("some rows have no receiver: every run of the dataset must name one")
+    names = list(features) if features is not None else feature_columns(df)
+    X = df.select(names).to_numpy()
+    y = df["y"].to_numpy().astype(bool)
+    rec = df["receiver"].to_numpy()
+    rate = df["rate_mbps"].fill_null(float("nan")).to_numpy()
+    caps = df["capture"].to_numpy()
+    receivers = list(dict.fromkeys(rec.tolist()))  # first-seen order, as the CLI lists them
+    if len(receivers) < 2:
+        raise ValueError(f"leave-one-receiver-out needs two receivers or more, got {receivers}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in receivers:
+        test = np.flatnonzero(rec == r)
+        train = np.flatnonzero(rec != r)
+        if max_train_rows is not None and len(train) > max_train_rows:
+            train = np.sort(rng.choice(train, max_train_rows, replace=False))
+        held = np.asarray(make_model().fit(X[train], y[train]).predict(X[test])).astype(bool)
+        fold = own_folds(caps[test], own_k)
+        own = np.zeros(len(test), dtype=bool)
+        for k in range(own_k):
+            tr, te = test[fold != k], test[fold == k]
+            own[fold == k] = np.asarray(make_model().fit(X[tr], y[tr]).predict(X[te])).astype(bool)
+        yt, rt = y[test], rate[test]
+        for q in sorted({float(v) for v in rt if v == v}):
+            w = rt == q
+            h, o = f1_score(yt[w], held[w]), f1_score(yt[w], own[w])
+            fails = q <= 500 and (h < o - 0.01 or (o >= 0.98 and h < 0.97))
+            out.append({"receiver": r, "rate_mbps": q, "rows": int(w.sum()), "held_out_f1": h, "own_f1": o,
+                        "loss": o - h, "fails": fails})
+    return pl.DataFrame(out)
+
+
+def verdicts(table: pl.DataFrame) -> pl.DataFrame:
+    """One row per receiver of a :func:`leave_one_receiver_out` table: ``passes`` (no rate
+    fails), the rates where it fails and the largest loss."""
+    return (
+        table.group_by("receiver", maintain_order=True)
+        .agg(
+            (~pl.col("fails").any()).alias("passes"),
+            pl.col("rate_mbps").filter(pl.col("fails")).alias("failing_rates"),
+            pl.col("loss").max().alias("worst_loss"),
+        )
+    )
