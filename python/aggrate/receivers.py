@@ -24,12 +24,17 @@ checks it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import polars as pl
 
 from .estimators import f1_score
+
+#: The strict criterion, with the names and values ``aggrate train --group-by receiver`` writes
+#: in its report's ``criteria`` (a test compares them): held-out F1 within ``tol`` of own CV, and
+#: at least ``floor`` wherever own CV reaches ``floor_if``, at rates up to ``max_rate`` Mb/s.
+CRITERIA: Dict[str, float] = {"tol": 0.01, "floor": 0.97, "floor_if": 0.98, "max_rate": 500.0}
 
 #: Columns of a dataset DataFrame that are not features.
 META = {
@@ -71,6 +76,7 @@ def leave_one_receiver_out(
     own_k: int = 3,
     max_train_rows: Optional[int] = None,
     seed: int = 0,
+    criteria: Optional[Dict[str, float]] = None,
 ) -> pl.DataFrame:
     """Held-out and own-CV F1 per receiver and rate.
 
@@ -80,8 +86,10 @@ def leave_one_receiver_out(
     each held-out fit (a seeded random subset; the own-CV fits use every row of their folds).
 
     Returns one row per (receiver, rate): ``rows``, ``held_out_f1``, ``own_f1``, ``loss`` (own −
-    held out) and ``fails`` (the criterion, for rates ≤ 500 Mb/s; above, never).
+    held out) and ``fails`` (``criteria``, by default :data:`CRITERIA`; above its ``max_rate``,
+    never).
     """
+    crit = {**CRITERIA, **(criteria or {})}
     for c in ("receiver", "capture", "rate_mbps", "y"):
         if c not in df.columns:
             raise ValueError(f"the DataFrame has no {c!r} column: read it with aggrate.read_dataset")
@@ -113,7 +121,7 @@ def leave_one_receiver_out(
         for q in sorted({float(v) for v in rt if v == v}):
             w = rt == q
             h, o = f1_score(yt[w], held[w]), f1_score(yt[w], own[w])
-            fails = q <= 500 and (h < o - 0.01 or (o >= 0.98 and h < 0.97))
+            fails = q <= crit["max_rate"] and (h < o - crit["tol"] or (o >= crit["floor_if"] and h < crit["floor"]))
             out.append({"receiver": r, "rate_mbps": q, "rows": int(w.sum()), "held_out_f1": h, "own_f1": o,
                         "loss": o - h, "fails": fails})
     return pl.DataFrame(out)

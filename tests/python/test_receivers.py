@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 import aggrate
-from aggrate.receivers import leave_one_receiver_out, own_folds, verdicts
+from aggrate.receivers import CRITERIA, leave_one_receiver_out, own_folds, verdicts
 
 MANIFEST = """
 name = "tiny"
@@ -61,6 +61,7 @@ def test_the_threshold_table_equals_the_clis(tiny):
     assert np.allclose(both["held_out_f1"], both["held_out_f1_cli"], rtol=0, atol=1e-12)
     assert np.allclose(both["own_f1"], both["own_f1_cli"], rtol=0, atol=1e-12)
     report = json.loads((tiny / "out" / "threshold_m1.receivers.json").read_text())
+    assert report["criteria"] == CRITERIA
     cli_pass = {v["receiver"]: v["pass"] for v in report["verdicts"]}
     ours = {r["receiver"]: r["passes"] for r in verdicts(table).iter_rows(named=True)}
     assert ours == cli_pass
