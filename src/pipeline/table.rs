@@ -280,13 +280,16 @@ impl Compression {
     fn parquet(self) -> parquet::basic::Compression {
         use parquet::basic::Compression as P;
         match self {
-            Compression::Zstd => P::ZSTD(parquet::basic::ZstdLevel::try_new(3).unwrap_or_default()),
+            Compression::Zstd => P::ZSTD(parquet::basic::ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default()),
             Compression::Lz4 => P::LZ4_RAW,
             Compression::Snappy => P::SNAPPY,
             Compression::None => P::UNCOMPRESSED,
         }
     }
 }
+
+/// zstd level of Parquet pages (polars' default).
+const ZSTD_LEVEL: i32 = 3;
 
 /// Rows per batch handed to the writer thread (and per Parquet row group).
 const BATCH: usize = 1 << 15;
@@ -530,6 +533,117 @@ fn write_batches(
 /// `phy_rate_bps`, `rate_mbps`), so readers see the same table either way.
 struct ParquetSink {
     w: parquet::file::writer::SerializedFileWriter<File>,
+    /// The feature columns' pages, encoded here (zstd and uncompressed tables on little-endian
+    /// machines; otherwise the crate's column writers do it).
+    pages: Option<FeaturePages>,
+}
+
+/// Columns before the features: capture … phy_rate_bps.
+const META_COLUMNS: usize = 11;
+
+/// Values per data page of a feature column (1 MB of `f64`, the crate's default page size).
+const PAGE_VALUES: usize = 1 << 17;
+
+/// Plain-encoded `f64` pages written straight from the feature columns with one zstd context for
+/// the whole table. The parquet crate's column writer copies every value into its encoder and
+/// makes a zstd context per column chunk (640 for 625 k rows: a tenth of the writer thread's
+/// time); these columns are the bulk of the table (21 of 32 with the default features), so they
+/// go through here, and the metadata, counters and flags keep the crate's writers. The pages are
+/// the ones the crate writes (v1 data pages, PLAIN values, no levels, no statistics); these
+/// chunks have no page index, which the tables never had a use for (one page per chunk).
+struct FeaturePages {
+    /// One context for every page; `None` for uncompressed tables.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    codec: parquet::basic::Compression,
+    /// The feature columns' descriptors, in order.
+    columns: Vec<parquet::schema::types::ColumnDescPtr>,
+    /// Compressed page, reused.
+    out: Vec<u8>,
+}
+
+impl FeaturePages {
+    fn new(
+        compression: Compression,
+        columns: Vec<parquet::schema::types::ColumnDescPtr>,
+    ) -> Result<Option<FeaturePages>, parquet::errors::ParquetError> {
+        if cfg!(target_endian = "big") {
+            return Ok(None); // PLAIN is little-endian: the slices cannot be written as they are
+        }
+        let zstd = match compression {
+            Compression::Zstd => Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+            Compression::None => None,
+            Compression::Lz4 | Compression::Snappy => return Ok(None),
+        };
+        Ok(Some(FeaturePages {
+            zstd,
+            codec: compression.parquet(),
+            columns,
+            out: Vec::new(),
+        }))
+    }
+
+    /// The chunk of feature column `i` holding `values` (its pages with their headers) and its
+    /// metadata.
+    fn chunk(
+        &mut self,
+        i: usize,
+        values: &[f64],
+    ) -> Result<(bytes::Bytes, parquet::column::writer::ColumnCloseResult), parquet::errors::ParquetError> {
+        use parquet::basic::Encoding;
+        use parquet::column::page::{CompressedPage, Page, PageWriter};
+        use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
+        let mut sink = TrackedWrite::new(Vec::with_capacity(values.len()));
+        let mut uncompressed = 0;
+        {
+            let mut pages = SerializedPageWriter::new(&mut sink);
+            for page in values.chunks(PAGE_VALUES) {
+                let raw: &[u8] = bytemuck::cast_slice(page);
+                let buf = match self.zstd.as_mut() {
+                    Some(z) => {
+                        self.out.clear();
+                        self.out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+                        z.compress_to_buffer(raw, &mut self.out)?;
+                        bytes::Bytes::copy_from_slice(&self.out)
+                    }
+                    None => bytes::Bytes::copy_from_slice(raw),
+                };
+                let page = Page::DataPage {
+                    buf,
+                    num_values: page.len() as u32,
+                    encoding: Encoding::PLAIN,
+                    def_level_encoding: Encoding::RLE,
+                    rep_level_encoding: Encoding::RLE,
+                    statistics: None,
+                };
+                uncompressed += pages
+                    .write_page(CompressedPage::new(page, raw.len()))?
+                    .uncompressed_size;
+            }
+            pages.close()?;
+        }
+        let compressed = sink.bytes_written();
+        let descr =
+            self.columns.get(i).cloned().ok_or_else(|| {
+                parquet::errors::ParquetError::General("schema has fewer columns than the table".into())
+            })?;
+        let metadata = parquet::file::metadata::ColumnChunkMetaData::builder(descr)
+            .set_compression(self.codec)
+            .set_encodings(vec![Encoding::PLAIN, Encoding::RLE])
+            .set_num_values(values.len() as i64)
+            .set_total_compressed_size(compressed as i64)
+            .set_total_uncompressed_size(uncompressed as i64)
+            .set_data_page_offset(0)
+            .build()?;
+        let close = parquet::column::writer::ColumnCloseResult {
+            bytes_written: compressed as u64,
+            rows_written: values.len() as u64,
+            metadata,
+            bloom_filter: None,
+            column_index: None,
+            offset_index: None,
+        };
+        Ok((bytes::Bytes::from(sink.into_inner()?), close))
+    }
 }
 
 impl ParquetSink {
@@ -567,6 +681,7 @@ impl ParquetSink {
             field("agg_level", Physical::INT32, u32(), false)?,
             field("phy_rate_bps", Physical::INT64, u64(), true)?,
         ];
+        debug_assert_eq!(fields.len(), META_COLUMNS);
         for n in names {
             fields.push(field(n, Physical::DOUBLE, None, false)?);
         }
@@ -586,8 +701,11 @@ impl ParquetSink {
                 )
             })
             .build();
+        let w = parquet::file::writer::SerializedFileWriter::new(file, schema, Arc::new(props))?;
+        let features = w.schema_descr().columns()[META_COLUMNS..].to_vec();
         Ok(ParquetSink {
-            w: parquet::file::writer::SerializedFileWriter::new(file, schema, Arc::new(props))?,
+            pages: FeaturePages::new(compression, features)?,
+            w,
         })
     }
 
@@ -639,8 +757,14 @@ impl ParquetSink {
         column!(Int32Type, &i32s, None);
         opt(&c.phy_rate_bps, |x| x as i64, &mut i64s, &mut def);
         column!(Int64Type, &i64s, Some(&def));
-        for x in &c.x {
-            column!(DoubleType, x, None);
+        for (i, x) in c.x.iter().enumerate() {
+            match self.pages.as_mut() {
+                Some(pages) => {
+                    let (bytes, close) = pages.chunk(i, x)?;
+                    rg.append_column(&bytes, close)?;
+                }
+                None => column!(DoubleType, x, None),
+            }
         }
         rg.close()?;
         Ok(())
@@ -747,9 +871,11 @@ mod tests {
             let mut d = Dataset::new(spec.width());
             read_rows(&path, &spec, 0, &mut d).unwrap();
             assert_eq!(d.len() as u64, n + 10, "{name}");
+            for i in 0..n + 10 {
+                assert_eq!(d.row(i as usize), &x(i), "{name} row {i}");
+            }
             for i in [0, 1, BATCH as u64 - 1, BATCH as u64, n - 1, n, n + 9] {
                 let r = i as usize;
-                assert_eq!(d.row(r), &x(i), "{name} row {i}");
                 assert_eq!(d.y[r], i.is_multiple_of(4));
                 assert_eq!(d.host[r], Ts(1_000_000 + 37 * i));
                 assert_eq!(d.level[r], 4);
@@ -777,8 +903,80 @@ mod tests {
                     );
                 }
                 assert!(!encodings("gap_us_1").contains(&parquet::basic::Encoding::DELTA_BINARY_PACKED));
+                // The feature chunks written here (not by the crate's column writer) carry the
+                // table's codec, and the crate's own reader reads them.
+                // (A file does not record the zstd level: compare the codecs.)
+                assert_eq!(
+                    std::mem::discriminant(&rg.column(META_COLUMNS).compression()),
+                    std::mem::discriminant(&c.parquet()),
+                    "{name}"
+                );
+                let values = feature_values(&path, META_COLUMNS + 1);
+                assert_eq!(values.len() as u64, n + 10);
+                assert!(values.iter().enumerate().all(|(i, v)| *v == x(i as u64)[1]), "{name}");
             }
         }
+    }
+
+    /// Every value of DOUBLE column `col` of a Parquet file, read page by page with the parquet
+    /// crate's reader (which checks each page header against the chunk's metadata).
+    fn feature_values(path: &Path, col: usize) -> Vec<f64> {
+        use parquet::column::reader::ColumnReader;
+        use parquet::file::reader::FileReader;
+        let r = parquet::file::reader::SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        let mut out = Vec::new();
+        for g in 0..r.num_row_groups() {
+            let rg = r.get_row_group(g).unwrap();
+            let ColumnReader::DoubleColumnReader(mut c) = rg.get_column_reader(col).unwrap() else {
+                panic!("column {col} is not DOUBLE");
+            };
+            let mut buf = Vec::new();
+            loop {
+                let (records, _, _) = c.read_records(4096, None, None, &mut buf).unwrap();
+                if records == 0 {
+                    break;
+                }
+            }
+            out.extend(buf);
+        }
+        out
+    }
+
+    /// A feature chunk longer than a page is cut into pages, each read back in order.
+    #[test]
+    fn long_feature_chunks_span_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.parquet");
+        let names = vec!["a".to_string()];
+        let n = PAGE_VALUES * 2 + 7;
+        let mut cols = Columns::with_capacity(1, n);
+        for i in 0..n as u64 {
+            cols.push(&meta(i), &[i as f64 * 0.25]);
+        }
+        let batch = Batch {
+            cols,
+            capture: "long".into(),
+            capture_id: 0,
+            rate_mbps: None,
+        };
+        let mut sink = ParquetSink::new(File::create(&path).unwrap(), &names, Compression::Zstd).unwrap();
+        sink.write(&batch).unwrap();
+        sink.finish().unwrap();
+        let values = feature_values(&path, META_COLUMNS);
+        assert_eq!(values.len(), n);
+        assert!(values.iter().enumerate().all(|(i, v)| *v == i as f64 * 0.25));
+        use parquet::file::reader::FileReader;
+        let mut pages = 0;
+        let r = parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let mut p = r
+            .get_row_group(0)
+            .unwrap()
+            .get_column_page_reader(META_COLUMNS)
+            .unwrap();
+        while p.get_next_page().unwrap().is_some() {
+            pages += 1;
+        }
+        assert_eq!(pages, 3);
     }
 
     /// The writer thread's failure (a full disk) comes back as an error naming the file.
