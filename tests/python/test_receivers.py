@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 import aggrate
-from aggrate.receivers import CRITERIA, leave_one_receiver_out, own_folds, verdicts
+from aggrate.estimators import f1_score
+from aggrate.receivers import CRITERIA, best_f1, leave_one_receiver_out, own_folds, verdicts
 
 MANIFEST = """
 name = "tiny"
@@ -118,3 +119,55 @@ def test_bad_tables_are_refused():
                         "gap_us_1": [1.0, 2.0, 3.0]})
     with pytest.raises(ValueError, match="two receivers"):
         leave_one_receiver_out(one, aggrate.ThresholdClassifier)
+
+
+class _Shy:
+    """Ranks perfectly (its probability grows with feature 0, the label) but never reaches 0.5, so
+    `predict` calls no start at all."""
+
+    def fit(self, X, y):
+        return self
+
+    def predict_proba(self, X):
+        p = 0.2 + 0.2 * X[:, 0]
+        return np.column_stack([1 - p, p])
+
+    def predict(self, X):
+        return self.predict_proba(X)[:, 1] > 0.5
+
+
+class _Labels:
+    """Predicts feature 0; has no predict_proba."""
+
+    def fit(self, X, y):
+        return self
+
+    def predict(self, X):
+        return X[:, 0] > 0.5
+
+
+def _two_receivers(n=30):
+    y = np.arange(2 * n) % 3 == 0
+    return pl.DataFrame({"receiver": ["a"] * n + ["b"] * n, "capture": ["ca"] * n + ["cb"] * n,
+                         "rate_mbps": [100.0] * (2 * n), "y": y, "label": y.astype(float)})
+
+
+def test_the_best_threshold_separates_the_operating_point_from_the_ranking():
+    table = leave_one_receiver_out(_two_receivers(), _Shy, features=["label"], best_threshold=True)
+    assert (table["held_out_f1"] == 0.0).all(), "predict calls nothing"
+    assert (table["held_out_best_f1"] == 1.0).all(), "the ranking is perfect"
+    assert ((table["best_threshold"] > 0.2) & (table["best_threshold"] < 0.4)).all()
+    # Without predict_proba it says what is missing.
+    with pytest.raises(TypeError, match="predict_proba"):
+        leave_one_receiver_out(_two_receivers(), _Labels, features=["label"], best_threshold=True)
+
+
+def test_best_f1_is_the_best_of_every_threshold():
+    rng = np.random.default_rng(3)
+    y = rng.random(400) < 0.3
+    p = np.round(np.where(y, rng.normal(0.6, 0.2, 400), rng.normal(0.4, 0.2, 400)), 2)  # ties too
+    f, t = best_f1(y, p)
+    brute = max(f1_score(y, p > c) for c in np.unique(np.append(p, p.min() - 1)))
+    assert f == pytest.approx(brute, abs=1e-12)
+    assert f1_score(y, p > t) == pytest.approx(f, abs=1e-12)
+    assert best_f1(np.zeros(5, bool), p[:5])[0] == 0.0
