@@ -153,13 +153,33 @@ def _two_receivers(n=30):
 
 
 def test_the_best_threshold_separates_the_operating_point_from_the_ranking():
-    table = leave_one_receiver_out(_two_receivers(), _Shy, features=["label"], best_threshold=True)
+    table = leave_one_receiver_out(_two_receivers(), _Shy, features=["label"], best_threshold=True, calibrate=0.2)
     assert (table["held_out_f1"] == 0.0).all(), "predict calls nothing"
     assert (table["held_out_best_f1"] == 1.0).all(), "the ranking is perfect"
     assert ((table["best_threshold"] > 0.2) & (table["best_threshold"] < 0.4)).all()
+    # The first 20 % of each capture (6 rows, 2 starts) is enough to set the threshold.
+    assert (table["calibrated_f1"] == 1.0).all()
+    with pytest.raises(ValueError, match="calibrate"):
+        leave_one_receiver_out(_two_receivers(), _Shy, features=["label"], calibrate=1.5)
     # Without predict_proba it says what is missing.
     with pytest.raises(TypeError, match="predict_proba"):
         leave_one_receiver_out(_two_receivers(), _Labels, features=["label"], best_threshold=True)
+
+
+def test_calibration_uses_only_the_head_of_each_capture():
+    """The threshold is set on the head's labels alone: with the head's starts scored low and the
+    rest's high, the head's threshold calls nothing on the rest."""
+
+    class _Drift(_Shy):
+        def predict_proba(self, X):
+            p = np.where(X[:, 1] < 6, 0.2 + 0.2 * X[:, 0], 0.6 + 0.2 * X[:, 0])  # X[:, 1]: row in capture
+            return np.column_stack([1 - p, p])
+
+    df = _two_receivers().with_columns((pl.int_range(pl.len()) % 30).cast(pl.Float64).alias("pos"))
+    table = leave_one_receiver_out(df, _Drift, features=["label", "pos"], calibrate=0.2)
+    # Head: starts at 0.4, others at 0.2 → threshold 0.3; rest: every row ≥ 0.6 → all called.
+    starts = 8 / 24  # rows 6..29 of each capture: 8 of 24 are starts
+    assert np.allclose(table["calibrated_f1"], 2 * starts / (1 + starts))
 
 
 def test_best_f1_is_the_best_of_every_threshold():
