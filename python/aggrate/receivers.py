@@ -53,19 +53,25 @@ def own_folds(captures: Sequence[Any], k: int) -> np.ndarray:
     CLI's contiguous folds). A capture with fewer than ``k`` rows is refused."""
     caps = np.asarray(captures)
     fold = np.zeros(len(caps), dtype=np.int64)
-    start = 0
-    while start < len(caps):
-        end = start + 1
-        while end < len(caps) and caps[end] == caps[start]:
-            end += 1
+    for start, end in _runs(caps):
         n = end - start
         if n < k:
             raise ValueError(f"capture {caps[start]!r} has {n} rows, fewer than {k} folds")
         # Block f holds rows [n·f/k, n·(f+1)/k) of the run, as the CLI cuts them.
         pos = np.arange(n)
         fold[start:end] = np.searchsorted([n * f // k for f in range(1, k)], pos, side="right")
-        start = end
     return fold
+
+
+def _runs(captures: np.ndarray):
+    """(start, end) of every run of equal values, in order."""
+    start = 0
+    while start < len(captures):
+        end = start + 1
+        while end < len(captures) and captures[end] == captures[start]:
+            end += 1
+        yield start, end
+        start = end
 
 
 def leave_one_receiver_out(
@@ -104,6 +110,8 @@ def leave_one_receiver_out(
     would give) and the F1 is scored on the rest of that rate's rows. The model is not refitted.
     """
     crit = {**CRITERIA, **(criteria or {})}
+    if calibrate is not None and not 0.0 < calibrate < 1.0:
+        raise ValueError(f"calibrate is the labelled fraction of each capture, in (0, 1), not {calibrate}")
     for c in ("receiver", "capture", "rate_mbps", "y"):
         if c not in df.columns:
             raise ValueError(f"the DataFrame has no {c!r} column: read it with aggrate.read_dataset")
@@ -127,8 +135,6 @@ def leave_one_receiver_out(
             train = np.sort(rng.choice(train, max_train_rows, replace=False))
         model = make_model().fit(X[train], y[train])
         held = np.asarray(model.predict(X[test])).astype(bool)
-        if calibrate is not None and not 0.0 < calibrate < 1.0:
-            raise ValueError(f"calibrate is the labelled fraction of each capture, in (0, 1), not {calibrate}")
         if best_threshold or calibrate is not None:
             if not hasattr(model, "predict_proba"):
                 raise TypeError(
@@ -161,13 +167,8 @@ def leave_one_receiver_out(
 def _capture_heads(captures: np.ndarray, fraction: float) -> np.ndarray:
     """True on the first ``fraction`` of every run of equal ``captures``."""
     head = np.zeros(len(captures), dtype=bool)
-    start = 0
-    while start < len(captures):
-        end = start + 1
-        while end < len(captures) and captures[end] == captures[start]:
-            end += 1
+    for start, end in _runs(captures):
         head[start:start + int((end - start) * fraction)] = True
-        start = end
     return head
 
 
@@ -186,7 +187,7 @@ def best_f1(y: np.ndarray, p: np.ndarray) -> tuple:
     f1 = 2.0 * tp[cuts] / (cuts + 1 + positives)
     k = int(np.argmax(f1))
     c = cuts[k]
-    t = (ps[c] + ps[c + 1]) / 2.0 if c + 1 < len(ps) else ps[c] - 1e-9
+    t = (ps[c] + ps[c + 1]) / 2.0 if c + 1 < len(ps) else np.nextafter(ps[c], -np.inf)
     return float(f1[k]), float(t)
 
 
