@@ -301,7 +301,7 @@ const SENDER_ADDR: std::net::SocketAddr =
 const MAX_IN_WLAN: usize = 1 << 16;
 
 impl Wire {
-    /// Drain `rx`'s answers due at `now` onto the way back.
+    /// Station `sta`'s receiver's answers due at `now`, put on the way back to the sender.
     fn answers(&mut self, sta: usize, now: Ts, delay: Duration) {
         while let Some((n, _)) = self.receivers[sta].poll_transmit(now) {
             let b = self.receivers[sta].buffer()[..n].to_vec();
@@ -449,6 +449,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let mut now;
     let mut clock = Ts::ZERO;
     let mut steps = 0u64;
+    // Packets leaving the sender at one send event (reused: no allocation per event).
+    let mut out: Vec<(usize, Packet)> = Vec::new();
     loop {
         // The earliest event.
         let mut t_next = next_tick;
@@ -559,7 +561,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             }
             1 => {
                 // What leaves the sender now: (station, packet) into the WLAN path.
-                let mut out: Vec<(usize, Packet)> = Vec::new();
+                out.clear();
                 match &mut xport {
                     Some(w) => {
                         w.sender.handle_timeout(now);
@@ -604,7 +606,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         ));
                     }
                 }
-                for (sta, pkt) in out {
+                for (sta, pkt) in out.drain(..) {
                     let at = match &mut backhaul {
                         Some(b) => b.push(now, cfg.packet_len),
                         None => Some(now),

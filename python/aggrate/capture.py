@@ -141,7 +141,8 @@ def read_dataset(folder: PathLike, *, train_only: bool = False, **options) -> pl
                     pl.lit(run.get("role"), dtype=pl.Utf8).alias("role"),
                 ))
     else:
-        captures = sorted(p for p in folder.iterdir() if p.suffix in (".pcap", ".pcapng", ".gz", ".xz"))
+        # Captures only, compressed or not (a kernel log may sit beside them as .csv or .csv.gz).
+        captures = sorted(p for p in folder.iterdir() if re.search(r"\.pcap(ng)?(\.gz|\.xz)?$", p.name))
         for p in captures:
             df = read_capture(p, **options)
             parts.append(df.with_columns(

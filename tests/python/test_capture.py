@@ -120,6 +120,7 @@ def test_a_dataset_folder_reads_with_receivers_and_kernel_logs(tmp_path, emulate
     plain = tmp_path / "plain"
     plain.mkdir()
     shutil.copy(a["paths"][0], plain)
+    (plain / "r_a.csv.gz").write_bytes(b"not a capture")  # a kernel log beside it is not read
     assert aggrate.read_dataset(plain, m=5)["receiver"].unique().to_list() == ["phone"]
     empty = tmp_path / "empty"
     empty.mkdir()
