@@ -1,5 +1,5 @@
-//! Per-packet feature tables written through polars, in batches (constant memory whatever the
-//! number of rows): Parquet or CSV. [`RowTable`] writes what [`super::capture_rows`] makes;
+//! Per-packet feature tables written in batches on a writer thread (constant memory whatever the
+//! number of rows): Parquet (pages made here and by the `parquet` crate) or CSV (polars). [`RowTable`] writes what [`super::capture_rows`] makes;
 //! [`read_rows`] reads such a table back into a [`Dataset`].
 
 use std::fs::File;
@@ -261,6 +261,174 @@ impl Columns {
     }
 }
 
+/// Where a feature column's values live in a [`FeatureBlock`].
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// Lag `k` (0 = newest) of run `run`.
+    Lag { run: usize, k: usize },
+    /// Column `j` of the columns outside the runs.
+    Rest(usize),
+}
+
+/// The feature columns of one batch of rows.
+///
+/// A gap window's row repeats the previous row shifted by one — `gap_us_2` is the last row's
+/// `gap_us_1`, and so on (with a context: the `lg_*` run and the `rank_*` run) — so each such
+/// run is kept once, as a series: the first row's values oldest first, then each later row's
+/// newest. Column `gap_us_k` is then a slice of that series, handed to the Parquet pages as it
+/// is. Storing each row's 21 values into 21 columns was a third of the row loop on the 10× ns-3
+/// capture (memory traffic); this stores 2. Rows that do not continue the pattern (any caller
+/// may push any row) turn the batch into plain columns, so every row reads back as pushed.
+#[derive(Debug)]
+pub(crate) struct FeatureBlock {
+    width: usize,
+    /// Runs of lagged columns: (first column, length), newest first.
+    runs: Vec<(usize, usize)>,
+    place: Vec<Place>,
+    /// Per run, its values oldest first.
+    series: Vec<Vec<f64>>,
+    /// The columns outside the runs, in column order, and their numbers.
+    rest: Vec<Vec<f64>>,
+    rest_cols: Vec<usize>,
+    /// Every column in full, used once a row broke the pattern (`plain`).
+    full: Vec<Vec<f64>>,
+    plain: bool,
+    rows: usize,
+}
+
+impl FeatureBlock {
+    /// For the rows of `spec`'s gap window, with room for `rows` rows.
+    pub(crate) fn new(spec: &FeatureSpec, rows: usize) -> FeatureBlock {
+        let m = spec.m;
+        let runs = if spec.context > 0 {
+            vec![(0, m), (m, m)]
+        } else {
+            vec![(0, m)]
+        };
+        FeatureBlock::with_runs(spec.width(), runs, rows)
+    }
+
+    /// Plain columns: no runs.
+    pub(crate) fn plain(width: usize, rows: usize) -> FeatureBlock {
+        FeatureBlock::with_runs(width, Vec::new(), rows)
+    }
+
+    fn with_runs(width: usize, runs: Vec<(usize, usize)>, rows: usize) -> FeatureBlock {
+        let runs: Vec<(usize, usize)> = runs.into_iter().filter(|&(c, m)| m > 0 && c + m <= width).collect();
+        let mut place = Vec::with_capacity(width);
+        let mut rest_cols = Vec::new();
+        for i in 0..width {
+            match runs.iter().position(|&(c, m)| (c..c + m).contains(&i)) {
+                Some(run) => place.push(Place::Lag {
+                    run,
+                    k: i - runs[run].0,
+                }),
+                None => {
+                    place.push(Place::Rest(rest_cols.len()));
+                    rest_cols.push(i);
+                }
+            }
+        }
+        FeatureBlock {
+            width,
+            series: runs.iter().map(|&(_, m)| Vec::with_capacity(rows + m)).collect(),
+            runs,
+            place,
+            rest: rest_cols.iter().map(|_| Vec::with_capacity(rows)).collect(),
+            rest_cols,
+            full: Vec::new(),
+            plain: false,
+            rows: 0,
+        }
+    }
+
+    /// An empty block of the same layout with room for `rows` rows.
+    fn empty_like(&self, rows: usize) -> FeatureBlock {
+        FeatureBlock::with_runs(self.width, self.runs.clone(), rows)
+    }
+
+    /// Features per row.
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Drop every row, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.series.iter_mut().for_each(Vec::clear);
+        self.rest.iter_mut().for_each(Vec::clear);
+        self.full.iter_mut().for_each(Vec::clear);
+        self.plain = false;
+        self.rows = 0;
+    }
+
+    /// Append one row (`width` values; missing values are taken as NaN, extra ones ignored).
+    pub(crate) fn push(&mut self, x: &[f64]) {
+        if x.len() != self.width {
+            let mut row = vec![f64::NAN; self.width];
+            let n = x.len().min(self.width);
+            row[..n].copy_from_slice(&x[..n]);
+            return self.push(&row);
+        }
+        if !self.plain && self.rows > 0 && !self.continues(x) {
+            self.make_plain();
+        }
+        if self.plain {
+            for (col, v) in self.full.iter_mut().zip(x) {
+                col.push(*v);
+            }
+        } else {
+            for (s, &(c, m)) in self.series.iter_mut().zip(&self.runs) {
+                if self.rows == 0 {
+                    s.extend(x[c..c + m].iter().rev());
+                } else {
+                    s.push(x[c]);
+                }
+            }
+            for (col, &i) in self.rest.iter_mut().zip(&self.rest_cols) {
+                col.push(x[i]);
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// `x`'s lags are the previous row's values, bit for bit.
+    fn continues(&self, x: &[f64]) -> bool {
+        self.series.iter().zip(&self.runs).all(|(s, &(c, m))| {
+            let tail = &s[s.len() + 1 - m..]; // the previous row's lags 0 ..= m-2, oldest first
+            x[c + 1..c + m]
+                .iter()
+                .zip(tail.iter().rev())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        })
+    }
+
+    fn make_plain(&mut self) {
+        let mut full = std::mem::take(&mut self.full);
+        full.resize_with(self.width, Vec::new);
+        for (i, col) in full.iter_mut().enumerate() {
+            col.clear();
+            col.extend_from_slice(self.column(i));
+        }
+        self.full = full;
+        self.plain = true;
+    }
+
+    /// The values of feature column `i` (empty past the width).
+    pub(crate) fn column(&self, i: usize) -> &[f64] {
+        if self.plain {
+            return self.full.get(i).map_or(&[], |c| c.as_slice());
+        }
+        match self.place.get(i) {
+            Some(&Place::Lag { run, k }) if self.rows > 0 => {
+                let start = self.runs[run].1 - 1 - k;
+                &self.series[run][start..start + self.rows]
+            }
+            Some(&Place::Rest(j)) => &self.rest[j],
+            _ => &[],
+        }
+    }
+}
+
 /// Parquet page compression: zstd (level 3, the smallest files) by default; lz4 writes a little
 /// faster for ~4× larger files; none is for a pipe into something that compresses anyway.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -304,7 +472,9 @@ const QUEUE: usize = 1;
 
 /// One batch of one capture's rows.
 struct Batch {
+    /// The rows' metadata (no feature columns: those are in `feats`).
     cols: Columns,
+    feats: FeatureBlock,
     capture: std::sync::Arc<str>,
     capture_id: u32,
     rate_mbps: Option<f64>,
@@ -327,7 +497,8 @@ pub struct RowTable {
     tx: Option<std::sync::mpsc::SyncSender<Batch>>,
     /// Emptied batches coming back from the writer, to be filled again (fresh pages for every
     /// batch cost page faults and zeroing on this thread).
-    free: std::sync::mpsc::Receiver<Columns>,
+    free: std::sync::mpsc::Receiver<(Columns, FeatureBlock)>,
+    feats: FeatureBlock,
     worker: Option<std::thread::JoinHandle<Result<(), Error>>>,
 }
 
@@ -349,7 +520,7 @@ impl RowTable {
             source,
         })?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUE);
-        let (free_tx, free) = std::sync::mpsc::sync_channel::<Columns>(QUEUE + 1);
+        let (free_tx, free) = std::sync::mpsc::sync_channel::<(Columns, FeatureBlock)>(QUEUE + 1);
         let (wpath, names) = (path.to_path_buf(), spec.column_names());
         let worker = std::thread::Builder::new()
             .name("aggrate-table-writer".into())
@@ -360,7 +531,8 @@ impl RowTable {
             })?;
         Ok(RowTable {
             path: path.to_path_buf(),
-            cols: Columns::with_capacity(spec.width(), BATCH),
+            cols: Columns::with_capacity(0, BATCH),
+            feats: FeatureBlock::new(spec, BATCH),
             capture: "".into(),
             capture_id: 0,
             rate_mbps: None,
@@ -387,7 +559,8 @@ impl RowTable {
 
     /// One row.
     pub fn push(&mut self, m: &RowMeta, x: &[f64]) -> Result<(), Error> {
-        self.cols.push(m, x);
+        self.cols.push(m, &[]);
+        self.feats.push(x);
         self.rows += 1;
         if self.cols.len() >= BATCH {
             self.flush()?;
@@ -399,12 +572,13 @@ impl RowTable {
         if self.cols.is_empty() {
             return Ok(());
         }
-        let fresh = self
+        let (cols, feats) = self
             .free
             .try_recv()
-            .unwrap_or_else(|_| Columns::with_capacity(self.cols.x.len(), BATCH));
+            .unwrap_or_else(|_| (Columns::with_capacity(0, BATCH), self.feats.empty_like(BATCH)));
         let batch = Batch {
-            cols: std::mem::replace(&mut self.cols, fresh),
+            cols: std::mem::replace(&mut self.cols, cols),
+            feats: std::mem::replace(&mut self.feats, feats),
             capture: self.capture.clone(),
             capture_id: self.capture_id,
             rate_mbps: self.rate_mbps,
@@ -456,7 +630,7 @@ fn write_batches(
     names: &[String],
     file: File,
     rx: std::sync::mpsc::Receiver<Batch>,
-    free: std::sync::mpsc::SyncSender<Columns>,
+    free: std::sync::mpsc::SyncSender<(Columns, FeatureBlock)>,
 ) -> Result<(), Error> {
     let polars = |action, source| Error::Polars {
         path: path.to_path_buf(),
@@ -473,7 +647,8 @@ fn write_batches(
         for mut b in rx {
             sink.write(&b).map_err(pq)?;
             b.cols.clear();
-            let _ = free.try_send(b.cols); // full: the table has enough spare batches
+            b.feats.clear();
+            let _ = free.try_send((b.cols, b.feats)); // full: the table has enough spare batches
         }
         return sink.finish().map_err(pq);
     }
@@ -506,10 +681,8 @@ fn write_batches(
     if !any {
         // No rows: still a readable table with the columns' schema.
         let empty = Batch {
-            cols: Columns {
-                x: vec![Vec::new(); names.len()],
-                ..Columns::default()
-            },
+            cols: Columns::default(),
+            feats: FeatureBlock::plain(names.len(), 0),
             capture: "".into(),
             capture_id: 0,
             rate_mbps: None,
@@ -757,7 +930,8 @@ impl ParquetSink {
         column!(Int32Type, &i32s, None);
         opt(&c.phy_rate_bps, |x| x as i64, &mut i64s, &mut def);
         column!(Int64Type, &i64s, Some(&def));
-        for (i, x) in c.x.iter().enumerate() {
+        for i in 0..b.feats.width() {
+            let x = b.feats.column(i);
             match self.pages.as_mut() {
                 Some(pages) => {
                     let (bytes, close) = pages.chunk(i, x)?;
@@ -816,8 +990,8 @@ fn frame(b: Batch, names: &[String]) -> Result<DataFrame, PolarsError> {
         Column::new("agg_level".into(), c.agg_level),
         Column::new("phy_rate_bps".into(), c.phy_rate_bps),
     ];
-    for (name, col) in names.iter().zip(c.x) {
-        columns.push(Column::new(name.as_str().into(), col));
+    for (i, name) in names.iter().enumerate() {
+        columns.push(Column::new(name.as_str().into(), b.feats.column(i).to_vec()));
     }
     DataFrame::new(n, columns)
 }
@@ -949,12 +1123,15 @@ mod tests {
         let path = dir.path().join("long.parquet");
         let names = vec!["a".to_string()];
         let n = PAGE_VALUES * 2 + 7;
-        let mut cols = Columns::with_capacity(1, n);
+        let mut cols = Columns::with_capacity(0, n);
+        let mut feats = FeatureBlock::plain(1, n);
         for i in 0..n as u64 {
-            cols.push(&meta(i), &[i as f64 * 0.25]);
+            cols.push(&meta(i), &[]);
+            feats.push(&[i as f64 * 0.25]);
         }
         let batch = Batch {
             cols,
+            feats,
             capture: "long".into(),
             capture_id: 0,
             rate_mbps: None,
@@ -977,6 +1154,128 @@ mod tests {
             pages += 1;
         }
         assert_eq!(pages, 3);
+    }
+
+    /// The rows of a gap window (20 gaps + σ; 5 gaps with a context), as the pipeline makes them.
+    fn window_rows(spec: &FeatureSpec, n: usize) -> Vec<Vec<f64>> {
+        let mut w = crate::features::GapWindow::new(spec);
+        let mut t = 1_000_000u64;
+        let mut rows = Vec::new();
+        for i in 0..n as u64 + 64 {
+            // Frames of 1–9 packets 20–60 µs apart, 150–400 µs between frames.
+            t += if i % (1 + i / 7 % 9) == 0 {
+                150_000 + i * 7_919 % 250_000
+            } else {
+                20_000 + i * 104_729 % 40_000
+            };
+            if let Some(x) = w.push(Ts(t)) {
+                rows.push(x.to_vec());
+            }
+        }
+        rows.truncate(n);
+        rows
+    }
+
+    /// A gap window's rows are kept as one series per lagged run, and every column reads back as
+    /// pushed; a row that does not continue the run turns the block into plain columns without
+    /// losing a value.
+    #[test]
+    fn feature_blocks_keep_lagged_runs_once() {
+        for spec in [
+            FeatureSpec::default(),
+            FeatureSpec {
+                m: 5,
+                context: 1024,
+                sigma: false,
+                ..FeatureSpec::default()
+            },
+            FeatureSpec {
+                m: 1,
+                ..FeatureSpec::default()
+            },
+        ] {
+            let spec = spec.check().unwrap();
+            let rows = window_rows(&spec, 3000);
+            let mut b = FeatureBlock::new(&spec, 16);
+            for r in &rows {
+                b.push(r);
+            }
+            assert!(!b.plain, "window rows continue the runs (m = {})", spec.m);
+            // One stored value per run per row (plus the first row's lags), not one per column.
+            let stored: usize =
+                b.series.iter().map(Vec::len).sum::<usize>() + b.rest.iter().map(Vec::len).sum::<usize>();
+            let runs = if spec.context > 0 { 2 } else { 1 };
+            assert_eq!(
+                stored,
+                rows.len() * (spec.width() - runs * (spec.m - 1)) + runs * (spec.m - 1)
+            );
+            let check = |b: &FeatureBlock, rows: &[Vec<f64>]| {
+                for i in 0..spec.width() {
+                    let col = b.column(i);
+                    assert_eq!(col.len(), rows.len());
+                    assert!(
+                        col.iter().zip(rows).all(|(v, r)| v.to_bits() == r[i].to_bits()),
+                        "column {i}"
+                    );
+                }
+            };
+            check(&b, &rows);
+            // A row from elsewhere: plain from here on, the earlier rows intact.
+            let mut rows = rows;
+            let mut odd = rows[17].clone();
+            odd.iter_mut().for_each(|v| *v += 1.0);
+            rows.push(odd.clone());
+            b.push(&odd);
+            rows.push(rows[5].clone());
+            b.push(&rows[5].clone());
+            assert_eq!(
+                b.plain,
+                spec.m > 1,
+                "with m = 1 every row continues (nothing is shared)"
+            );
+            check(&b, &rows);
+            // Cleared, it takes runs again.
+            b.clear();
+            let fresh = window_rows(&spec, 100);
+            fresh.iter().for_each(|r| b.push(r));
+            assert!(!b.plain);
+            check(&b, &fresh);
+        }
+    }
+
+    /// The pipeline's rows (a gap window's, with and without a context) written through the
+    /// table across several batches read back exactly, in Parquet and CSV.
+    #[test]
+    fn window_rows_round_trip_through_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        for spec in [
+            FeatureSpec::default(),
+            FeatureSpec {
+                m: 5,
+                context: 1024,
+                sigma: false,
+                ..FeatureSpec::default()
+            },
+        ] {
+            let spec = spec.check().unwrap();
+            let rows = window_rows(&spec, 2 * BATCH + 99);
+            for (name, format) in [("w.parquet", Format::Parquet), ("w.csv", Format::Csv)] {
+                let path = dir.path().join(name);
+                let mut t = RowTable::create(&path, format, &spec).unwrap();
+                t.begin_capture("w", 0, None).unwrap();
+                for (i, r) in rows.iter().enumerate() {
+                    t.push(&meta(i as u64), r).unwrap();
+                }
+                t.finish().unwrap();
+                let mut d = Dataset::new(spec.width());
+                read_rows(&path, &spec, 0, &mut d).unwrap();
+                assert_eq!(d.len(), rows.len(), "{name}");
+                for (i, r) in rows.iter().enumerate() {
+                    // CSV holds decimal text: equal to the shortest round-tripping form.
+                    assert_eq!(d.row(i), r.as_slice(), "{name} row {i} (m = {})", spec.m);
+                }
+            }
+        }
     }
 
     /// The writer thread's failure (a full disk) comes back as an error naming the file.
