@@ -251,6 +251,12 @@ impl Dataset {
     pub fn is_empty(&self) -> bool {
         self.y.is_empty()
     }
+    /// Rows `i` and `j` belong to one run: the same group and send rate. A capture is one run;
+    /// a feature table holding several captures is one group, and its captures' rates tell
+    /// them apart (captures at the same rate in one table stay one run).
+    pub fn same_run(&self, i: usize, j: usize) -> bool {
+        self.group[i] == self.group[j] && self.rate_mbps[i].to_bits() == self.rate_mbps[j].to_bits()
+    }
     /// Row `i`.
     pub fn row(&self, i: usize) -> &[f64] {
         &self.x[i * self.d..(i + 1) * self.d]
@@ -446,6 +452,12 @@ impl SlotRows {
     /// No rows.
     pub fn is_empty(&self) -> bool {
         self.target.is_empty()
+    }
+    /// Rows `i` and `j` belong to one run: the same group and send rate. A capture is one run;
+    /// a feature table holding several captures is one group, and its captures' rates tell
+    /// them apart (captures at the same rate in one table stay one run).
+    pub fn same_run(&self, i: usize, j: usize) -> bool {
+        self.group[i] == self.group[j] && self.rate_mbps[i].to_bits() == self.rate_mbps[j].to_bits()
     }
     /// Row `i`.
     pub fn row(&self, i: usize) -> &[f64] {

@@ -212,6 +212,10 @@ pub struct ReceiverVerdict {
     pub worst_floor: Option<f64>,
     /// Both criteria hold.
     pub pass: bool,
+    /// Both hold with the calibrated held-out model in place of the held-out one (when every
+    /// judged rate has a calibrated score).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibrated_pass: Option<bool>,
 }
 
 /// Verdicts per receiver.
@@ -227,11 +231,18 @@ pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &Recei
                 .map(|p| p.held_out.f1)
                 .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
             let pass = worst_loss <= c.tol + 1e-12 && worst_floor.is_none_or(|f| f >= c.floor);
+            let calibrated_pass = (!judged.is_empty() && judged.iter().all(|p| p.calibrated.is_some())).then(|| {
+                judged.iter().all(|p| {
+                    let f = p.calibrated.map_or(0.0, |s| s.f1);
+                    p.own.f1 - f <= c.tol + 1e-12 && (p.own.f1 < c.floor_if || f >= c.floor)
+                })
+            });
             ReceiverVerdict {
                 receiver: r.receiver.clone(),
                 worst_loss: if worst_loss.is_finite() { worst_loss } else { 0.0 },
                 worst_floor,
                 pass,
+                calibrated_pass,
             }
         })
         .collect()
@@ -249,6 +260,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     rates.dedup();
     let verdicts = receiver_verdicts(reports, c);
     let passing = verdicts.iter().filter(|v| v.pass).count();
+    let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
     let mut s = format!(
         "# {title}\n\nLeave one receiver out: each cell is `held-out / own` F1 — the model trained on every other \
          receiver, then the same kind trained on this receiver alone (its own contiguous CV) — for the model, \
@@ -261,6 +273,15 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         c.floor_if,
         verdicts.len()
     );
+    if calibrated {
+        let n = verdicts.iter().filter(|v| v.calibrated_pass == Some(true)).count();
+        s.push_str(&format!(
+            "With the held-out model calibrated on the first part of each of the receiver's captures \
+             (`aggrate calibrate`: it uses that receiver's labels) and scored on the rest — the `calibrated` \
+             lines, `held-out calibrated / own` — **{n} of {} pass**.\n\n",
+            verdicts.len()
+        ));
+    }
     s.push_str("| receiver | model |");
     for r in &rates {
         s.push_str(&format!(" {r} Mb/s |"));
@@ -270,8 +291,13 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         s.push_str(" --- |");
     }
     s.push_str(" --- | --- |\n");
+    let labels: &[&str] = if calibrated {
+        &["model", "m = 1", "calibrated"]
+    } else {
+        &["model", "m = 1"]
+    };
     for (r, v) in reports.iter().zip(&verdicts) {
-        for (k, label) in ["model", "m = 1"].iter().enumerate() {
+        for (k, label) in labels.iter().enumerate() {
             s.push_str(&format!(
                 "| {} | {label} |",
                 if k == 0 { r.receiver.as_str() } else { "" }
@@ -279,24 +305,24 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             for rate in &rates {
                 match r.per_rate.iter().find(|p| p.rate_mbps == *rate) {
                     Some(p) => {
-                        let (h, o) = if k == 0 {
-                            (p.held_out.f1, p.own.f1)
-                        } else {
-                            (p.threshold_held_out.f1, p.threshold_own.f1)
+                        let (h, o) = match k {
+                            0 => (Some(p.held_out.f1), p.own.f1),
+                            1 => (Some(p.threshold_held_out.f1), p.threshold_own.f1),
+                            _ => (p.calibrated.map(|c| c.f1), p.own.f1),
                         };
-                        s.push_str(&format!(" {h:.3} / {o:.3} |"));
+                        match h {
+                            Some(h) => s.push_str(&format!(" {h:.3} / {o:.3} |")),
+                            None => s.push_str(" – |"),
+                        }
                     }
                     None => s.push_str(" – |"),
                 }
             }
-            if k == 0 {
-                s.push_str(&format!(
-                    " {:+.3} | {} |\n",
-                    v.worst_loss,
-                    if v.pass { "yes" } else { "**no**" }
-                ));
-            } else {
-                s.push_str(" | |\n");
+            let yes = |p: bool| if p { "yes" } else { "**no**" };
+            match k {
+                0 => s.push_str(&format!(" {:+.3} | {} |\n", v.worst_loss, yes(v.pass))),
+                2 => s.push_str(&format!(" | {} |\n", v.calibrated_pass.map_or("–", yes))),
+                _ => s.push_str(" | |\n"),
             }
         }
     }
@@ -306,12 +332,12 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
 /// One CSV line per receiver and rate.
 pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     let mut s = String::from(
-        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss\n",
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1\n",
     );
     for r in reports {
         for p in &r.per_rate {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r.receiver,
                 p.rate_mbps,
                 p.rows,
@@ -323,7 +349,77 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
                 p.own.recall,
                 p.threshold_held_out.f1,
                 p.threshold_own.f1,
-                p.loss()
+                p.loss(),
+                p.calibrated.map_or(String::new(), |c| c.f1.to_string())
+            ));
+        }
+    }
+    s
+}
+
+/// The Markdown report of `aggrate calibrate`: the threshold, F1 / precision / recall before and
+/// after on the calibration rows and on the rest, per send rate, and the half-split check.
+pub fn calibration_md(
+    name: &str,
+    c: &crate::train::calibrate::Calibration,
+    check: Option<&crate::train::calibrate::Calibration>,
+) -> String {
+    let pr = |b: &BinaryMetrics| format!("{:.4} | {:.4} | {:.4}", b.f1(), b.precision(), b.recall());
+    let mut s = format!("# {name}, calibrated\n\n");
+    match c.threshold {
+        Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained)")),
+        None => {
+            s.push_str("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
+            for [x, t] in &c.knots {
+                s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
+            }
+            s.push_str("\nSet");
+        }
+    }
+    s.push_str(&format!(
+        " on the first {:.0} % of each capture ({} rows).\n\n",
+        c.share * 100.0,
+        c.fit_rows
+    ));
+    s.push_str("| rows | n | F1 before | precision | recall | F1 after | precision | recall |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    s.push_str(&format!(
+        "| calibration (threshold chosen here) | {} | {} | {} |\n",
+        c.fit_rows,
+        pr(&c.fit_before),
+        pr(&c.fit_after)
+    ));
+    if let (Some(b), Some(a)) = (&c.rest_before, &c.rest_after) {
+        s.push_str(&format!(
+            "| the rest (not seen) | {} | {} | {} |\n",
+            c.rest_rows,
+            pr(b),
+            pr(a)
+        ));
+    }
+    let seen = if c.rest_rows > 0 {
+        "the rest"
+    } else {
+        "the calibration rows"
+    };
+    s.push_str(&format!(
+        "\nPer send rate, on {seen}:\n\n| rate Mb/s | rows | F1 before | F1 after |\n| --- | --- | --- | --- |\n"
+    ));
+    for (b, a) in c.rates_before.iter().zip(&c.rates_after) {
+        s.push_str(&format!(
+            "| {} | {} | {:.4} | {:.4} |\n",
+            rate_label(b.rate_mbps),
+            b.rows,
+            b.f1,
+            a.f1
+        ));
+    }
+    if let Some(k) = check {
+        if let (Some(b), Some(a)) = (&k.rest_before, &k.rest_after) {
+            s.push_str(&format!(
+                "\nHalf-split check (the same calibration on the first half of each capture, scored on the second): F1 {:.4} → {:.4}.\n",
+                b.f1(),
+                a.f1()
             ));
         }
     }
@@ -477,6 +573,7 @@ mod receiver_tests {
             own: sc(own),
             threshold_held_out: sc(0.5),
             threshold_own: sc(0.6),
+            calibrated: None,
         }
     }
 
@@ -505,6 +602,24 @@ mod receiver_tests {
         assert!(md.contains("1 of 3 receivers pass"), "{md}");
         assert!(md.contains("| good | model | 0.995 / 0.990 |"), "{md}");
         assert_eq!(receivers_csv(&reps).lines().count(), 1 + 5);
+        assert!(v.iter().all(|v| v.calibrated_pass.is_none()) && !md.contains("calibrated"));
+        // Calibrated scores judged like held-out ones: "lossy" passes calibrated, "low" (one
+        // judged rate without a calibrated score) has no calibrated verdict.
+        let mut reps = reps;
+        let sc = |f1| Some(Score { f1, ..Score::default() });
+        reps[0].per_rate[0].calibrated = sc(0.97);
+        reps[0].per_rate[1].calibrated = sc(0.1);
+        reps[1].per_rate[0].calibrated = sc(0.975);
+        reps[2].per_rate[0].calibrated = sc(0.99);
+        let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
+        assert_eq!(v[0].calibrated_pass, Some(false), "0.97 < 0.98 with own 0.99: too far");
+        assert_eq!(v[1].calibrated_pass, Some(true));
+        assert_eq!(v[2].calibrated_pass, None);
+        assert!(!v[1].pass, "the held-out verdict is unchanged");
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("**1 of 3 pass**"), "{md}");
+        assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
+        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975"));
     }
 }
 

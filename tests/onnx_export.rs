@@ -178,8 +178,36 @@ fn onnx_runtime_matches_our_slot_svr() {
 
 #[test]
 fn onnx_runtime_matches_the_shipped_perceptron() {
+    perceptron_matches(ModelFile::shipped().unwrap());
+}
+
+/// A calibrated perceptron (a threshold per load, as `aggrate calibrate` writes it) in ONNX
+/// Runtime: the offset's ramps over the context's `lmean` give the runtime's decisions.
+#[test]
+fn onnx_runtime_matches_a_calibrated_perceptron() {
+    let mut file = ModelFile::shipped().unwrap();
+    let data = rows(&file.spec);
+    let li = file.spec.width() - 1;
+    // Knots inside the rows' load range, so rows fall below, between and above them.
+    let mut loads: Vec<f64> = (0..data.len()).map(|i| data.row(i)[li]).collect();
+    loads.sort_by(f64::total_cmp);
+    let q = |p: f64| loads[((loads.len() - 1) as f64 * p) as usize];
+    let knots = vec![[q(0.2), -0.7], [q(0.5) + 1e-3, 0.9], [q(0.8) + 2e-3, 0.1]];
+    assert!(knots.windows(2).all(|w| w[0][0] < w[1][0]), "{knots:?}");
+    let aggrate::model::EstimatorModel::Mlp(m) = &mut file.model else {
+        panic!("the shipped model is a perceptron")
+    };
+    m.load_offset = Some(aggrate::model::LoadOffset { input: li, knots });
+    let shipped = ModelFile::shipped().unwrap();
+    let moved = (0..data.len())
+        .filter(|&i| (file.model.decision(data.row(i)) - shipped.model.decision(data.row(i))).abs() > 0.05)
+        .count();
+    assert!(moved > data.len() / 2, "the offset moves most decisions: {moved}");
+    perceptron_matches(file);
+}
+
+fn perceptron_matches(file: ModelFile) {
     let dir = tempfile::tempdir().unwrap();
-    let file = ModelFile::shipped().unwrap();
     assert_eq!(file.model.kind(), "mlp");
     let data = rows(&file.spec);
     assert!(data.len() > 5000);

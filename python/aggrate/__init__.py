@@ -15,6 +15,7 @@ receiver's online estimator, and run the 802.11ac emulator::
 
 from ._aggrate import AggrateError, InputError, ModelError, Model, OnlineEstimator as _OnlineEstimator
 from ._aggrate import __version__
+from .calibrate import calibrate
 from .capture import CaptureError, read_capture, read_dataset
 from .estimators import LinearSVC, LogisticRegression, ThresholdClassifier
 from .online import OnlineEstimator
@@ -32,6 +33,7 @@ __all__ = [
     "OnlineEstimator",
     "ThresholdClassifier",
     "__version__",
+    "calibrate",
     "read_capture",
     "read_dataset",
     "receivers",

@@ -1,6 +1,7 @@
 //! Command-line interface: clap-derive arguments → resolved settings → library calls. All
 //! printing, progress bars and exit codes live here.
 
+mod calibrate;
 mod dataset;
 mod demo;
 mod eval;
@@ -49,6 +50,8 @@ pub(crate) enum Command {
     Sweep(sweep::SweepArgs),
     /// Score a trained model on other captures or datasets, per send rate.
     Eval(eval::EvalArgs),
+    /// Set a model's operating point for one receiver from a short labelled capture of it.
+    Calibrate(calibrate::CalibrateArgs),
     /// Export a trained model (ONNX).
     Export(export::ExportArgs),
     /// Datasets of emulator captures (see datasets/).
@@ -179,6 +182,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Keygen(a) => live::keygen(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
+        Command::Calibrate(a) => calibrate::run(&ui, a),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

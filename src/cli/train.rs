@@ -67,6 +67,10 @@ pub(crate) struct TrainArgs {
     /// Contiguous folds of each receiver's own CV (with --group-by receiver).
     #[arg(long, default_value_t = 3)]
     pub(crate) own_folds: usize,
+    /// With --group-by receiver: also calibrate each held-out model on the first SHARE of each
+    /// of that receiver's captures (`aggrate calibrate`) and score it on the rest.
+    #[arg(long, value_name = "SHARE")]
+    pub(crate) calibrate: Option<f64>,
     /// Estimator.
     #[arg(long, value_enum, default_value_t = ModelKind::Logistic)]
     pub(crate) model: ModelKind,
@@ -194,6 +198,14 @@ fn model_name(a: &TrainArgs, spec: &FeatureSpec, loss: SvmLoss) -> String {
 
 pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let spec = spec_for(&a)?;
+    if let Some(share) = a.calibrate {
+        if a.group_by != GroupBy::Receiver {
+            bail!("--calibrate scores held-out receivers: it needs --group-by receiver");
+        }
+        if !(share > 0.0 && share < 1.0) {
+            bail!("--calibrate {share}: the calibrated share of each capture must be in (0, 1), the rest is scored");
+        }
+    }
     let params = LogisticParams {
         l2: a.l2,
         balanced: a.balanced,
@@ -364,6 +376,7 @@ fn receiver_run(
         a.own_folds,
         spec.n_max,
         how,
+        a.calibrate.map(|share| (spec, share)),
         &mut Bars::new(ui),
     )?;
     let mut bars = Bars::new(ui);

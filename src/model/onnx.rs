@@ -228,7 +228,9 @@ fn svr_graph(m: &crate::train::SvrModel) -> GraphProto {
 }
 
 /// Perceptron: `Gemm(x, W1, B1)` → `Relu` → `Gemm(·, W2, B2)` → decision (+ `Sigmoid`), in
-/// double precision from the f32 weights (exact copies).
+/// double precision from the f32 weights (exact copies). A calibrated load offset
+/// ([`crate::model::LoadOffset`]) is subtracted as a sum of clamped ramps of its input:
+/// `t₀ + Σ sᵢ·(clamp(x, xᵢ, xᵢ₊₁) − xᵢ)`, which is flat outside the knots as the runtime's is.
 fn mlp_graph(m: &crate::model::MlpModel) -> GraphProto {
     let (d, h) = (m.inputs as i64, m.hidden as i64);
     let f = |v: &[f32]| v.iter().map(|x| *x as f64).collect::<Vec<f64>>();
@@ -237,23 +239,62 @@ fn mlp_graph(m: &crate::model::MlpModel) -> GraphProto {
     } else {
         f(&m.skip)
     };
+    let mut nodes = vec![
+        node("Gemm", &["x", "W1", "B1"], "pre"),
+        node("Relu", &["pre"], "hid"),
+        node("Gemm", &["hid", "W2", "B2"], "deep"),
+        node("MatMul", &["x", "SKIP"], "wide"),
+    ];
+    let mut initializer = vec![
+        tensor("W1", &[d, h], f(&m.w1)),
+        tensor("B1", &[h], f(&m.b1)),
+        tensor("W2", &[h, 1], f(&m.w2)),
+        tensor("B2", &[1], vec![m.b2 as f64]),
+        tensor("SKIP", &[d, 1], skip),
+    ];
+    match m.load_offset.as_ref().filter(|o| !o.knots.is_empty()) {
+        None => nodes.push(node("Add", &["deep", "wide"], "decision")),
+        Some(o) => {
+            nodes.push(node("Add", &["deep", "wide"], "raw"));
+            let k = &o.knots;
+            initializer.push(tensor("T0", &[1], vec![k[0][1]]));
+            if k.len() == 1 {
+                nodes.push(node("Sub", &["raw", "T0"], "decision"));
+            } else {
+                let n = (k.len() - 1) as i64;
+                let mut sel = vec![0.0; m.inputs];
+                if let Some(v) = sel.get_mut(o.input) {
+                    *v = 1.0;
+                }
+                let lo: Vec<f64> = k[..k.len() - 1].iter().map(|p| p[0]).collect();
+                let hi: Vec<f64> = k[1..].iter().map(|p| p[0]).collect();
+                let slope: Vec<f64> = k
+                    .windows(2)
+                    .map(|w| (w[1][1] - w[0][1]) / (w[1][0] - w[0][0]))
+                    .collect();
+                nodes.extend([
+                    node("MatMul", &["x", "LOAD_SEL"], "load"),
+                    node("Max", &["load", "KNOT_LO"], "load_lo"),
+                    node("Min", &["load_lo", "KNOT_HI"], "load_clamped"),
+                    node("Sub", &["load_clamped", "KNOT_LO"], "ramps"),
+                    node("MatMul", &["ramps", "SLOPES"], "ramp"),
+                    node("Add", &["ramp", "T0"], "offset"),
+                    node("Sub", &["raw", "offset"], "decision"),
+                ]);
+                initializer.extend([
+                    tensor("LOAD_SEL", &[d, 1], sel),
+                    tensor("KNOT_LO", &[1, n], lo),
+                    tensor("KNOT_HI", &[1, n], hi),
+                    tensor("SLOPES", &[n, 1], slope),
+                ]);
+            }
+        }
+    }
+    nodes.push(node("Sigmoid", &["decision"], "probability"));
     GraphProto {
-        node: vec![
-            node("Gemm", &["x", "W1", "B1"], "pre"),
-            node("Relu", &["pre"], "hid"),
-            node("Gemm", &["hid", "W2", "B2"], "deep"),
-            node("MatMul", &["x", "SKIP"], "wide"),
-            node("Add", &["deep", "wide"], "decision"),
-            node("Sigmoid", &["decision"], "probability"),
-        ],
+        node: nodes,
         name: "aggrate_mlp".into(),
-        initializer: vec![
-            tensor("W1", &[d, h], f(&m.w1)),
-            tensor("B1", &[h], f(&m.b1)),
-            tensor("W2", &[h, 1], f(&m.w2)),
-            tensor("B2", &[1], vec![m.b2 as f64]),
-            tensor("SKIP", &[d, 1], skip),
-        ],
+        initializer,
         input: vec![tensor_info("x", [None, Some(d)])],
         output: vec![
             tensor_info("decision", [None, Some(1)]),

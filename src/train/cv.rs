@@ -30,6 +30,9 @@ pub enum CvError {
     /// Folds could not be made.
     #[error(transparent)]
     Folds(#[from] FoldError),
+    /// Calibrating a held-out model failed.
+    #[error("calibrating a held-out model: {0}")]
+    Calibrate(#[from] super::calibrate::Error),
     /// A capture has no receiver name.
     #[error("a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)")]
     NoReceiver,
@@ -156,7 +159,8 @@ pub struct RateReport {
 pub type PerRate = BTreeMap<i64, (f64, BinaryMetrics, AggMetrics)>;
 
 /// Predict the rows `idx` (contiguous per capture, in capture order) and score them: labels, and
-/// levels from predicted starts within each capture's block; also added into `per_rate`.
+/// levels from predicted starts within each run's block (a capture; see [`Dataset::same_run`]);
+/// also added into `per_rate`.
 pub fn score(
     data: &Dataset,
     idx: &[usize],
@@ -181,8 +185,9 @@ pub fn score_predicted(
     let mut agg = AggMetrics::default();
     let mut s = 0;
     while s < idx.len() {
-        let g = data.group[idx[s]];
-        let e = (s..idx.len()).find(|&k| data.group[idx[k]] != g).unwrap_or(idx.len());
+        let e = (s..idx.len())
+            .find(|&k| !data.same_run(idx[s], idx[k]))
+            .unwrap_or(idx.len());
         let lv = levels_from_starts(&pred[s..e], n_max);
         let tl: Vec<u16> = idx[s..e].iter().map(|&i| data.level[i]).collect();
         let am = AggMetrics::from_levels(&tl, &lv);
@@ -334,6 +339,10 @@ pub struct ReceiverRate {
     pub threshold_held_out: Score,
     /// The m = 1 threshold on this receiver alone (own CV).
     pub threshold_own: Score,
+    /// The held-out model calibrated on the first share of each of this receiver's captures
+    /// ([`crate::train::calibrate`]), scored on the rest of them (when asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<Score>,
 }
 
 impl ReceiverRate {
@@ -374,7 +383,10 @@ pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec
 /// Leave-one-receiver-out: for each receiver (rows whose capture maps to it in
 /// `receiver_of_group`), fit `fit` (and the m = 1 threshold) on every other receiver's rows and
 /// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
-/// contiguous folds. No receiver's rows are ever in both a training and a test set.
+/// contiguous folds. No receiver's rows are ever in both a training and a test set. With
+/// `calibrate = Some((spec, share))` the held-out model is also calibrated on the first `share`
+/// of each of the receiver's captures and scored on the rest ([`ReceiverRate::calibrated`]).
+#[allow(clippy::too_many_arguments)]
 pub fn receiver_cv(
     data: &Dataset,
     receiver_of_group: &[u32],
@@ -382,6 +394,7 @@ pub fn receiver_cv(
     own_folds: usize,
     n_max: u16,
     fit: Fitter,
+    calibrate: Option<(&FeatureSpec, f64)>,
     progress: &mut dyn Progress,
 ) -> Result<Vec<ReceiverReport>, CvError> {
     let n = data.len();
@@ -417,6 +430,14 @@ pub fn receiver_cv(
         score(data, &test, &thr, n_max, &mut held_thr);
         // Own CV on this receiver alone.
         let sub = data.select(&test);
+        let calibrated: Option<Vec<RateReport>> = match calibrate {
+            Some((spec, share)) => match super::calibrate::calibrate(&sub, &model, spec, share) {
+                Ok((_, c)) => Some(c.rates_after),
+                Err(super::calibrate::Error::NoStarts { .. }) => None,
+                Err(e) => return Err(CvError::Calibrate(e)),
+            },
+            None => None,
+        };
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
         let own_warm = match fit {
@@ -446,6 +467,16 @@ pub fn receiver_cv(
                     own: get(&own),
                     threshold_held_out: get(&held_thr),
                     threshold_own: get(&own_thr),
+                    calibrated: calibrated.as_ref().and_then(|c| {
+                        c.iter()
+                            .find(|x| x.rate_mbps.to_bits() == rate.to_bits())
+                            .map(|x| Score {
+                                f1: x.f1,
+                                precision: x.precision,
+                                recall: x.recall,
+                                agg_rmse: x.agg_rmse,
+                            })
+                    }),
                 }
             })
             .collect();
@@ -706,7 +737,7 @@ mod tests {
     fn receiver_folds_never_train_on_the_held_out_receiver() {
         let (d, rog, names) = two_receivers();
         let p = LogisticParams::default().check().unwrap();
-        let rep = receiver_cv(&d, &rog, &names, 2, 64, Fitter::Logistic(p), &mut NoProgress).unwrap();
+        let rep = receiver_cv(&d, &rog, &names, 2, 64, Fitter::Logistic(p), None, &mut NoProgress).unwrap();
         assert_eq!(rep.len(), 2);
         assert_eq!(rep[0].receiver, "a");
         assert_eq!(rep[0].per_rate.len(), 2, "rates 100 and 200");
@@ -726,9 +757,19 @@ mod tests {
         );
         assert!(rep[0].per_rate[0].loss() > 0.9);
         // One receiver only: refused.
-        let e = receiver_cv(&d, &[0, 0, 0, 0], &names, 2, 64, Fitter::Threshold, &mut NoProgress).unwrap_err();
+        let e = receiver_cv(
+            &d,
+            &[0, 0, 0, 0],
+            &names,
+            2,
+            64,
+            Fitter::Threshold,
+            None,
+            &mut NoProgress,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("at least 2 receivers"), "{e}");
-        let e = receiver_cv(&d, &[0, 0], &names, 2, 64, Fitter::Threshold, &mut NoProgress).unwrap_err();
+        let e = receiver_cv(&d, &[0, 0], &names, 2, 64, Fitter::Threshold, None, &mut NoProgress).unwrap_err();
         assert!(e.to_string().contains("no receiver"), "{e}");
     }
 }

@@ -262,6 +262,7 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
         skip,
         slow_inputs: p.slow_inputs.min(d),
         epochs: p.epochs,
+        load_offset: None,
     };
     if model.check(d).is_err() {
         return Err(Error::BadParam {

@@ -9,7 +9,7 @@ pub use fitted::{
     LinearSvmModel, LogisticModel, ParamError, Predict, Scaler, SvmLoss, SvrModel, SvrParams, ThresholdModel,
     ValidSvrParams,
 };
-pub use mlp::MlpModel;
+pub use mlp::{LoadOffset, MlpModel};
 
 use std::path::Path;
 
@@ -72,6 +72,28 @@ impl EstimatorModel {
             EstimatorModel::SlotSvr(_) => "slot_svr",
             EstimatorModel::Mlp(_) => "mlp",
         }
+    }
+
+    /// Move the operating point: afterwards the decision is the old decision minus `t`, so the
+    /// model calls a frame start where it used to score above `t` (what `aggrate calibrate`
+    /// writes). Exact for the f64 models; the perceptron's f32 output bias rounds `t` to f32.
+    /// A non-finite `t` is refused (the model is left as it was).
+    pub fn shift(&mut self, t: f64) -> Result<(), ParamError> {
+        if !t.is_finite() {
+            return Err(ParamError {
+                field: "shift",
+                value: t,
+                allowed: "a finite number",
+            });
+        }
+        match self {
+            EstimatorModel::Logistic(m) => m.b -= t,
+            EstimatorModel::LinearSvm(m) => m.b -= t,
+            EstimatorModel::Threshold(m) => m.threshold_us += t,
+            EstimatorModel::SlotSvr(m) => m.base.b -= t,
+            EstimatorModel::Mlp(m) => m.b2 -= t as f32,
+        }
+        Ok(())
     }
 
     /// The slot SVR, if the model has one.

@@ -297,6 +297,64 @@ impl PyModel {
         }
         Ok(PyBytes::new(py, &b))
     }
+    /// This model calibrated for one receiver (`aggrate calibrate`): `n` rows of float64 features
+    /// `x` (row-major bytes), labels `y` (a byte per row), and per row its capture (`run`, u32),
+    /// send rate (`rate`, f32, NaN unknown) and true aggregation level (`level`, u16), all
+    /// little-endian. Returns the calibrated model and the calibration report as JSON.
+    #[pyo3(signature = (x, y, n, run, rate, level, share=1.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn calibrate(
+        &self,
+        py: Python<'_>,
+        x: &[u8],
+        y: &[u8],
+        n: usize,
+        run: &[u8],
+        rate: &[u8],
+        level: &[u8],
+        share: f64,
+    ) -> PyResult<(PyModel, String)> {
+        let d = self.file.spec.width();
+        let x = f64s(x, n, d, "features")?;
+        let want = |what: &str, got: usize, each: usize| {
+            if got == n * each {
+                Ok(())
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "{what}: {got} bytes for {n} rows of {each}"
+                )))
+            }
+        };
+        want("y", y.len(), 1)?;
+        want("run", run.len(), 4)?;
+        want("rate", rate.len(), 4)?;
+        want("level", level.len(), 2)?;
+        let mut data = Dataset::new(d);
+        for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
+            let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+            data.push(
+                row,
+                y[i] != 0,
+                u32::from_le_bytes(le4(run)),
+                f32::from_le_bytes(le4(rate)),
+                u16::from_le_bytes([level[2 * i], level[2 * i + 1]]),
+            );
+        }
+        let spec = self.file.spec;
+        let (model, cal) = py
+            .detach(|| aggrate::train::calibrate::calibrate(&data, &self.file.model, &spec, share))
+            .map_err(|e| model_err(chain(&e)))?;
+        let report = serde_json::to_string(&cal).map_err(model_err)?;
+        let mut file = self.file.clone();
+        file.model = model;
+        match file.metrics.as_object_mut() {
+            Some(m) => {
+                m.insert("calibration".into(), serde_json::to_value(&cal).map_err(model_err)?);
+            }
+            None => file.metrics = serde_json::json!({ "calibration": cal }),
+        }
+        Ok((PyModel { file }, report))
+    }
     fn __repr__(&self) -> String {
         format!(
             "Model(kind={:?}, m={}, sigma={}, context={}, rows={})",

@@ -44,6 +44,49 @@ pub struct MlpModel {
     pub slow_inputs: usize,
     /// Training epochs run.
     pub epochs: u32,
+    /// A receiver's operating point as a function of its load, subtracted from the decision
+    /// (`aggrate calibrate`; none as trained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_offset: Option<LoadOffset>,
+}
+
+/// An offset on the decision that follows one slow input — the receiver context's mean log-gap
+/// (`lmean`), which tracks the receiver's load: piecewise linear through `knots` (by increasing
+/// input value), constant beyond the first and last. It enters with the slow inputs (the
+/// [`MlpBase`]), so it costs nothing per packet.
+///
+/// Why a curve and not one number: a receiver's best threshold moves with its load, and not the
+/// same way on every receiver (a per-MPDU path on timer ticks wants a higher one at 200 Mb/s and
+/// a lower one at 400), so `calibrate` sets one per calibrated rate and interpolates between.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadOffset {
+    /// The input it follows (one of the slow inputs).
+    pub input: usize,
+    /// `[input value, offset]` pairs, input values strictly increasing.
+    pub knots: Vec<[f64; 2]>,
+}
+
+/// Most knots of a [`LoadOffset`].
+pub const MAX_KNOTS: usize = 64;
+
+impl LoadOffset {
+    /// The offset at input value `v` (the first knot's below it, the last's above; NaN gives
+    /// the first knot's).
+    pub fn at(&self, v: f64) -> f64 {
+        let k = &self.knots;
+        let Some(first) = k.first() else { return 0.0 };
+        if v.is_nan() || v <= first[0] {
+            return first[1];
+        }
+        // Knots are few (one per calibrated rate): a scan.
+        for w in k.windows(2) {
+            let ([x0, t0], [x1, t1]) = (w[0], w[1]);
+            if v <= x1 {
+                return t0 + (t1 - t0) * (v - x0) / (x1 - x0);
+            }
+        }
+        k[k.len() - 1][1]
+    }
 }
 
 /// Most hidden units (keeps inference within the per-packet budget and the stack buffer).
@@ -81,6 +124,11 @@ impl MlpModel {
                 }
             }
             lin += v * self.skip.get(j).copied().unwrap_or(0.0);
+        }
+        if let Some(o) = &self.load_offset {
+            if let Some(&v) = o.input.checked_sub(off).and_then(|i| slow.get(i)) {
+                lin -= o.at(v) as f32;
+            }
         }
         let mut key = [0u64; MAX_SLOW];
         for (k, v) in key.iter_mut().zip(slow) {
@@ -211,6 +259,21 @@ impl MlpModel {
         if !finite.into_iter().all(|v| v.is_finite()) {
             return Err("non-finite weight".into());
         }
+        if let Some(o) = &self.load_offset {
+            let first_slow = self.inputs - self.slow_inputs;
+            if !(first_slow..self.inputs).contains(&o.input) {
+                return Err(format!(
+                    "load_offset follows input {}, which is not one of the slow inputs {first_slow}..{}",
+                    o.input, self.inputs
+                ));
+            }
+            if o.knots.is_empty() || o.knots.len() > MAX_KNOTS {
+                return Err(format!("load_offset has {} knots: 1..={MAX_KNOTS}", o.knots.len()));
+            }
+            if !o.knots.iter().flatten().all(|v| v.is_finite()) || o.knots.windows(2).any(|w| w[1][0] <= w[0][0]) {
+                return Err("load_offset knots must be finite with strictly increasing input values".into());
+            }
+        }
         Ok(())
     }
 }
@@ -237,6 +300,7 @@ mod tests {
             skip: Vec::new(),
             slow_inputs: 0,
             epochs: 0,
+            load_offset: None,
         }
     }
 
@@ -284,6 +348,7 @@ mod tests {
                 skip: (0..d).map(|i| i as f32 / 10.0).collect(),
                 slow_inputs: 3,
                 epochs: 0,
+                load_offset: None,
             };
             for r in 0..50 {
                 let x: Vec<f64> = (0..d).map(|j| ((r * 13 + j * 7) % 17) as f64 / 3.0 - 2.0).collect();
@@ -294,5 +359,72 @@ mod tests {
                 assert!((fast - unrolled).abs() < 1e-4, "h {h}: {fast} vs {unrolled}");
             }
         }
+    }
+
+    #[test]
+    fn a_load_offset_follows_its_slow_input_piecewise_linearly() {
+        let o = LoadOffset {
+            input: 1,
+            knots: vec![[1.0, 0.5], [3.0, -1.5], [4.0, 2.5]],
+        };
+        // Hand-computed: flat outside, linear between the knots.
+        for (v, want) in [
+            (0.0, 0.5),
+            (1.0, 0.5),
+            (2.0, -0.5),
+            (3.0, -1.5),
+            (3.5, 0.5),
+            (4.0, 2.5),
+            (9.0, 2.5),
+            (f64::NAN, 0.5),
+        ] {
+            assert!((o.at(v) - want).abs() < 1e-12, "at {v}: {} vs {want}", o.at(v));
+        }
+        // In the model: the decision moves by exactly the offset at the row's slow input, and the
+        // base carries it (the online estimator's path equals the offline one).
+        let plain = MlpModel {
+            slow_inputs: 1,
+            ..small()
+        };
+        let shifted = MlpModel {
+            load_offset: Some(o.clone()),
+            ..plain.clone()
+        };
+        assert!(shifted.check(2).is_ok());
+        for x in [[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [0.5, 3.5]] {
+            let want = plain.decision_f32(&x) - o.at(x[1]) as f32;
+            assert!((shifted.decision_f32(&x) - want).abs() < 1e-6, "{x:?}");
+            let base = shifted.base(&x[1..]);
+            assert_eq!(shifted.finish(&x[..1], &base), shifted.decision_f32(&x));
+        }
+        // It must follow a slow input, with sorted finite knots.
+        let bad = |o: LoadOffset| {
+            MlpModel {
+                load_offset: Some(o),
+                ..plain.clone()
+            }
+            .check(2)
+            .unwrap_err()
+        };
+        assert!(bad(LoadOffset { input: 0, ..o.clone() }).contains("not one of the slow inputs"));
+        assert!(bad(LoadOffset {
+            input: 1,
+            knots: vec![]
+        })
+        .contains("knots"));
+        assert!(bad(LoadOffset {
+            input: 1,
+            knots: vec![[2.0, 0.0], [1.0, 0.0]]
+        })
+        .contains("increasing"));
+        assert!(bad(LoadOffset {
+            input: 1,
+            knots: vec![[1.0, f64::INFINITY]]
+        })
+        .contains("finite"));
+        // It survives the model file.
+        let json = serde_json::to_string(&shifted).unwrap();
+        assert_eq!(serde_json::from_str::<MlpModel>(&json).unwrap(), shifted);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("load_offset"));
     }
 }

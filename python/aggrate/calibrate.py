@@ -1,0 +1,35 @@
+"""A model's operating point for one receiver, from labelled rows of that receiver — what
+``aggrate calibrate`` does, on a DataFrame from :func:`aggrate.read_capture` /
+:func:`aggrate.read_dataset` (a sniffer capture joined with the receiver's kernel log)."""
+
+from typing import Any, Dict, Tuple
+import json
+
+import numpy as np
+
+from ._aggrate import Model
+
+
+def calibrate(model: Model, df: Any, share: float = 1.0) -> Tuple[Model, Dict[str, Any]]:
+    """Return ``(calibrated model, report)``.
+
+    The threshold is set on the first ``share`` of each capture's rows (rows of one ``capture``
+    and ``rate_mbps``, in order); below 1 the report's ``rest_before`` / ``rest_after`` score the
+    rest. A perceptron on a receiver context gets a threshold per load (``knots``: the
+    context's mean log-gap ``lmean`` → threshold), other models one ``threshold``.
+    """
+    import polars as pl
+
+    names = list(model.feature_names)
+    missing = [c for c in names + ["y", "capture", "rate_mbps", "agg_level"] if c not in df.columns]
+    if missing:
+        raise ValueError(f"the DataFrame has no column(s) {missing}: read it with aggrate.read_capture / read_dataset "
+                         f"with the model's layout ({model!r})")
+    x = np.ascontiguousarray(df.select(names).to_numpy(), dtype=np.float64)
+    y = df["y"].to_numpy().astype(np.uint8)
+    run = df["capture"].cast(pl.Categorical).to_physical().to_numpy().astype("<u4")
+    rate = df["rate_mbps"].cast(pl.Float64).fill_null(float("nan")).to_numpy().astype("<f4")
+    level = np.clip(df["agg_level"].to_numpy(), 0, 65535).astype("<u2")
+    new, report = model.calibrate(x.tobytes(), y.tobytes(), len(df), run.tobytes(), rate.tobytes(),
+                                  level.tobytes(), share)
+    return new, json.loads(report)

@@ -1,0 +1,42 @@
+"""aggrate.calibrate: a model's operating point for one receiver, the same as `aggrate calibrate`."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import aggrate
+
+
+def test_calibrate_equals_the_cli_and_lifts_f1_on_its_rows(emulated, aggrate_bin, tmp_path):
+    shipped = aggrate.Model.shipped()
+    spec = json.loads(shipped.spec_json)
+    df = aggrate.read_capture(emulated, m=spec["m"], sigma=spec["sigma"], context=spec["context"])
+    cal, report = aggrate.calibrate(shipped, df, share=1.0)
+    # One capture, one load: one knot; the model changed, its layout did not.
+    assert len(report["knots"]) == 1 and report["threshold"] is None
+    assert report["fit_rows"] == df.height and report["rest_before"] is None
+    assert cal.feature_names == shipped.feature_names
+    # On the rows it was set on, the best threshold cannot score below the trained one.
+    assert report["fit_after"]["tp"] > 0
+    f1 = lambda b: 2 * b["tp"] / (2 * b["tp"] + b["fp"] + b["fn_"])
+    assert f1(report["fit_after"]) >= f1(report["fit_before"]) - 1e-9
+    x = np.ascontiguousarray(df.select(shipped.feature_names).to_numpy(), dtype=np.float64)
+    before = np.frombuffer(shipped.decision_function(x.tobytes(), len(x)), dtype="<f8")
+    after = np.frombuffer(cal.decision_function(x.tobytes(), len(x)), dtype="<f8")
+    shift = before - after
+    assert np.allclose(shift, report["knots"][0][1], atol=1e-5), "one knot: the same offset on every row"
+    # The CLI writes the same offset.
+    out = tmp_path / "cal.json"
+    subprocess.run([aggrate_bin, "-q", "calibrate", str(emulated), "-o", str(out)], check=True)
+    cli = json.loads(out.read_text())
+    assert cli["model"]["load_offset"]["knots"] == report["knots"]
+    # Saved and loaded, it decides the same; a share outside (0, 1] is a typed error.
+    cal.save(tmp_path / "py.json")
+    again = aggrate.Model.load(tmp_path / "py.json")
+    assert again.decision_function(x.tobytes(), len(x)) == cal.decision_function(x.tobytes(), len(x))
+    with pytest.raises(aggrate.ModelError, match=r"\(0, 1\]"):
+        aggrate.calibrate(shipped, df, share=0.0)
+    with pytest.raises(ValueError, match="no column"):
+        aggrate.calibrate(shipped, df.drop("agg_level"))
