@@ -34,6 +34,15 @@ stations = [{ vht = true, mcs = 9, nss = 2, bw_mhz = 80, short_gi = true }]
 arrival = { kind = "cbr" }
 "#;
 
+/// A receive path in none of the training draws: per-MPDU hand-off released at 120 µs timer
+/// ticks.
+const UNSEEN_RECEIVER: &str = r#"stages = [
+  { kind = "per_mpdu_handoff" },
+  { kind = "timer_tick", period_us = 120.0, slack_us = 15.0 },
+  { kind = "per_packet", us = 2.0, jitter_us = 1.0 },
+]
+"#;
+
 /// `aggrate -q simulate ARGS` in `dir`, which must succeed.
 fn simulate(dir: &Path, args: &[&str]) {
     let mut argv = vec!["-q", "simulate"];
@@ -394,16 +403,7 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
     // ticks), where the gap scale a fixed threshold learned on the phone preset is wrong.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        d.join("unseen.toml"),
-        r#"stages = [
-  { kind = "per_mpdu_handoff" },
-  { kind = "timer_tick", period_us = 120.0, slack_us = 15.0 },
-  { kind = "per_packet", us = 2.0, jitter_us = 1.0 },
-]
-"#,
-    )
-    .unwrap();
+    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
     simulate(
         d,
         &[
@@ -458,16 +458,7 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
 fn calibrate_sets_a_receivers_operating_point_per_load() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        d.join("unseen.toml"),
-        r#"stages = [
-  { kind = "per_mpdu_handoff" },
-  { kind = "timer_tick", period_us = 120.0, slack_us = 15.0 },
-  { kind = "per_packet", us = 2.0, jitter_us = 1.0 },
-]
-"#,
-    )
-    .unwrap();
+    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
     for seed in ["11", "12"] {
         for rate in ["200", "400"] {
             for (kind, recv) in [("rx", ["--receiver", "unseen.toml"]), ("sniff", ["--noise", "none"])] {

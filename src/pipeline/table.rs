@@ -1156,7 +1156,25 @@ mod tests {
         assert_eq!(pages, 3);
     }
 
-    /// The rows of a gap window (20 gaps + σ; 5 gaps with a context), as the pipeline makes them.
+    /// The default layout (20 gaps + σ), the shipped model's (5 gaps + a context), one gap.
+    fn window_specs() -> [FeatureSpec; 3] {
+        [
+            FeatureSpec::default(),
+            FeatureSpec {
+                m: 5,
+                context: 1024,
+                sigma: false,
+                ..FeatureSpec::default()
+            },
+            FeatureSpec {
+                m: 1,
+                ..FeatureSpec::default()
+            },
+        ]
+        .map(|s| s.check().unwrap())
+    }
+
+    /// The rows of a gap window for `spec`, as the pipeline makes them.
     fn window_rows(spec: &FeatureSpec, n: usize) -> Vec<Vec<f64>> {
         let mut w = crate::features::GapWindow::new(spec);
         let mut t = 1_000_000u64;
@@ -1181,20 +1199,7 @@ mod tests {
     /// losing a value.
     #[test]
     fn feature_blocks_keep_lagged_runs_once() {
-        for spec in [
-            FeatureSpec::default(),
-            FeatureSpec {
-                m: 5,
-                context: 1024,
-                sigma: false,
-                ..FeatureSpec::default()
-            },
-            FeatureSpec {
-                m: 1,
-                ..FeatureSpec::default()
-            },
-        ] {
-            let spec = spec.check().unwrap();
+        for spec in window_specs() {
             let rows = window_rows(&spec, 3000);
             let mut b = FeatureBlock::new(&spec, 16);
             for r in &rows {
@@ -1248,16 +1253,7 @@ mod tests {
     #[test]
     fn window_rows_round_trip_through_tables() {
         let dir = tempfile::tempdir().unwrap();
-        for spec in [
-            FeatureSpec::default(),
-            FeatureSpec {
-                m: 5,
-                context: 1024,
-                sigma: false,
-                ..FeatureSpec::default()
-            },
-        ] {
-            let spec = spec.check().unwrap();
+        for spec in window_specs().into_iter().take(2) {
             let rows = window_rows(&spec, 2 * BATCH + 99);
             for (name, format) in [("w.parquet", Format::Parquet), ("w.csv", Format::Csv)] {
                 let path = dir.path().join(name);

@@ -550,6 +550,7 @@ mod tests {
     #[test]
     fn a_calibrated_perceptron_decides_online_as_offline() {
         let mut file = crate::model::ModelFile::shipped().unwrap();
+        let plain = file.model.clone();
         let spec = file.spec;
         let li = spec.width() - 1;
         let EstimatorModel::Mlp(m) = &mut file.model else {
@@ -562,48 +563,36 @@ mod tests {
         });
         assert!(m.check(spec.width()).is_ok());
         let model = file.model.clone();
+        let mut t = 0u64;
+        let trace: Vec<Ts> = (0..20_000u64)
+            .map(|i| {
+                let (frame, inside) = if i < 10_000 { (9, 20_000) } else { (23, 8_000) };
+                t += if i % frame == 0 {
+                    150_000 + i * 7_919 % 120_000
+                } else {
+                    inside + i * 104_729 % 12_000
+                };
+                Ts(t)
+            })
+            .collect();
         let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
         let mut w = GapWindow::new(&spec);
-        let mut t = 0u64;
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for i in 0..20_000u64 {
-            let (frame, inside) = if i < 10_000 { (9, 20_000) } else { (23, 8_000) };
-            t += if i % frame == 0 {
-                150_000 + i * 7_919 % 120_000
-            } else {
-                inside + i * 104_729 % 12_000
-            };
-            let host = Ts(t);
+        let (mut ours, mut theirs, mut differ) = (0usize, 0usize, 0usize);
+        for &host in &trace {
             if let Some(row) = w.push(host) {
-                theirs.push(model.predict_row(row));
+                theirs += usize::from(model.predict_row(row));
+                // The offset changes decisions (else this test would pass without it).
+                differ += usize::from(plain.predict_row(row) != model.predict_row(row));
             }
             let before = e.acc.frames;
             e.push(&RxPacket {
                 host,
                 ..RxPacket::default()
             });
-            ours.push(e.acc.frames > before);
+            ours += usize::from(e.acc.frames > before);
         }
-        let closes = ours.iter().filter(|c| **c).count();
-        let starts = theirs.iter().filter(|s| **s).count();
-        assert!(starts > 1000, "{starts}");
-        assert!(closes == starts || closes + 1 == starts, "{closes} vs {starts}");
-        // And the offset changed decisions (the test would pass without it otherwise).
-        let plain = crate::model::ModelFile::shipped().unwrap().model;
-        let mut w = GapWindow::new(&spec);
-        let mut t = 0u64;
-        let mut differ = 0;
-        for i in 0..20_000u64 {
-            let (frame, inside) = if i < 10_000 { (9, 20_000) } else { (23, 8_000) };
-            t += if i % frame == 0 {
-                150_000 + i * 7_919 % 120_000
-            } else {
-                inside + i * 104_729 % 12_000
-            };
-            if let Some(row) = w.push(Ts(t)) {
-                differ += usize::from(plain.predict_row(row) != model.predict_row(row));
-            }
-        }
+        assert!(theirs > 1000, "{theirs}");
+        assert!(ours == theirs || ours + 1 == theirs, "{ours} vs {theirs}");
         assert!(differ > 10, "{differ}");
     }
 }
