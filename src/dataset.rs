@@ -257,6 +257,20 @@ impl Dataset {
     pub fn same_run(&self, i: usize, j: usize) -> bool {
         self.group[i] == self.group[j] && self.rate_mbps[i].to_bits() == self.rate_mbps[j].to_bits()
     }
+    /// The runs of `idx` (row numbers, contiguous per capture): ranges of positions in `idx`
+    /// whose rows are one run ([`Dataset::same_run`]), in order.
+    pub fn runs(&self, idx: &[usize]) -> Vec<std::ops::Range<usize>> {
+        let mut out = Vec::new();
+        let mut s = 0;
+        while s < idx.len() {
+            let e = (s..idx.len())
+                .find(|&k| !self.same_run(idx[s], idx[k]))
+                .unwrap_or(idx.len());
+            out.push(s..e);
+            s = e;
+        }
+        out
+    }
     /// Row `i`.
     pub fn row(&self, i: usize) -> &[f64] {
         &self.x[i * self.d..(i + 1) * self.d]
@@ -452,12 +466,6 @@ impl SlotRows {
     /// No rows.
     pub fn is_empty(&self) -> bool {
         self.target.is_empty()
-    }
-    /// Rows `i` and `j` belong to one run: the same group and send rate. A capture is one run;
-    /// a feature table holding several captures is one group, and its captures' rates tell
-    /// them apart (captures at the same rate in one table stay one run).
-    pub fn same_run(&self, i: usize, j: usize) -> bool {
-        self.group[i] == self.group[j] && self.rate_mbps[i].to_bits() == self.rate_mbps[j].to_bits()
     }
     /// Row `i`.
     pub fn row(&self, i: usize) -> &[f64] {

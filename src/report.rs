@@ -190,6 +190,13 @@ pub struct ReceiverCriteria {
     pub floor_if: f64,
 }
 
+impl ReceiverCriteria {
+    /// Whether a held-out F1 of `held` holds against an own-CV F1 of `own` at one judged rate.
+    pub fn holds(&self, held: f64, own: f64) -> bool {
+        own - held <= self.tol + 1e-12 && (own < self.floor_if || held >= self.floor)
+    }
+}
+
 impl Default for ReceiverCriteria {
     fn default() -> Self {
         ReceiverCriteria {
@@ -230,12 +237,11 @@ pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &Recei
                 .filter(|p| p.own.f1 >= c.floor_if)
                 .map(|p| p.held_out.f1)
                 .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
-            let pass = worst_loss <= c.tol + 1e-12 && worst_floor.is_none_or(|f| f >= c.floor);
+            let pass = judged.iter().all(|p| c.holds(p.held_out.f1, p.own.f1));
             let calibrated_pass = (!judged.is_empty() && judged.iter().all(|p| p.calibrated.is_some())).then(|| {
-                judged.iter().all(|p| {
-                    let f = p.calibrated.map_or(0.0, |s| s.f1);
-                    p.own.f1 - f <= c.tol + 1e-12 && (p.own.f1 < c.floor_if || f >= c.floor)
-                })
+                judged
+                    .iter()
+                    .all(|p| c.holds(p.calibrated.map_or(0.0, |s| s.f1), p.own.f1))
             });
             ReceiverVerdict {
                 receiver: r.receiver.clone(),

@@ -69,12 +69,7 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
         "calibration": cal,
         "half_split_check": check,
     });
-    match file.metrics.as_object_mut() {
-        Some(m) => {
-            m.insert("calibration".into(), report);
-        }
-        None => file.metrics = serde_json::json!({ "calibration": report }),
-    }
+    file.set_metric("calibration", report);
     ensure_parent(&a.output)?;
     std::fs::write(&a.output, file.to_json()).with_context(|| format!("writing {}", a.output.display()))?;
     let md = calibration_md(&name, &cal, check.as_ref());

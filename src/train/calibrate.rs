@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::features::FeatureSpec;
-use crate::model::{EstimatorModel, LoadOffset};
+use crate::model::{EstimatorModel, LoadOffset, MlpModel};
 use crate::report::BinaryMetrics;
 use crate::train::cv::{rate_reports, score, PerRate, RateReport};
 use crate::train::Predict;
@@ -124,13 +124,11 @@ pub struct Calibration {
 /// row order. A capture is a run of rows of one group and rate ([`Dataset::same_run`]).
 pub fn split_heads(data: &Dataset, share: f64) -> (Vec<usize>, Vec<usize>) {
     let (mut head, mut rest) = (Vec::new(), Vec::new());
-    let mut s = 0;
-    while s < data.len() {
-        let e = (s..data.len()).find(|&i| !data.same_run(s, i)).unwrap_or(data.len());
-        let k = (((e - s) as f64 * share).ceil() as usize).clamp(1, e - s);
-        head.extend(s..s + k);
-        rest.extend(s + k..e);
-        s = e;
+    let all: Vec<usize> = (0..data.len()).collect();
+    for run in data.runs(&all) {
+        let k = ((run.len() as f64 * share).ceil() as usize).clamp(1, run.len());
+        head.extend(run.start..run.start + k);
+        rest.extend(run.start + k..run.end);
     }
     (head, rest)
 }
@@ -165,11 +163,14 @@ pub fn calibrate(
     if head.is_empty() {
         return Err(Error::NoRows);
     }
-    let mut model = model.clone();
-    if let EstimatorModel::Mlp(m) = &mut model {
-        m.load_offset = None;
-    }
-    let model = model;
+    // Calibration replaces an earlier offset rather than stacking on it.
+    let model = match model {
+        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
+            load_offset: None,
+            ..m.clone()
+        }),
+        other => other.clone(),
+    };
     let mut dec = Vec::with_capacity(head.len());
     for &i in &head {
         let d = model.decision(data.row(i));
@@ -234,19 +235,14 @@ pub fn calibrate(
 fn load_knots(data: &Dataset, head: &[usize], dec: &[f64], y: &[bool], li: usize) -> Option<Vec<[f64; 2]>> {
     // (median load, positions in `head`) per capture.
     let mut runs: Vec<(f64, Vec<usize>)> = Vec::new();
-    let mut s = 0;
-    while s < head.len() {
-        let e = (s..head.len())
-            .find(|&k| !data.same_run(head[s], head[k]))
-            .unwrap_or(head.len());
-        let mut loads: Vec<f64> = head[s..e].iter().map(|&i| data.row(i)[li]).collect();
+    for run in data.runs(head) {
+        let mut loads: Vec<f64> = head[run.clone()].iter().map(|&i| data.row(i)[li]).collect();
         loads.sort_unstable_by(f64::total_cmp);
         let median = loads[loads.len() / 2];
         match runs.iter_mut().find(|r| r.0 == median) {
-            Some(r) => r.1.extend(s..e),
-            None => runs.push((median, (s..e).collect())),
+            Some(r) => r.1.extend(run),
+            None => runs.push((median, run.collect())),
         }
-        s = e;
     }
     let mut knots: Vec<[f64; 2]> = runs
         .iter()
@@ -358,7 +354,6 @@ mod tests {
     /// their rates.
     #[test]
     fn a_context_perceptron_gets_a_threshold_per_load() {
-        use crate::model::MlpModel;
         let spec = FeatureSpec {
             m: 1,
             sigma: false,
@@ -421,7 +416,7 @@ mod tests {
 
     #[test]
     fn shift_moves_every_kind_by_the_same_decision() {
-        use crate::model::{LogisticModel, MlpModel, Scaler};
+        use crate::model::{LogisticModel, Scaler};
         let x = [3.0, -1.0];
         let scaler = Scaler {
             mean: vec![1.0, 0.0],

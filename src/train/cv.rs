@@ -183,11 +183,8 @@ pub fn score_predicted(
     let truth: Vec<bool> = idx.iter().map(|&i| data.y[i]).collect();
     let bm = BinaryMetrics::from_labels(&truth, pred);
     let mut agg = AggMetrics::default();
-    let mut s = 0;
-    while s < idx.len() {
-        let e = (s..idx.len())
-            .find(|&k| !data.same_run(idx[s], idx[k]))
-            .unwrap_or(idx.len());
+    for run in data.runs(idx) {
+        let (s, e) = (run.start, run.end);
         let lv = levels_from_starts(&pred[s..e], n_max);
         let tl: Vec<u16> = idx[s..e].iter().map(|&i| data.level[i]).collect();
         let am = AggMetrics::from_levels(&tl, &lv);
@@ -199,7 +196,6 @@ pub fn score_predicted(
             .or_insert((rate as f64, BinaryMetrics::default(), AggMetrics::default()));
         entry.1.add(&BinaryMetrics::from_labels(&truth[s..e], &pred[s..e]));
         entry.2.add(&am);
-        s = e;
     }
     (bm, agg)
 }

@@ -227,6 +227,16 @@ impl ModelFile {
         }
     }
 
+    /// Set `metrics[key]` (metrics that are not a JSON object become one).
+    pub fn set_metric(&mut self, key: &str, value: serde_json::Value) {
+        match self.metrics.as_object_mut() {
+            Some(m) => {
+                m.insert(key.into(), value);
+            }
+            None => self.metrics = serde_json::json!({ key: value }),
+        }
+    }
+
     /// Compact JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()

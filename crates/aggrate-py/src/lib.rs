@@ -344,16 +344,11 @@ impl PyModel {
         let (model, cal) = py
             .detach(|| aggrate::train::calibrate::calibrate(&data, &self.file.model, &spec, share))
             .map_err(|e| model_err(chain(&e)))?;
-        let report = serde_json::to_string(&cal).map_err(model_err)?;
+        let report = serde_json::to_value(&cal).map_err(model_err)?;
         let mut file = self.file.clone();
         file.model = model;
-        match file.metrics.as_object_mut() {
-            Some(m) => {
-                m.insert("calibration".into(), serde_json::to_value(&cal).map_err(model_err)?);
-            }
-            None => file.metrics = serde_json::json!({ "calibration": cal }),
-        }
-        Ok((PyModel { file }, report))
+        file.set_metric("calibration", report.clone());
+        Ok((PyModel { file }, report.to_string()))
     }
     fn __repr__(&self) -> String {
         format!(
