@@ -416,7 +416,12 @@ impl RowsOutcome {
     /// The outcome back, or the first thing that makes the rows unusable or incomplete, in this order: damage (unless
     /// read with `keep_going`), no packets, no ground truth, a kernel log that matches nothing,
     /// too few packets for one row. Partial joins are not errors (see [`RowsOutcome::join`]).
-    pub fn check(mut self) -> Result<RowsOutcome, Error> {
+    pub fn check(self) -> Result<RowsOutcome, Error> {
+        self.check_with(true)
+    }
+
+    /// [`RowsOutcome::check`], but without ground truth when `need_truth` is false.
+    pub fn check_with(mut self, need_truth: bool) -> Result<RowsOutcome, Error> {
         let path = || self.path.clone();
         if !self.read.keep_going {
             if let Some(error) = self.read.damage.take() {
@@ -426,7 +431,7 @@ impl RowsOutcome {
         if self.packets == 0 {
             return Err(Error::NoPackets { path: path() });
         }
-        if !self.ground_truth {
+        if need_truth && !self.ground_truth {
             return Err(Error::NoGroundTruth {
                 path: path(),
                 error: crate::label::Error::NoGroundTruth { packets: self.packets },
@@ -548,6 +553,9 @@ pub struct Input {
     pub receiver: Option<String>,
     /// Kernel receive times to join (a `seq,host_ns` CSV or a receiver-side capture).
     pub kernel: Option<PathBuf>,
+    /// A capture without A-MPDU ground truth is read too (the receiver's own capture, for
+    /// label-free calibration); its rows' labels mean nothing (every packet its own frame).
+    pub truth_optional: bool,
 }
 
 impl Input {
@@ -663,7 +671,7 @@ fn load_input(input: &Input, g: u32, spec: &FeatureSpec, filter: &FlowFilter, ke
     let out = capture_rows(&input.path, &opts, &mut NoProgress, |m, x| {
         data.push_at(m.host, x, m.first_of_frame, g, rate, m.level)
     })?;
-    let out = out.check()?;
+    let out = out.check_with(!input.truth_optional)?;
     Ok((data, Some(out)))
 }
 

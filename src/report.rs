@@ -223,6 +223,10 @@ pub struct ReceiverVerdict {
     /// judged rate has a calibrated score).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibrated_pass: Option<bool>,
+    /// Both hold with the held-out model calibrated without the receiver's labels (on the
+    /// emulated bank) in its place (when every judged rate has such a score).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_calibrated_pass: Option<bool>,
 }
 
 /// Verdicts per receiver.
@@ -238,17 +242,18 @@ pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &Recei
                 .map(|p| p.held_out.f1)
                 .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
             let pass = judged.iter().all(|p| c.holds(p.held_out.f1, p.own.f1));
-            let calibrated_pass = (!judged.is_empty() && judged.iter().all(|p| p.calibrated.is_some())).then(|| {
-                judged
-                    .iter()
-                    .all(|p| c.holds(p.calibrated.map_or(0.0, |s| s.f1), p.own.f1))
-            });
+            // Whether the criteria hold with another score in the held-out one's place.
+            let holds_with = |get: fn(&crate::train::cv::ReceiverRate) -> Option<crate::train::cv::Score>| {
+                (!judged.is_empty() && judged.iter().all(|p| get(p).is_some()))
+                    .then(|| judged.iter().all(|p| c.holds(get(p).map_or(0.0, |s| s.f1), p.own.f1)))
+            };
             ReceiverVerdict {
                 receiver: r.receiver.clone(),
                 worst_loss: if worst_loss.is_finite() { worst_loss } else { 0.0 },
                 worst_floor,
                 pass,
-                calibrated_pass,
+                calibrated_pass: holds_with(|p| p.calibrated),
+                self_calibrated_pass: holds_with(|p| p.self_calibrated),
             }
         })
         .collect()
@@ -267,6 +272,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     let verdicts = receiver_verdicts(reports, c);
     let passing = verdicts.iter().filter(|v| v.pass).count();
     let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
+    let self_calibrated = verdicts.iter().any(|v| v.self_calibrated_pass.is_some());
     let mut s = format!(
         "# {title}\n\nLeave one receiver out: each cell is `held-out / own` F1 — the model trained on every other \
          receiver, then the same kind trained on this receiver alone (its own contiguous CV) — for the model, \
@@ -288,6 +294,15 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             verdicts.len()
         ));
     }
+    if self_calibrated {
+        let n = verdicts.iter().filter(|v| v.self_calibrated_pass == Some(true)).count();
+        s.push_str(&format!(
+            "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
+             whose packet timing is most like each of its captures (`aggrate calibrate --no-labels`), and \
+             scored on all its rows — the `self-calibrated` lines — **{n} of {} pass**.\n\n",
+            verdicts.len()
+        ));
+    }
     s.push_str("| receiver | model |");
     for r in &rates {
         s.push_str(&format!(" {r} Mb/s |"));
@@ -297,13 +312,16 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         s.push_str(" --- |");
     }
     s.push_str(" --- | --- |\n");
-    let labels: &[&str] = if calibrated {
-        &["model", "m = 1", "calibrated"]
-    } else {
-        &["model", "m = 1"]
-    };
+    // Lines per receiver: 0 model, 1 m = 1, 2 calibrated, 3 self-calibrated.
+    let mut lines: Vec<(usize, &str)> = vec![(0, "model"), (1, "m = 1")];
+    if calibrated {
+        lines.push((2, "calibrated"));
+    }
+    if self_calibrated {
+        lines.push((3, "self-calibrated"));
+    }
     for (r, v) in reports.iter().zip(&verdicts) {
-        for (k, label) in labels.iter().enumerate() {
+        for &(k, label) in &lines {
             s.push_str(&format!(
                 "| {} | {label} |",
                 if k == 0 { r.receiver.as_str() } else { "" }
@@ -314,7 +332,8 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
                         let (h, o) = match k {
                             0 => (Some(p.held_out.f1), p.own.f1),
                             1 => (Some(p.threshold_held_out.f1), p.threshold_own.f1),
-                            _ => (p.calibrated.map(|c| c.f1), p.own.f1),
+                            2 => (p.calibrated.map(|c| c.f1), p.own.f1),
+                            _ => (p.self_calibrated.map(|c| c.f1), p.own.f1),
                         };
                         match h {
                             Some(h) => s.push_str(&format!(" {h:.3} / {o:.3} |")),
@@ -328,6 +347,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             match k {
                 0 => s.push_str(&format!(" {:+.3} | {} |\n", v.worst_loss, yes(v.pass))),
                 2 => s.push_str(&format!(" | {} |\n", v.calibrated_pass.map_or("–", yes))),
+                3 => s.push_str(&format!(" | {} |\n", v.self_calibrated_pass.map_or("–", yes))),
                 _ => s.push_str(" | |\n"),
             }
         }
@@ -338,12 +358,12 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
 /// One CSV line per receiver and rate.
 pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     let mut s = String::from(
-        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1\n",
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1\n",
     );
     for r in reports {
         for p in &r.per_rate {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r.receiver,
                 p.rate_mbps,
                 p.rows,
@@ -356,7 +376,8 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
                 p.threshold_held_out.f1,
                 p.threshold_own.f1,
                 p.loss(),
-                p.calibrated.map_or(String::new(), |c| c.f1.to_string())
+                p.calibrated.map_or(String::new(), |c| c.f1.to_string()),
+                p.self_calibrated.map_or(String::new(), |c| c.f1.to_string())
             ));
         }
     }
@@ -428,6 +449,70 @@ pub fn calibration_md(
                 a.f1()
             ));
         }
+    }
+    s
+}
+
+/// The Markdown report of `aggrate calibrate --no-labels`: the threshold (by load), each
+/// input's bank neighbours, and — where the inputs have labels, which the calibration did not
+/// read — F1 / precision / recall per send rate before and after.
+pub fn self_calibration_md(
+    name: &str,
+    c: &crate::train::bank::SelfCalibration,
+    scored: Option<(&[crate::train::cv::RateReport], &[crate::train::cv::RateReport])>,
+) -> String {
+    let mut s = format!("# {name}, calibrated without labels\n\n");
+    match c.threshold {
+        Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained).\n\n")),
+        None => {
+            s.push_str("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
+            for [x, t] in &c.knots {
+                s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
+            }
+            s.push('\n');
+        }
+    }
+    s.push_str(&format!(
+        "Each input's threshold is the best one on the labelled rows of the {} emulated receivers (the bank) whose \
+         packet timing — quantiles and autocorrelation of the log gap — is nearest the input's:\n\n\
+         | input | rate Mb/s | bank rate | nearest bank receivers | distance | threshold |\n| --- | --- | --- | --- | --- | --- |\n",
+        c.k
+    ));
+    for (i, r) in c.runs.iter().enumerate() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} | {:+.4} |\n",
+            i + 1,
+            rate_label(r.rate_mbps),
+            rate_label(r.bank_rate_mbps),
+            if r.neighbours.len() > 5 {
+                format!("{}, … ({} in all)", r.neighbours[..5].join(", "), r.neighbours.len())
+            } else {
+                r.neighbours.join(", ")
+            },
+            r.distance,
+            r.threshold
+        ));
+    }
+    match scored {
+        Some((before, after)) => {
+            s.push_str(
+                "\nScored with the inputs' labels (not used to calibrate):\n\n| rate Mb/s | rows | F1 before | precision | recall | F1 after | precision | recall |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            );
+            for (b, a) in before.iter().zip(after) {
+                s.push_str(&format!(
+                    "| {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |\n",
+                    rate_label(b.rate_mbps),
+                    b.rows,
+                    b.f1,
+                    b.precision,
+                    b.recall,
+                    a.f1,
+                    a.precision,
+                    a.recall
+                ));
+            }
+        }
+        None => s.push_str("\nThe inputs have no A-MPDU ground truth: nothing to score the result on.\n"),
     }
     s
 }
@@ -580,6 +665,7 @@ mod receiver_tests {
             threshold_held_out: sc(0.5),
             threshold_own: sc(0.6),
             calibrated: None,
+            self_calibrated: None,
         }
     }
 
@@ -625,7 +711,24 @@ mod receiver_tests {
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
-        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975"));
+        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,"));
+        assert!(v.iter().all(|v| v.self_calibrated_pass.is_none()) && !md.contains("self-calibrated"));
+        // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
+        reps[1].per_rate[0].self_calibrated = sc(0.965);
+        reps[2].per_rate[0].self_calibrated = sc(0.985);
+        reps[2].per_rate[1].self_calibrated = sc(0.96);
+        let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
+        assert_eq!(v[0].self_calibrated_pass, None, "no self-calibrated score at 100 Mb/s");
+        assert_eq!(v[1].self_calibrated_pass, Some(true), "0.965 is within 0.01 of 0.97");
+        assert_eq!(v[2].self_calibrated_pass, Some(true));
+        assert_eq!(v[1].calibrated_pass, Some(true), "the labelled verdict is unchanged");
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("the `self-calibrated` lines — **2 of 3 pass**"), "{md}");
+        assert!(
+            md.contains("|  | self-calibrated | – | 0.985 / 0.990 | 0.960 / 0.965 | – |"),
+            "{md}"
+        );
+        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985"));
     }
 }
 

@@ -19,6 +19,7 @@ use crate::dataset::{Dataset, RowSet};
 use crate::features::FeatureSpec;
 use crate::model::{EstimatorModel, MlpModel};
 
+pub mod bank;
 pub mod calibrate;
 pub mod cv;
 mod mlp;

@@ -550,3 +550,155 @@ fn calibrate_sets_a_receivers_operating_point_per_load() {
     assert!(text(&o).1.contains("(0, 1]"), "{}", text(&o).1);
     assert!(!d.join("x.json").exists());
 }
+
+/// Ethernet + IPv4/UDP 10.0.0.1:7000 → 10.0.0.2:5001 whose payload starts with `seq` (big
+/// endian): what a receiver's own capture (tcpdump on the phone) holds — no radio header, no
+/// A-MPDU ground truth.
+fn ethernet_udp(seq: u32) -> Vec<u8> {
+    let mut v = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    v.extend_from_slice(&[0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    v.extend_from_slice(&7000u16.to_be_bytes());
+    v.extend_from_slice(&5001u16.to_be_bytes());
+    v.extend_from_slice(&20u16.to_be_bytes());
+    v.extend_from_slice(&[0, 0]);
+    v.extend_from_slice(&seq.to_be_bytes());
+    v.extend_from_slice(&[0xab; 8]);
+    v
+}
+
+/// `aggrate calibrate --no-labels`: the operating point from emulated receivers that time
+/// packets like this one, read from the receiver's own capture alone. The same receive times
+/// joined to a sniffer capture (labels present) give the very same model — the labels are not
+/// read, only reported — and the report says which bank receivers set each threshold.
+#[test]
+fn calibrate_without_labels_reads_only_the_receivers_timing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
+    // A small bank for speed (the embedded one has 128 receivers).
+    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 12\n";
+    std::fs::write(d.join("bank.toml"), bank).unwrap();
+    for rate in ["200", "400"] {
+        for (kind, recv) in [("rx", ["--receiver", "unseen.toml"]), ("sniff", ["--noise", "none"])] {
+            let name = format!("{kind}_{rate}mbps.pcapng");
+            let mut args = vec!["--rate-mbps", rate, "--duration", "0.3", "--seed", "11", "-o", &name];
+            args.extend(recv);
+            simulate(d, &args);
+        }
+        // The receiver's own capture (µs times) and the same times as a kernel log.
+        let log: Vec<(u32, u64)> = seq_log(&d.join(format!("rx_{rate}mbps.pcapng")))
+            .into_iter()
+            .map(|(s, ns)| (s, ns / 1000 * 1000))
+            .collect();
+        let frames: Vec<(u64, Vec<u8>)> = log.iter().map(|(s, ns)| (ns / 1000, ethernet_udp(*s))).collect();
+        let refs: Vec<(u64, &[u8])> = frames.iter().map(|(t, f)| (*t, &f[..])).collect();
+        std::fs::write(d.join(format!("phone_{rate}mbps.pcap")), common::pcap_bytes(1, &refs)).unwrap();
+        write_log(&d.join(format!("phone_{rate}.csv")), &log);
+    }
+    let run = |args: &[&str]| {
+        let o = aggrate(d, args);
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, err) = run(&[
+        "-q",
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "--neighbours",
+        "4",
+        "phone_200mbps.pcap",
+        "phone_400mbps.pcap",
+        "-o",
+        "own.json",
+    ]);
+    assert!(ok, "{err}");
+    let (ok, err) = run(&[
+        "-q",
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "--neighbours",
+        "4",
+        "sniff_200mbps.pcapng",
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "phone_200.csv",
+        "phone_400.csv",
+        "-o",
+        "joined.json",
+    ]);
+    assert!(ok, "{err}");
+    let own = aggrate::model::ModelFile::load(&d.join("own.json")).unwrap();
+    let joined = aggrate::model::ModelFile::load(&d.join("joined.json")).unwrap();
+    assert_eq!(own.model, joined.model, "the labels change nothing");
+    let aggrate::model::EstimatorModel::Mlp(m) = &own.model else {
+        panic!("still the shipped perceptron")
+    };
+    let knots = &m.load_offset.as_ref().expect("a load offset").knots;
+    assert_eq!(knots.len(), 2, "one threshold per load: {knots:?}");
+    let cal = &own.metrics["calibration"];
+    assert_eq!(cal["labels"], "none (emulated bank)");
+    let runs = cal["self_calibration"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["neighbours"].as_array().unwrap().len(), 4);
+        assert!(r["neighbours"][0].as_str().unwrap().starts_with("random-"));
+    }
+    let md = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();
+    assert!(
+        md("own.calibration.md").contains("no A-MPDU ground truth"),
+        "{}",
+        md("own.calibration.md")
+    );
+    assert!(md("joined.calibration.md").contains("Scored with the inputs' labels"));
+    assert!(joined.metrics["calibration"]["scored_with_labels"]["after"].is_array());
+    // Without a rate tag the rate comes from --rate (or the packet rate, said on stderr).
+    std::fs::copy(d.join("phone_200mbps.pcap"), d.join("phone.pcap")).unwrap();
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "phone.pcap",
+        "-o",
+        "r.json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("from its packet rate"), "{err}");
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "phone.pcap",
+        "phone_400mbps.pcap",
+        "--rate",
+        "1",
+        "2",
+        "3",
+        "-o",
+        "x.json",
+    ]);
+    assert!(!ok && err.contains("3 rates for 2 inputs"), "{err}");
+    // A bank with a real-kernel receiver is refused, naming the file; so is a capture without
+    // ground truth when labels are wanted.
+    std::fs::write(d.join("kbank.toml"), format!("{bank}[[receivers]]\nkernel = \"gro\"\n")).unwrap();
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "kbank.toml",
+        "phone.pcap",
+        "-o",
+        "x.json",
+    ]);
+    assert!(
+        !ok && err.contains("kbank.toml") && err.contains("real-kernel"),
+        "{err}"
+    );
+    let (ok, err) = run(&["calibrate", "phone.pcap", "-o", "x.json"]);
+    assert!(!ok && err.contains("ground truth"), "{err}");
+    assert!(!d.join("x.json").exists());
+}

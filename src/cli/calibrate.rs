@@ -3,15 +3,56 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+
+use aggrate::features::FeatureSpec;
+use aggrate::train::bank::Bank;
 
 use aggrate::model::ModelFile;
 use aggrate::report::calibration_md;
 use aggrate::train::calibrate::calibrate;
 
-use super::progress::Ui;
-use super::rows::{inputs, load_rows};
+use super::progress::{Bars, Ui};
+use super::rows::{inputs, load_rows, load_rows_with_truth};
 use super::{ensure_parent, Exit, FlowArgs};
+
+/// Where label-free calibration finds its emulated receivers.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct BankArgs {
+    /// The bank of emulated receive paths for label-free calibration: a dataset manifest of
+    /// model receivers (default: datasets/bank.toml, embedded; its rates are replaced by the
+    /// receiver's).
+    #[arg(long, value_name = "MANIFEST")]
+    pub(crate) bank: Option<PathBuf>,
+    /// Bank receivers nearest each capture whose rows set its threshold.
+    #[arg(long, default_value_t = aggrate::train::bank::DEFAULT_K, value_parser = clap::value_parser!(usize))]
+    pub(crate) neighbours: usize,
+}
+
+/// Emulate the bank at `rates` in `spec`'s layout, with a progress bar.
+pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec) -> Result<Bank> {
+    use aggrate::train::bank::{build, parse_manifest, DEFAULT_BANK};
+    if a.neighbours == 0 {
+        bail!("--neighbours 0: at least one bank receiver must set each threshold");
+    }
+    let (text, name) = match &a.bank {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (DEFAULT_BANK.to_string(), "datasets/bank.toml (embedded)".to_string()),
+    };
+    let manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bank = build(&manifest, rates, spec, threads, &mut Bars::new(ui)).with_context(|| name.clone())?;
+    ui.info(format!(
+        "bank: {} emulated runs ({} rows) from {name} at {} Mb/s",
+        bank.runs.len(),
+        bank.data.len(),
+        rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
+    ));
+    Ok(bank)
+}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct CalibrateArgs {
@@ -31,6 +72,17 @@ pub(crate) struct CalibrateArgs {
     /// the model before and after, on packets the threshold was not chosen on.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) share: f64,
+    /// Do not use the inputs' labels: set the operating point on the emulated receivers whose
+    /// packet timing is most like each input's (`--bank`). Inputs may then be the receiver's own
+    /// captures, without A-MPDU ground truth; where they have it, it only scores the result.
+    #[arg(long)]
+    pub(crate) no_labels: bool,
+    #[command(flatten)]
+    pub(crate) bank: BankArgs,
+    /// Send rate of each input in Mb/s (one for all, or one per input in order), where its file
+    /// name has no `_<rate>mbps` tag (default then: the received packet rate × 1500 B).
+    #[arg(long, num_args = 1.., value_name = "MBPS")]
+    pub(crate) rate: Vec<f64>,
     /// The calibrated model file to write.
     #[arg(short, long)]
     pub(crate) output: PathBuf,
@@ -51,6 +103,12 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
         ),
     };
     let spec = file.spec;
+    if a.no_labels {
+        return run_no_labels(ui, &a, file, &name);
+    }
+    if !a.rate.is_empty() {
+        bail!("--rate sets the bank's rates: it goes with --no-labels");
+    }
     let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     let (model, cal) = calibrate(&data, &file.model, &spec, a.share).context("calibrating")?;
@@ -73,6 +131,87 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
     ensure_parent(&a.output)?;
     std::fs::write(&a.output, file.to_json()).with_context(|| format!("writing {}", a.output.display()))?;
     let md = calibration_md(&name, &cal, check.as_ref());
+    let md_path = a.output.with_extension("calibration.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    if !ui.quiet {
+        print!("{md}");
+    }
+    ui.info(format!("wrote {} and {}", a.output.display(), md_path.display()));
+    Ok(Exit::Ok)
+}
+
+/// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
+fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
+    use aggrate::train::bank::self_calibrate;
+    use aggrate::train::cv::evaluate;
+    let spec = file.spec;
+    let mut files = inputs(&a.inputs, false, &a.kernel)?;
+    files.iter_mut().for_each(|f| f.truth_optional = true);
+    if !(a.rate.is_empty() || a.rate.len() == 1 || a.rate.len() == files.len()) {
+        bail!(
+            "--rate: {} rates for {} inputs (give one for all, or one per input)",
+            a.rate.len(),
+            files.len()
+        );
+    }
+    if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        bail!("--rate {r}: a send rate is a positive number of Mb/s");
+    }
+    let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
+    // Each input's rate: its name's tag, --rate, or its packet rate at 1500 B.
+    let all: Vec<usize> = (0..data.len()).collect();
+    let mut rates = Vec::new();
+    for run in data.runs(&all) {
+        let g = data.group[run.start] as usize;
+        let tagged = data.rate_mbps[run.start];
+        let rate = if let Some(r) = a.rate.get(if a.rate.len() == 1 { 0 } else { g }) {
+            *r
+        } else if tagged.is_finite() {
+            tagged as f64
+        } else {
+            let (t0, t1) = (data.host[run.start], data.host[run.end - 1]);
+            let secs = t1.0.saturating_sub(t0.0) as f64 / 1e9;
+            if secs <= 0.0 {
+                bail!(
+                    "{}: its receive times span no time; give its send rate with --rate",
+                    files[g].path.display()
+                );
+            }
+            let r = ((run.len() - 1) as f64 * 1500.0 * 8.0 / secs / 1e6).round().max(1.0);
+            ui.info(format!(
+                "{}: no rate in its name; {r} Mb/s from its packet rate at 1500 B (else give --rate)",
+                files[g].path.display()
+            ));
+            r
+        };
+        data.rate_mbps[run].iter_mut().for_each(|x| *x = rate as f32);
+        rates.push(rate);
+    }
+    let bank = load_bank(ui, &a.bank, &rates, &spec)?;
+    let (model, cal) = self_calibrate(&data, &file.model, &spec, &bank, a.bank.neighbours, &|_| None)
+        .context("calibrating on the bank")?;
+    // Scores before and after, where the inputs have labels (they were not used above).
+    let scores = truth.then(|| {
+        (
+            evaluate(&data, &file.model, &spec).rates,
+            evaluate(&data, &model, &spec).rates,
+        )
+    });
+    file.model = model;
+    let report = serde_json::json!({
+        "from": a.model.as_ref().map_or(format!("{name} (shipped)"), |p| p.display().to_string()),
+        "labels": "none (emulated bank)",
+        "bank": a.bank.bank.as_ref().map_or("datasets/bank.toml (embedded)".to_string(), |p| p.display().to_string()),
+        "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
+        "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
+        "self_calibration": cal,
+        "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
+    });
+    file.set_metric("calibration", report);
+    ensure_parent(&a.output)?;
+    std::fs::write(&a.output, file.to_json()).with_context(|| format!("writing {}", a.output.display()))?;
+    let md =
+        aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
     let md_path = a.output.with_extension("calibration.md");
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {

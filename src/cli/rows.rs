@@ -43,6 +43,7 @@ pub(crate) fn inputs(args: &[PathBuf], train_only: bool, kernel: &[PathBuf]) -> 
                                 path: a.join(f),
                                 receiver: r["receiver"].as_str().map(str::to_string),
                                 kernel: s["kernel"].as_str().map(|k| a.join(k)),
+                                truth_optional: false,
                             });
                         }
                     }
@@ -58,6 +59,7 @@ pub(crate) fn inputs(args: &[PathBuf], train_only: bool, kernel: &[PathBuf]) -> 
                     path,
                     receiver: None,
                     kernel: None,
+                    truth_optional: false,
                 }));
             }
         } else {
@@ -65,6 +67,7 @@ pub(crate) fn inputs(args: &[PathBuf], train_only: bool, kernel: &[PathBuf]) -> 
                 path: a.clone(),
                 receiver: None,
                 kernel: None,
+                truth_optional: false,
             });
         }
     }
@@ -121,6 +124,16 @@ pub(crate) fn inputs(args: &[PathBuf], train_only: bool, kernel: &[PathBuf]) -> 
 /// Rows of all inputs (group = input index), read on all cores (the result does not depend on
 /// the thread count); notes partial kernel-log joins.
 pub(crate) fn load_rows(ui: &Ui, inputs: &[Input], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Dataset> {
+    Ok(load_rows_with_truth(ui, inputs, spec, flow)?.0)
+}
+
+/// [`load_rows`], and whether every input carried A-MPDU ground truth.
+pub(crate) fn load_rows_with_truth(
+    ui: &Ui,
+    inputs: &[Input],
+    spec: &FeatureSpec,
+    flow: &FlowArgs,
+) -> Result<(Dataset, bool)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let loaded = load_dataset(
         inputs,
@@ -139,5 +152,9 @@ pub(crate) fn load_rows(ui: &Ui, inputs: &[Input], spec: &FeatureSpec, flow: &Fl
             super::features::report_join(ui, out);
         }
     }
-    Ok(loaded.data)
+    let truth = loaded
+        .outcomes
+        .iter()
+        .all(|o| o.as_ref().is_none_or(|o| o.ground_truth));
+    Ok((loaded.data, truth))
 }

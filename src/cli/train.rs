@@ -71,6 +71,13 @@ pub(crate) struct TrainArgs {
     /// of that receiver's captures (`aggrate calibrate`) and score it on the rest.
     #[arg(long, value_name = "SHARE")]
     pub(crate) calibrate: Option<f64>,
+    /// With --group-by receiver: also calibrate each held-out model *without* that receiver's
+    /// labels, on the emulated receivers that time packets most like it (`aggrate calibrate
+    /// --no-labels`), and score it on all its rows.
+    #[arg(long)]
+    pub(crate) self_calibrate: bool,
+    #[command(flatten)]
+    pub(crate) bank: super::calibrate::BankArgs,
     /// Estimator.
     #[arg(long, value_enum, default_value_t = ModelKind::Logistic)]
     pub(crate) model: ModelKind,
@@ -205,6 +212,9 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         if !(share > 0.0 && share < 1.0) {
             bail!("--calibrate {share}: the calibrated share of each capture must be in (0, 1), the rest is scored");
         }
+    }
+    if a.self_calibrate && a.group_by != GroupBy::Receiver {
+        bail!("--self-calibrate scores held-out receivers: it needs --group-by receiver");
     }
     let params = LogisticParams {
         l2: a.l2,
@@ -369,6 +379,24 @@ fn receiver_run(
         )
     })?;
     ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
+    let bank = if a.self_calibrate {
+        let mut rates: Vec<f64> = data
+            .rate_mbps
+            .iter()
+            .map(|&r| r as f64)
+            .filter(|r| r.is_finite())
+            .collect();
+        rates.sort_unstable_by(f64::total_cmp);
+        rates.dedup();
+        Some(super::calibrate::load_bank(ui, &a.bank, &rates, spec)?)
+    } else {
+        None
+    };
+    let calibrations = aggrate::train::cv::HeldOutCalibrations {
+        spec,
+        share: a.calibrate,
+        bank: bank.as_ref().map(|b| (b, a.bank.neighbours)),
+    };
     let reports = receiver_cv(
         data,
         &receiver_of_group,
@@ -376,7 +404,7 @@ fn receiver_run(
         a.own_folds,
         spec.n_max,
         how,
-        a.calibrate.map(|share| (spec, share)),
+        (a.calibrate.is_some() || a.self_calibrate).then_some(&calibrations),
         &mut Bars::new(ui),
     )?;
     let mut bars = Bars::new(ui);

@@ -33,6 +33,9 @@ pub enum CvError {
     /// Calibrating a held-out model failed.
     #[error("calibrating a held-out model: {0}")]
     Calibrate(#[from] super::calibrate::Error),
+    /// Calibrating a held-out model on the emulated bank failed.
+    #[error("calibrating on the emulated bank: {0}")]
+    SelfCalibrate(#[from] super::bank::Error),
     /// A capture has no receiver name.
     #[error("a capture has no receiver: every capture needs one (manifest.json `receiver`, or the capture's pcapng comment)")]
     NoReceiver,
@@ -339,6 +342,24 @@ pub struct ReceiverRate {
     /// ([`crate::train::calibrate`]), scored on the rest of them (when asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibrated: Option<Score>,
+    /// The held-out model calibrated without this receiver's labels, on the emulated receivers
+    /// that time packets most like it ([`crate::train::bank`]), scored on all its rows (when
+    /// asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_calibrated: Option<Score>,
+}
+
+/// Calibrations of each held-out model that [`receiver_cv`] scores besides the model itself.
+#[derive(Clone, Copy, Debug)]
+pub struct HeldOutCalibrations<'a> {
+    /// The rows' feature layout.
+    pub spec: &'a FeatureSpec,
+    /// Calibrate on the first share of each of the receiver's captures, with its labels
+    /// ([`ReceiverRate::calibrated`]).
+    pub share: Option<f64>,
+    /// Calibrate on this bank's `k` receivers nearest each capture, without the receiver's
+    /// labels ([`ReceiverRate::self_calibrated`]).
+    pub bank: Option<(&'a super::bank::Bank, usize)>,
 }
 
 impl ReceiverRate {
@@ -380,8 +401,8 @@ pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec
 /// `receiver_of_group`), fit `fit` (and the m = 1 threshold) on every other receiver's rows and
 /// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
 /// contiguous folds. No receiver's rows are ever in both a training and a test set. With
-/// `calibrate = Some((spec, share))` the held-out model is also calibrated on the first `share`
-/// of each of the receiver's captures and scored on the rest ([`ReceiverRate::calibrated`]).
+/// `calibrate` the held-out model is also calibrated for the receiver and scored
+/// ([`HeldOutCalibrations`]).
 #[allow(clippy::too_many_arguments)]
 pub fn receiver_cv(
     data: &Dataset,
@@ -390,7 +411,7 @@ pub fn receiver_cv(
     own_folds: usize,
     n_max: u16,
     fit: Fitter,
-    calibrate: Option<(&FeatureSpec, f64)>,
+    calibrate: Option<&HeldOutCalibrations>,
     progress: &mut dyn Progress,
 ) -> Result<Vec<ReceiverReport>, CvError> {
     let n = data.len();
@@ -426,12 +447,22 @@ pub fn receiver_cv(
         score(data, &test, &thr, n_max, &mut held_thr);
         // Own CV on this receiver alone.
         let sub = data.select(&test);
-        let calibrated: Option<Vec<RateReport>> = match calibrate {
+        let calibrated: Option<Vec<RateReport>> = match calibrate.and_then(|c| c.share.map(|s| (c.spec, s))) {
             Some((spec, share)) => match super::calibrate::calibrate(&sub, &model, spec, share) {
                 Ok((_, c)) => Some(c.rates_after),
                 Err(super::calibrate::Error::NoStarts { .. }) => None,
                 Err(e) => return Err(CvError::Calibrate(e)),
             },
+            None => None,
+        };
+        let self_calibrated: Option<Vec<RateReport>> = match calibrate.and_then(|c| c.bank.map(|b| (c.spec, b))) {
+            Some((spec, (bank, k))) => {
+                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, k, &|_| None)?;
+                let all: Vec<usize> = (0..sub.len()).collect();
+                let mut per_rate = PerRate::new();
+                score(&sub, &all, &m, n_max, &mut per_rate);
+                Some(rate_reports(&per_rate))
+            }
             None => None,
         };
         let k = own_folds.max(2);
@@ -463,16 +494,8 @@ pub fn receiver_cv(
                     own: get(&own),
                     threshold_held_out: get(&held_thr),
                     threshold_own: get(&own_thr),
-                    calibrated: calibrated.as_ref().and_then(|c| {
-                        c.iter()
-                            .find(|x| x.rate_mbps.to_bits() == rate.to_bits())
-                            .map(|x| Score {
-                                f1: x.f1,
-                                precision: x.precision,
-                                recall: x.recall,
-                                agg_rmse: x.agg_rmse,
-                            })
-                    }),
+                    calibrated: at_rate(calibrated.as_deref(), *rate),
+                    self_calibrated: at_rate(self_calibrated.as_deref(), *rate),
                 }
             })
             .collect();
@@ -484,6 +507,19 @@ pub fn receiver_cv(
     }
     progress.finish();
     Ok(out)
+}
+
+/// The score at `rate` of per-rate reports, if they have that rate.
+fn at_rate(reports: Option<&[RateReport]>, rate: f64) -> Option<Score> {
+    reports?
+        .iter()
+        .find(|x| x.rate_mbps.to_bits() == rate.to_bits())
+        .map(|x| Score {
+            f1: x.f1,
+            precision: x.precision,
+            recall: x.recall,
+            agg_rmse: x.agg_rmse,
+        })
 }
 
 /// How a fitted model scores on rows it was not fitted on (`aggrate eval`).

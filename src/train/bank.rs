@@ -1,0 +1,678 @@
+//! A model's operating point for a receiver **without its labels**: simulated receivers whose
+//! packet timing looks like this one's stand in for it (`aggrate calibrate --no-labels`,
+//! `train --group-by receiver --self-calibrate`).
+//!
+//! Why: held out of training, the shipped model ranks a new receiver's packets about as well as
+//! the receiver's own model, but its decision threshold is off (models/README.md), and a labelled
+//! stretch of the receiver needs a sniffer next to it. What the receiver *does* have is its own
+//! receive times, and their distribution says a lot about its receive path: a timer tick puts
+//! the gaps at multiples of its period, per-MPDU hand-off makes a run of equal small gaps, a
+//! backlog moves the whole distribution down. So: emulate a bank of receive paths drawn from
+//! the random ranges (`wlan::noise::RandomReceiver`) at the receiver's load, where the labels
+//! come free from the emulator; summarise every run's gaps ([`GapStats`]: quantiles of the log
+//! gap and its autocorrelation); take the `k` runs nearest the receiver's own summary; and set
+//! the threshold that is best on *their* labelled rows. Measured leave one receiver out on
+//! `datasets/receivers.toml` (models/README.md), it recovers most of what the labelled
+//! calibration does.
+
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::dataset::Dataset;
+use crate::features::{FeatureSpec, GapWindow};
+use crate::model::{EstimatorModel, LoadOffset, MlpModel};
+use crate::progress::Progress;
+use crate::time::Ts;
+use crate::train::calibrate::{best_threshold, load_input};
+use crate::train::Predict;
+use crate::wlan::manifest::{DatasetManifest, PlannedReceiver};
+
+/// The bank the CLI uses unless given another (`datasets/bank.toml`): the paper's WLAN through
+/// receive paths drawn from the random ranges of `datasets/receivers.toml`, with another seed.
+pub const DEFAULT_BANK: &str = include_str!("../../datasets/bank.toml");
+
+/// Neighbours whose rows set the threshold, unless told otherwise.
+pub const DEFAULT_K: usize = 20;
+
+/// Quantiles of the log gap in a [`GapStats`].
+pub const QUANTILES: [f64; 13] = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
+/// Lags of the log gap's autocorrelation in a [`GapStats`].
+pub const LAGS: [usize; 3] = [1, 2, 4];
+/// Numbers in a [`GapStats`].
+pub const STATS: usize = QUANTILES.len() + LAGS.len();
+/// Gaps a run needs for its summary.
+pub const MIN_GAPS: usize = 64;
+
+/// What a run's receive times look like, without labels: the [`QUANTILES`] of ln(gap µs + 0.1)
+/// (the gap features' log), then its autocorrelation at [`LAGS`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GapStats(pub [f64; STATS]);
+
+impl GapStats {
+    /// The summary of receive times in arrival order (a time before the one ahead of it counts
+    /// as a zero gap); `None` with fewer than [`MIN_GAPS`] gaps.
+    pub fn of(host: &[Ts]) -> Option<GapStats> {
+        if host.len() < MIN_GAPS + 1 {
+            return None;
+        }
+        let lg: Vec<f64> = host
+            .windows(2)
+            .map(|w| (w[1].0.saturating_sub(w[0].0) as f64 / 1000.0 + 0.1).ln())
+            .collect();
+        let mut sorted = lg.clone();
+        sorted.sort_unstable_by(f64::total_cmp);
+        let mut s = [0.0; STATS];
+        for (o, q) in s.iter_mut().zip(QUANTILES) {
+            // Linear interpolation between order statistics (numpy's default).
+            let pos = q * (sorted.len() - 1) as f64;
+            let (i, f) = (pos.floor() as usize, pos.fract());
+            *o = sorted[i] + f * (sorted[(i + 1).min(sorted.len() - 1)] - sorted[i]);
+        }
+        let mean = lg.iter().sum::<f64>() / lg.len() as f64;
+        let d: Vec<f64> = lg.iter().map(|v| v - mean).collect();
+        let var: f64 = d.iter().map(|v| v * v).sum();
+        for (o, &k) in s[QUANTILES.len()..].iter_mut().zip(&LAGS) {
+            // Equal gaps leave only rounding error in `d`: no spread, no correlation.
+            *o = if var > 1e-12 {
+                d.iter().zip(&d[k..]).map(|(a, b)| a * b).sum::<f64>() / var
+            } else {
+                0.0
+            };
+        }
+        Some(GapStats(s))
+    }
+}
+
+/// One emulated run of a bank.
+#[derive(Clone, Debug, Serialize)]
+pub struct BankRun {
+    /// Receiver name (`random-NN`).
+    pub receiver: String,
+    /// Send rate.
+    pub rate_mbps: f64,
+    /// Its gap summary.
+    pub stats: GapStats,
+    /// Its rows in [`Bank::data`].
+    #[serde(skip)]
+    pub rows: Range<usize>,
+}
+
+/// Emulated receivers with labelled rows, to calibrate on by likeness ([`self_calibrate`]).
+#[derive(Clone, Debug, Default)]
+pub struct Bank {
+    /// Rows of every run (group = run index), in the model's feature layout.
+    pub data: Dataset,
+    /// The runs.
+    pub runs: Vec<BankRun>,
+}
+
+/// Why a bank cannot be built or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bank manifest is not valid.
+    #[error("bank manifest: {0}")]
+    Manifest(#[from] crate::wlan::config::ConfigError),
+    /// A bank receiver is a real-kernel path (those need the testbed, not the emulator).
+    #[error("bank receiver {0} is a real-kernel path: a bank holds emulated receive paths only")]
+    KernelReceiver(String),
+    /// No send rate to emulate at.
+    #[error("no send rate to build the bank at")]
+    NoRates,
+    /// The features cannot be computed.
+    #[error(transparent)]
+    Label(#[from] crate::label::Error),
+    /// A run of the receiver is too short to summarise.
+    #[error("run {run} of the receiver has {gaps} gaps; its timing summary needs {MIN_GAPS} or more")]
+    ShortRun {
+        /// Run index (capture order).
+        run: usize,
+        /// Its gaps.
+        gaps: usize,
+    },
+    /// No bank run is at a usable rate.
+    #[error("the bank has no run at {0} Mb/s or near it")]
+    NoRunAtRate(f64),
+    /// The neighbours' rows hold no frame start.
+    #[error("the bank runs nearest the receiver at {0} Mb/s hold no frame start")]
+    NoStarts(f64),
+    /// A decision is not a number (the model does not fit the rows).
+    #[error("the model's decision on bank row {0} is not a number")]
+    NotANumber(usize),
+    /// The threshold cannot be written into the model.
+    #[error(transparent)]
+    Shift(#[from] crate::model::ParamError),
+}
+
+/// Parse a bank manifest (a dataset manifest: its `train_rates_mbps` are replaced by the rates
+/// asked for when the bank is built).
+pub fn parse_manifest(text: &str) -> Result<DatasetManifest, toml::de::Error> {
+    toml::from_str(text)
+}
+
+/// Emulate `manifest`'s receivers at each of `rates` (its own rates are ignored) on `threads`
+/// threads and keep the first station's rows in `spec`'s layout. Deterministic for the
+/// manifest's seed: the thread count changes nothing.
+pub fn build(
+    manifest: &DatasetManifest,
+    rates: &[f64],
+    spec: &FeatureSpec,
+    threads: usize,
+    progress: &mut dyn Progress,
+) -> Result<Bank, Error> {
+    let mut rates: Vec<f64> = rates.iter().copied().filter(|r| r.is_finite() && *r > 0.0).collect();
+    rates.sort_unstable_by(f64::total_cmp);
+    rates.dedup();
+    if rates.is_empty() {
+        return Err(Error::NoRates);
+    }
+    let m = DatasetManifest {
+        train_rates_mbps: rates,
+        eval_rates_mbps: Vec::new(),
+        ..manifest.clone()
+    };
+    let planned = m.expand()?;
+    let mut jobs = Vec::with_capacity(planned.len());
+    for p in planned {
+        let receiver = match &p.receiver {
+            Some(PlannedReceiver::Kernel { name, .. }) => return Err(Error::KernelReceiver(name.clone())),
+            Some(PlannedReceiver::Model(r)) => r.name.clone(),
+            None => "base".to_string(),
+        };
+        let scn = p.scenario.clone().check()?;
+        jobs.push((receiver, p.rate_mbps, scn));
+    }
+    progress.start("emulating the calibration bank", jobs.len() as u64);
+    let threads = threads.clamp(1, jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Dataset)>();
+    let mut done: Vec<(usize, Dataset)> = Vec::with_capacity(jobs.len());
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (next, jobs) = (&next, &jobs);
+            sc.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((_, rate, scn)) = jobs.get(i) else { break };
+                if tx.send((i, emulate_rows(scn, *rate, spec))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        // Progress on this thread, as the runs come in.
+        for r in rx {
+            done.push(r);
+            progress.inc();
+        }
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    let mut bank = Bank {
+        data: Dataset::new(spec.width()),
+        runs: Vec::new(),
+    };
+    for (i, rows) in done {
+        let (receiver, rate, _) = &jobs[i];
+        let Some(stats) = GapStats::of(&rows.host) else {
+            continue; // too few packets to summarise: it could never be a neighbour
+        };
+        let start = bank.data.len();
+        bank.data.append(&Dataset {
+            group: vec![bank.runs.len() as u32; rows.len()],
+            ..rows
+        });
+        bank.runs.push(BankRun {
+            receiver: receiver.clone(),
+            rate_mbps: *rate,
+            stats,
+            rows: start..bank.data.len(),
+        });
+    }
+    progress.finish();
+    Ok(bank)
+}
+
+/// Labelled rows of one emulated run's first station, as a capture of it would give: a row per
+/// packet the receive path delivered, in MAC order, its label "first packet of its A-MPDU that
+/// reached the receiver" (what labelling the written capture yields).
+fn emulate_rows(scn: &crate::wlan::run::ValidScenario, rate: f64, spec: &FeatureSpec) -> Dataset {
+    let mut data = Dataset::new(spec.width());
+    let mut window = GapWindow::new(spec);
+    let mut frame: Option<u32> = None;
+    let mut frame_open = false;
+    crate::wlan::run::run(
+        scn,
+        |d, host| {
+            if d.sta.0 != 0 {
+                return;
+            }
+            if frame != Some(d.ampdu_ref) {
+                frame = Some(d.ampdu_ref);
+                frame_open = false;
+            }
+            let Some(h) = host else { return };
+            let start = !frame_open;
+            frame_open = true;
+            if let Some(x) = window.push(h) {
+                let level = d.count.min(spec.n_max.max(1));
+                data.push_at(h, x, start, 0, rate as f32, level);
+            }
+        },
+        |_| {},
+    );
+    data
+}
+
+/// How the bank set one run's operating point.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelfRun {
+    /// Send rate of the receiver's run.
+    pub rate_mbps: f64,
+    /// The bank rate its neighbours were taken at.
+    pub bank_rate_mbps: f64,
+    /// The neighbours: bank receiver names, nearest first.
+    pub neighbours: Vec<String>,
+    /// Distance to the nearest (the summary's standardised Euclidean distance).
+    pub distance: f64,
+    /// The threshold best on the neighbours' rows.
+    pub threshold: f64,
+    /// Where it is placed: the run's median load (`lmean`), for a perceptron on a context.
+    pub load: Option<f64>,
+}
+
+/// What [`self_calibrate`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelfCalibration {
+    /// Neighbours per run.
+    pub k: usize,
+    /// One threshold for every load (models without a receiver context).
+    pub threshold: Option<f64>,
+    /// The threshold per load, `[load, threshold]`, by load.
+    pub knots: Vec<[f64; 2]>,
+    /// Per run of the receiver.
+    pub runs: Vec<SelfRun>,
+}
+
+/// Set `model`'s operating point for the receiver whose rows are `target` **without reading
+/// their labels**: for each run (capture) of it, the `k` bank runs at the nearest bank rate
+/// whose [`GapStats`] are closest to the run's (each number standardised by its spread over the
+/// bank's runs at that rate) lend their labelled rows, and the threshold best on them is the
+/// run's. A perceptron on a receiver context gets it at the run's median load, interpolated
+/// between ([`LoadOffset`], as `calibrate` does); other models one threshold, best on the
+/// neighbours of every run pooled. Any earlier load offset is replaced. A run's rate is its
+/// rows' rate tag (`target.rate_mbps`), or `rate_of_run` where that is NaN.
+pub fn self_calibrate(
+    target: &Dataset,
+    model: &EstimatorModel,
+    spec: &FeatureSpec,
+    bank: &Bank,
+    k: usize,
+    rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
+) -> Result<(EstimatorModel, SelfCalibration), Error> {
+    let k = k.max(1);
+    let model = match model {
+        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
+            load_offset: None,
+            ..m.clone()
+        }),
+        other => other.clone(),
+    };
+    let li = load_input(&model, spec);
+    let all: Vec<usize> = (0..target.len()).collect();
+    let mut runs = Vec::new();
+    let mut pooled: (Vec<f64>, Vec<bool>) = (Vec::new(), Vec::new());
+    let mut knots: Vec<[f64; 2]> = Vec::new();
+    for (ri, run) in target.runs(&all).into_iter().enumerate() {
+        let stats = GapStats::of(&target.host[run.clone()]).ok_or(Error::ShortRun {
+            run: ri,
+            gaps: run.len().saturating_sub(1),
+        })?;
+        let tag = target.rate_mbps[run.start] as f64;
+        let rate = if tag.is_finite() {
+            Some(tag)
+        } else {
+            rate_of_run(run.clone())
+        };
+        let rate = rate.ok_or(Error::NoRunAtRate(f64::NAN))?;
+        let (bank_rate, nearest) = bank.nearest(rate, &stats, k).ok_or(Error::NoRunAtRate(rate))?;
+        let (mut dec, mut y) = (Vec::new(), Vec::new());
+        for &(b, _) in &nearest {
+            for i in bank.runs[b].rows.clone() {
+                let d = model.decision(bank.data.row(i));
+                if d.is_nan() {
+                    return Err(Error::NotANumber(i));
+                }
+                dec.push(d);
+                y.push(bank.data.y[i]);
+            }
+        }
+        let (t, _) = best_threshold(&dec, &y).ok_or(Error::NoStarts(rate))?;
+        let load = li.map(|li| {
+            let mut l: Vec<f64> = run.clone().map(|i| target.row(i)[li]).collect();
+            l.sort_unstable_by(f64::total_cmp);
+            l[l.len() / 2]
+        });
+        if let Some(x) = load.filter(|x| x.is_finite()) {
+            knots.push([x, t]);
+        }
+        pooled.0.extend(dec);
+        pooled.1.extend(y);
+        runs.push(SelfRun {
+            rate_mbps: rate,
+            bank_rate_mbps: bank_rate,
+            neighbours: nearest.iter().map(|&(b, _)| bank.runs[b].receiver.clone()).collect(),
+            distance: nearest.first().map_or(f64::NAN, |n| n.1),
+            threshold: t,
+            load,
+        });
+    }
+    let mut out = model.clone();
+    let threshold = match (&mut out, li) {
+        (EstimatorModel::Mlp(m), Some(li)) if !knots.is_empty() => {
+            knots = merge_knots(knots);
+            m.load_offset = Some(LoadOffset {
+                input: li,
+                knots: knots.clone(),
+            });
+            None
+        }
+        _ => {
+            let (t, _) = best_threshold(&pooled.0, &pooled.1).ok_or(Error::NoStarts(f64::NAN))?;
+            out.shift(t)?;
+            knots.clear();
+            Some(t)
+        }
+    };
+    Ok((
+        out,
+        SelfCalibration {
+            k,
+            threshold,
+            knots,
+            runs,
+        },
+    ))
+}
+
+/// Knots by load; runs of one load share the mean of their thresholds; at most the model's
+/// knot limit (the lowest loads kept).
+fn merge_knots(mut knots: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
+    knots.sort_unstable_by(|a, b| a[0].total_cmp(&b[0]));
+    let mut out: Vec<([f64; 2], usize)> = Vec::new();
+    for [x, t] in knots {
+        match out.last_mut() {
+            Some((k, n)) if k[0] == x => {
+                k[1] += t;
+                *n += 1;
+            }
+            _ => out.push(([x, t], 1)),
+        }
+    }
+    let mut v: Vec<[f64; 2]> = out.into_iter().map(|([x, t], n)| [x, t / n as f64]).collect();
+    v.truncate(crate::model::mlp::MAX_KNOTS);
+    v
+}
+
+impl Bank {
+    /// The bank's send rates, ascending.
+    pub fn rates(&self) -> Vec<f64> {
+        let mut r: Vec<f64> = self.runs.iter().map(|b| b.rate_mbps).collect();
+        r.sort_unstable_by(f64::total_cmp);
+        r.dedup();
+        r
+    }
+
+    /// The bank rate nearest `rate` and, at it, the `k` runs whose summaries are nearest `s`
+    /// (index, distance), nearest first: each number is divided by its spread (standard
+    /// deviation, at least 0.01) over the runs at that rate. `None` when the bank has no run.
+    pub fn nearest(&self, rate: f64, s: &GapStats, k: usize) -> Option<(f64, Vec<(usize, f64)>)> {
+        let at = self
+            .rates()
+            .into_iter()
+            .min_by(|a, b| (a - rate).abs().total_cmp(&(b - rate).abs()))?;
+        let idx: Vec<usize> = (0..self.runs.len()).filter(|&i| self.runs[i].rate_mbps == at).collect();
+        let n = idx.len() as f64;
+        let mut sd = [0.0; STATS];
+        for (j, v) in sd.iter_mut().enumerate() {
+            let mean = idx.iter().map(|&i| self.runs[i].stats.0[j]).sum::<f64>() / n;
+            let var = idx
+                .iter()
+                .map(|&i| (self.runs[i].stats.0[j] - mean).powi(2))
+                .sum::<f64>()
+                / n;
+            // A spread below 0.01 (1 % in gap, or in correlation) is no spread: it would turn
+            // rounding-sized differences into large distances.
+            *v = var.sqrt().max(0.01);
+        }
+        let mut d: Vec<(usize, f64)> = idx
+            .iter()
+            .map(|&i| {
+                let b = &self.runs[i].stats.0;
+                let dist = (0..STATS).map(|j| ((b[j] - s.0[j]) / sd[j]).powi(2)).sum::<f64>();
+                (i, dist.sqrt())
+            })
+            .collect();
+        d.sort_unstable_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        d.truncate(k.max(1));
+        Some((at, d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(gaps_us: &[u64]) -> Vec<Ts> {
+        let mut t = 1_000_000u64;
+        let mut v = vec![Ts(t)];
+        for g in gaps_us {
+            t += g * 1000;
+            v.push(Ts(t));
+        }
+        v
+    }
+
+    #[test]
+    fn gap_stats_by_hand() {
+        // 100 gaps: 50 of 9.9 µs and 50 of 99.9 µs, alternating → ln 10 and ln 100 exactly.
+        assert!(GapStats::of(&times(&[50; MIN_GAPS - 1])).is_none(), "too few gaps");
+        assert!(GapStats::of(&times(&[50; MIN_GAPS])).is_some());
+        let host: Vec<Ts> = {
+            let mut t = 0u64;
+            let mut v = vec![Ts(0)];
+            for i in 0..100 {
+                t += if i % 2 == 0 { 9_900 } else { 99_900 };
+                v.push(Ts(t));
+            }
+            v
+        };
+        let s = GapStats::of(&host).unwrap();
+        let (lo, hi) = (10f64.ln(), 100f64.ln());
+        assert!((s.0[0] - lo).abs() < 1e-12 && (s.0[12] - hi).abs() < 1e-12, "{:?}", s.0);
+        // The median falls between the two halves: numpy's interpolation gives their midpoint.
+        assert!((s.0[6] - (lo + hi) / 2.0).abs() < 1e-12, "{}", s.0[6]);
+        // Alternating: lag-1 autocorrelation ≈ −1, lag 2 and 4 ≈ +1 (99 and 98 of 100 terms).
+        assert!((s.0[13] + 0.99).abs() < 1e-9, "{}", s.0[13]);
+        assert!((s.0[14] - 0.98).abs() < 1e-9, "{}", s.0[14]);
+        assert!((s.0[15] - 0.96).abs() < 1e-9, "{}", s.0[15]);
+        // Constant gaps: no spread, autocorrelation 0 (not NaN).
+        let flat = GapStats::of(&times(&[50; 80])).unwrap();
+        assert!(flat.0.iter().all(|v| v.is_finite()));
+        assert_eq!(flat.0[13], 0.0);
+        // A time before the previous one is a zero gap: three of them are the lowest 1 %.
+        let mut back = times(&[50; 80]);
+        for i in [20, 40, 60] {
+            back[i] = Ts(back[i - 1].0 - 5);
+        }
+        assert!((GapStats::of(&back).unwrap().0[0] - 0.1f64.ln()).abs() < 1e-12);
+    }
+
+    /// Rows of a run of 4-packet frames: `inside` µs between a frame's packets, `before` µs
+    /// before each frame's first; feature 0 is the gap (µs), labels as given by `label`.
+    fn frames(d: &mut Dataset, group: u32, rate: f32, inside: u64, before: u64, label: impl Fn(bool) -> bool) {
+        let mut t = 1_000_000_000u64;
+        for i in 0..400 {
+            let start = i % 4 == 0;
+            let gap = if start { before } else { inside };
+            t += gap * 1000;
+            d.push_at(Ts(t), &[gap as f64], label(start), group, rate, 4);
+        }
+    }
+
+    /// The threshold comes from the bank run that times packets like the receiver, and the
+    /// receiver's own labels are never read (here they are all wrong).
+    #[test]
+    fn self_calibration_takes_the_threshold_of_the_receiver_that_times_alike() {
+        use crate::model::ThresholdModel;
+        let spec = FeatureSpec {
+            m: 1,
+            sigma: false,
+            ..FeatureSpec::default()
+        };
+        let mut bank = Bank {
+            data: Dataset::new(1),
+            runs: Vec::new(),
+        };
+        for (g, (name, inside, before)) in [("tight", 20, 60), ("loose", 150, 400)].into_iter().enumerate() {
+            let start = bank.data.len();
+            frames(&mut bank.data, g as u32, 300.0, inside, before, |s| s);
+            bank.runs.push(BankRun {
+                receiver: name.into(),
+                rate_mbps: 300.0,
+                stats: GapStats::of(&bank.data.host[start..]).unwrap(),
+                rows: start..bank.data.len(),
+            });
+        }
+        let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 100.0 });
+        let mut target = Dataset::new(1);
+        frames(&mut target, 0, 290.0, 22, 58, |_| false);
+        let (m, c) = self_calibrate(&target, &model, &spec, &bank, 1, &|_| None).unwrap();
+        let EstimatorModel::Threshold(t) = m else {
+            panic!("kind changed")
+        };
+        assert!(t.threshold_us > 20.0 && t.threshold_us < 60.0, "{}", t.threshold_us);
+        assert_eq!(c.runs.len(), 1);
+        assert_eq!(c.runs[0].neighbours, ["tight"]);
+        assert_eq!((c.runs[0].rate_mbps, c.runs[0].bank_rate_mbps), (290.0, 300.0));
+        assert!(c.knots.is_empty() && c.threshold.is_some());
+        // Labels flipped: the same result.
+        let mut flipped = target.clone();
+        flipped.y.iter_mut().for_each(|y| *y = !*y);
+        let (m2, _) = self_calibrate(&flipped, &model, &spec, &bank, 1, &|_| None).unwrap();
+        assert_eq!(m2, EstimatorModel::Threshold(t));
+        // A receiver like the loose one gets its threshold; without a rate tag, the given one.
+        let mut loose = Dataset::new(1);
+        frames(&mut loose, 0, f32::NAN, 160, 380, |_| false);
+        let (m3, c3) = self_calibrate(&loose, &model, &spec, &bank, 1, &|_| Some(310.0)).unwrap();
+        let EstimatorModel::Threshold(t3) = m3 else {
+            panic!("kind changed")
+        };
+        assert!(
+            t3.threshold_us > 150.0 && t3.threshold_us < 400.0,
+            "{}",
+            t3.threshold_us
+        );
+        assert_eq!(c3.runs[0].rate_mbps, 310.0);
+        // Too short a run to summarise, and no rate at all, are refused.
+        let mut short = Dataset::new(1);
+        (0..10).for_each(|i| short.push_at(Ts(i * 1000), &[1.0], false, 0, 300.0, 1));
+        assert!(matches!(
+            self_calibrate(&short, &model, &spec, &bank, 1, &|_| None),
+            Err(Error::ShortRun { run: 0, gaps: 9 })
+        ));
+        assert!(matches!(
+            self_calibrate(&loose, &model, &spec, &bank, 1, &|_| None),
+            Err(Error::NoRunAtRate(_))
+        ));
+    }
+
+    /// The bank emulates every receiver at the rates asked (not the manifest's), labels the
+    /// first packet of each A-MPDU, and does not depend on the thread count; a real-kernel
+    /// receiver is refused.
+    #[test]
+    fn build_emulates_the_receivers_at_the_rates_asked() {
+        let text = r#"
+name = "b"
+seed = 5
+packets = 1500
+train_rates_mbps = [50]
+[[receivers]]
+random = 2
+[[receivers]]
+preset = "laptop"
+"#;
+        let m = parse_manifest(text).unwrap();
+        let spec = FeatureSpec::default();
+        let one = build(&m, &[400.0, 200.0, 400.0], &spec, 1, &mut crate::progress::NoProgress).unwrap();
+        assert_eq!(one.runs.len(), 6, "3 receivers × 2 rates");
+        assert_eq!(one.rates(), [200.0, 400.0]);
+        let names: Vec<&str> = one.runs.iter().map(|r| r.receiver.as_str()).collect();
+        assert_eq!(
+            names,
+            ["random-01", "random-01", "random-02", "random-02", "laptop", "laptop"]
+        );
+        for (g, r) in one.runs.iter().enumerate() {
+            assert!(r.rows.len() > 1000, "{} rows", r.rows.len());
+            assert!(one.data.group[r.rows.clone()].iter().all(|&x| x == g as u32));
+            assert!(one.data.rate_mbps[r.rows.clone()]
+                .iter()
+                .all(|&x| x as f64 == r.rate_mbps));
+            // Frames of more than one packet at these rates: fewer starts than rows, but some.
+            let starts = one.data.y[r.rows.clone()].iter().filter(|&&y| y).count();
+            assert!(starts > 10 && starts < r.rows.len(), "{starts} of {}", r.rows.len());
+            assert_eq!(r.stats, GapStats::of(&one.data.host[r.rows.clone()]).unwrap());
+        }
+        let two = build(&m, &[200.0, 400.0], &spec, 2, &mut crate::progress::NoProgress).unwrap();
+        assert_eq!(one.data.x, two.data.x);
+        assert_eq!(one.data.y, two.data.y);
+        let kernel = parse_manifest(&text.replace("preset = \"laptop\"", "kernel = \"gro\"")).unwrap();
+        assert!(matches!(
+            build(&kernel, &[200.0], &spec, 1, &mut crate::progress::NoProgress),
+            Err(Error::KernelReceiver(n)) if n == "veth-gro"
+        ));
+        assert!(matches!(
+            build(&m, &[f64::NAN], &spec, 1, &mut crate::progress::NoProgress),
+            Err(Error::NoRates)
+        ));
+    }
+
+    /// A bank of three hand-made runs: the nearest is the one whose timing matches, whatever
+    /// the run order; a run at another rate is not considered.
+    #[test]
+    fn nearest_picks_the_run_that_times_alike_at_the_nearest_rate() {
+        let spec = FeatureSpec {
+            m: 1,
+            sigma: false,
+            ..FeatureSpec::default()
+        };
+        let mut bank = Bank {
+            data: Dataset::new(spec.width()),
+            runs: Vec::new(),
+        };
+        let runs: [(&str, f64, u64, u64); 4] = [
+            ("fast", 300.0, 5, 80),
+            ("slow", 300.0, 40, 400),
+            ("mid", 300.0, 20, 200),
+            ("slow-at-100", 100.0, 40, 400),
+        ];
+        for (name, rate, a, b) in runs {
+            let gaps: Vec<u64> = (0..200).map(|i| if i % 4 == 0 { b } else { a }).collect();
+            bank.runs.push(BankRun {
+                receiver: name.into(),
+                rate_mbps: rate,
+                stats: GapStats::of(&times(&gaps)).unwrap(),
+                rows: 0..0,
+            });
+        }
+        let probe: Vec<u64> = (0..300).map(|i| if i % 4 == 0 { 390 } else { 41 }).collect();
+        let s = GapStats::of(&times(&probe)).unwrap();
+        let (at, nn) = bank.nearest(280.0, &s, 2).unwrap();
+        assert_eq!(at, 300.0);
+        assert_eq!(bank.runs[nn[0].0].receiver, "slow");
+        assert_eq!(bank.runs[nn[1].0].receiver, "mid");
+        assert!(nn[0].1 < nn[1].1);
+        let (at, nn) = bank.nearest(120.0, &s, 5).unwrap();
+        assert_eq!((at, nn.len()), (100.0, 1));
+        assert!(Bank::default().nearest(100.0, &s, 1).is_none());
+    }
+}
