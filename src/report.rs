@@ -396,10 +396,7 @@ pub fn calibration_md(
     match c.threshold {
         Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained)")),
         None => {
-            s.push_str("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
-            for [x, t] in &c.knots {
-                s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
-            }
+            s.push_str(&knots_md(&c.knots));
             s.push_str("\nSet");
         }
     }
@@ -453,6 +450,15 @@ pub fn calibration_md(
     s
 }
 
+/// The table of a per-load threshold (`[lmean, threshold]` knots), with its heading line.
+fn knots_md(knots: &[[f64; 2]]) -> String {
+    let mut s = String::from("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
+    for [x, t] in knots {
+        s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
+    }
+    s
+}
+
 /// The Markdown report of `aggrate calibrate --no-labels`: the threshold (by load), each
 /// input's bank neighbours, and — where the inputs have labels, which the calibration did not
 /// read — F1 / precision / recall per send rate before and after.
@@ -465,10 +471,7 @@ pub fn self_calibration_md(
     match c.threshold {
         Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained).\n\n")),
         None => {
-            s.push_str("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
-            for [x, t] in &c.knots {
-                s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
-            }
+            s.push_str(&knots_md(&c.knots));
             s.push('\n');
         }
     }

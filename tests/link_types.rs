@@ -6,52 +6,13 @@ mod common;
 use std::io::BufReader;
 
 use aggrate::capture::open_capture;
-use common::{aggrate, pcap_bytes, radiotap_udp, text, tshark_fields};
-
-/// IPv4/UDP 10.0.0.1:7000 → 10.0.0.2:5001 with a 4-byte sequence number payload (+8 bytes).
-fn ipv4_udp(seq: u32) -> Vec<u8> {
-    let total = 20 + 8 + 12;
-    let mut v = vec![
-        0x45,
-        0,
-        0,
-        total as u8,
-        0,
-        1,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-        10,
-        0,
-        0,
-        1,
-        10,
-        0,
-        0,
-        2,
-    ];
-    v.extend_from_slice(&7000u16.to_be_bytes());
-    v.extend_from_slice(&5001u16.to_be_bytes());
-    v.extend_from_slice(&20u16.to_be_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&[0xab; 8]);
-    v
-}
+use common::{aggrate, ipv4_udp, pcap_bytes, radiotap_udp, text, tshark_fields};
 
 fn ipv6_udp(seq: u32) -> Vec<u8> {
     let mut v = vec![0x60, 0, 0, 0, 0, 20, 17, 64];
     v.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
     v.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    v.extend_from_slice(&7000u16.to_be_bytes());
-    v.extend_from_slice(&5001u16.to_be_bytes());
-    v.extend_from_slice(&20u16.to_be_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&[0xab; 8]);
+    v.extend_from_slice(&common::udp_seq(seq));
     v
 }
 

@@ -551,18 +551,11 @@ fn calibrate_sets_a_receivers_operating_point_per_load() {
     assert!(!d.join("x.json").exists());
 }
 
-/// Ethernet + IPv4/UDP 10.0.0.1:7000 → 10.0.0.2:5001 whose payload starts with `seq` (big
-/// endian): what a receiver's own capture (tcpdump on the phone) holds — no radio header, no
-/// A-MPDU ground truth.
+/// Ethernet + IPv4/UDP 10.0.0.1:7000 → 10.0.0.2:5001 whose payload starts with `seq`: what a
+/// receiver's own capture (tcpdump on the phone) holds — no radio header, no A-MPDU ground truth.
 fn ethernet_udp(seq: u32) -> Vec<u8> {
     let mut v = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    v.extend_from_slice(&[0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    v.extend_from_slice(&7000u16.to_be_bytes());
-    v.extend_from_slice(&5001u16.to_be_bytes());
-    v.extend_from_slice(&20u16.to_be_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&[0xab; 8]);
+    v.extend_from_slice(&common::ipv4_udp(seq));
     v
 }
 
@@ -599,37 +592,34 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
         let o = aggrate(d, args);
         (o.status.success(), text(&o).1)
     };
-    let (ok, err) = run(&[
-        "-q",
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "--neighbours",
-        "4",
-        "phone_200mbps.pcap",
-        "phone_400mbps.pcap",
-        "-o",
-        "own.json",
-    ]);
-    assert!(ok, "{err}");
-    let (ok, err) = run(&[
-        "-q",
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "--neighbours",
-        "4",
-        "sniff_200mbps.pcapng",
-        "sniff_400mbps.pcapng",
-        "--kernel",
-        "phone_200.csv",
-        "phone_400.csv",
-        "-o",
-        "joined.json",
-    ]);
-    assert!(ok, "{err}");
+    // The receiver's own captures, and the same times joined to the sniffer's.
+    for (inputs, out) in [
+        (&["phone_200mbps.pcap", "phone_400mbps.pcap"][..], "own.json"),
+        (
+            &[
+                "sniff_200mbps.pcapng",
+                "sniff_400mbps.pcapng",
+                "--kernel",
+                "phone_200.csv",
+                "phone_400.csv",
+            ][..],
+            "joined.json",
+        ),
+    ] {
+        let mut args = vec![
+            "-q",
+            "calibrate",
+            "--no-labels",
+            "--bank",
+            "bank.toml",
+            "--neighbours",
+            "4",
+        ];
+        args.extend_from_slice(inputs);
+        args.extend_from_slice(&["-o", out]);
+        let (ok, err) = run(&args);
+        assert!(ok, "{err}");
+    }
     let own = aggrate::model::ModelFile::load(&d.join("own.json")).unwrap();
     let joined = aggrate::model::ModelFile::load(&d.join("joined.json")).unwrap();
     assert_eq!(own.model, joined.model, "the labels change nothing");

@@ -1,7 +1,7 @@
 //! `aggrate calibrate`: set a model's operating point for one receiver from a short labelled
 //! stretch of it (a sniffer capture joined with the receiver's kernel log), and write the model.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -127,16 +127,22 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
         "calibration": cal,
         "half_split_check": check,
     });
-    file.set_metric("calibration", report);
-    ensure_parent(&a.output)?;
-    std::fs::write(&a.output, file.to_json()).with_context(|| format!("writing {}", a.output.display()))?;
     let md = calibration_md(&name, &cal, check.as_ref());
-    let md_path = a.output.with_extension("calibration.md");
-    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    write_calibrated(ui, &a.output, file, report, &md)
+}
+
+/// Write the calibrated model (its report under `metrics.calibration`) and the Markdown beside
+/// it (`<output>.calibration.md`), and print the Markdown unless quiet.
+fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_json::Value, md: &str) -> Result<Exit> {
+    file.set_metric("calibration", report);
+    ensure_parent(output)?;
+    std::fs::write(output, file.to_json()).with_context(|| format!("writing {}", output.display()))?;
+    let md_path = output.with_extension("calibration.md");
+    std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {
         print!("{md}");
     }
-    ui.info(format!("wrote {} and {}", a.output.display(), md_path.display()));
+    ui.info(format!("wrote {} and {}", output.display(), md_path.display()));
     Ok(Exit::Ok)
 }
 
@@ -207,16 +213,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         "self_calibration": cal,
         "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
     });
-    file.set_metric("calibration", report);
-    ensure_parent(&a.output)?;
-    std::fs::write(&a.output, file.to_json()).with_context(|| format!("writing {}", a.output.display()))?;
     let md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
-    let md_path = a.output.with_extension("calibration.md");
-    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
-    if !ui.quiet {
-        print!("{md}");
-    }
-    ui.info(format!("wrote {} and {}", a.output.display(), md_path.display()));
-    Ok(Exit::Ok)
+    write_calibrated(ui, &a.output, file, report, &md)
 }

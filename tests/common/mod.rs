@@ -122,3 +122,44 @@ pub fn radiotap_udp(tsft: u64, ampdu_ref: Option<u32>, seq: u32, dot11_seq: u16,
     f.extend_from_slice(&[0u8; 16]);
     f
 }
+
+/// IPv4/UDP 10.0.0.1:7000 → 10.0.0.2:5001 with a 4-byte sequence number payload (+8 bytes).
+pub fn ipv4_udp(seq: u32) -> Vec<u8> {
+    let total = 20 + 8 + 12;
+    let mut v = vec![
+        0x45,
+        0,
+        0,
+        total as u8,
+        0,
+        1,
+        0x40,
+        0,
+        64,
+        17,
+        0,
+        0,
+        10,
+        0,
+        0,
+        1,
+        10,
+        0,
+        0,
+        2,
+    ];
+    v.extend_from_slice(&udp_seq(seq));
+    v
+}
+
+/// UDP 7000 → 5001 carrying `seq` (big endian) and 8 more bytes (20 bytes, checksum 0).
+pub fn udp_seq(seq: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(20);
+    v.extend_from_slice(&7000u16.to_be_bytes());
+    v.extend_from_slice(&5001u16.to_be_bytes());
+    v.extend_from_slice(&20u16.to_be_bytes());
+    v.extend_from_slice(&[0, 0]);
+    v.extend_from_slice(&seq.to_be_bytes());
+    v.extend_from_slice(&[0xab; 8]);
+    v
+}
