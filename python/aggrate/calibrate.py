@@ -1,8 +1,10 @@
 """A model's operating point for one receiver, from labelled rows of that receiver — what
 ``aggrate calibrate`` does, on a DataFrame from :func:`aggrate.read_capture` /
-:func:`aggrate.read_dataset` (a sniffer capture joined with the receiver's kernel log)."""
+:func:`aggrate.read_dataset` (a sniffer capture joined with the receiver's kernel log) — or,
+with ``no_labels=True``, from the receiver's timing alone (``aggrate calibrate --no-labels``)."""
 
-from typing import Any, Dict, Tuple
+import os
+from typing import Any, Dict, Optional, Tuple
 import json
 
 import numpy as np
@@ -10,17 +12,38 @@ import numpy as np
 from ._aggrate import Model
 
 
-def calibrate(model: Model, df: Any, share: float = 1.0) -> Tuple[Model, Dict[str, Any]]:
+def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = False,
+              bank: Optional[os.PathLike] = None, neighbours: Optional[int] = None) -> Tuple[Model, Dict[str, Any]]:
     """Return ``(calibrated model, report)``.
 
     The threshold is set on the first ``share`` of each capture's rows (rows of one ``capture``
     and ``rate_mbps``, in order); below 1 the report's ``rest_before`` / ``rest_after`` score the
     rest. A perceptron on a receiver context gets a threshold per load (``knots``: the
     context's mean log-gap ``lmean`` → threshold), other models one ``threshold``.
+
+    ``no_labels=True`` reads no label: each capture's threshold is the best one on the emulated
+    receivers whose gap distribution is most like the capture's (``neighbours`` of them, 20
+    unless given, from ``bank``, a dataset manifest file; default the embedded
+    ``datasets/bank.toml``), as ``aggrate calibrate --no-labels`` does. It needs ``host_ns`` and
+    ``rate_mbps`` per row (``share`` does not apply).
     """
     import polars as pl
 
     names = list(model.feature_names)
+    if no_labels:
+        missing = [c for c in names + ["capture", "rate_mbps", "host_ns"] if c not in df.columns]
+        if missing:
+            raise ValueError(f"the DataFrame has no column(s) {missing}: read it with aggrate.read_capture / "
+                             f"read_dataset with the model's layout ({model!r})")
+        x = np.ascontiguousarray(df.select(names).to_numpy(), dtype=np.float64)
+        run = df["capture"].cast(pl.Categorical).to_physical().to_numpy().astype("<u4")
+        rate = df["rate_mbps"].cast(pl.Float64).fill_null(float("nan")).to_numpy().astype("<f4")
+        host = df["host_ns"].cast(pl.UInt64).to_numpy().astype("<u8")
+        text = None if bank is None else open(os.fspath(bank), encoding="utf-8").read()
+        kw = {} if neighbours is None else {"neighbours": neighbours}
+        new, report = model.self_calibrate(x.tobytes(), len(df), run.tobytes(), rate.tobytes(), host.tobytes(),
+                                           text, **kw)
+        return new, json.loads(report)
     missing = [c for c in names + ["y", "capture", "rate_mbps", "agg_level"] if c not in df.columns]
     if missing:
         raise ValueError(f"the DataFrame has no column(s) {missing}: read it with aggrate.read_capture / read_dataset "

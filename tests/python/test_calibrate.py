@@ -40,3 +40,32 @@ def test_calibrate_equals_the_cli_and_lifts_f1_on_its_rows(emulated, aggrate_bin
         aggrate.calibrate(shipped, df, share=0.0)
     with pytest.raises(ValueError, match="no column"):
         aggrate.calibrate(shipped, df.drop("agg_level"))
+
+
+SMALL_BANK = 'name = "b"\nseed = 3\npackets = 2000\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 8\n'
+
+
+def test_calibrate_without_labels_equals_the_cli_and_reads_no_label(emulated, aggrate_bin, tmp_path):
+    shipped = aggrate.Model.shipped()
+    spec = json.loads(shipped.spec_json)
+    df = aggrate.read_capture(emulated, m=spec["m"], sigma=spec["sigma"], context=spec["context"])
+    bank = tmp_path / "bank.toml"
+    bank.write_text(SMALL_BANK)
+    cal, report = aggrate.calibrate(shipped, df, no_labels=True, bank=bank, neighbours=3)
+    assert len(report["runs"]) == 1 and len(report["runs"][0]["neighbours"]) == 3
+    assert report["runs"][0]["bank_rate_mbps"] == 400.0
+    assert len(report["knots"]) == 1 and report["threshold"] is None
+    # No label is read: without the label columns, the same model.
+    blind, _ = aggrate.calibrate(shipped, df.drop(["y", "agg_level"]), no_labels=True, bank=bank, neighbours=3)
+    x = np.ascontiguousarray(df.select(shipped.feature_names).to_numpy(), dtype=np.float64)
+    assert blind.decision_function(x.tobytes(), len(x)) == cal.decision_function(x.tobytes(), len(x))
+    # The CLI sets the same threshold.
+    out = tmp_path / "nl.json"
+    subprocess.run([aggrate_bin, "-q", "calibrate", "--no-labels", "--bank", str(bank), "--neighbours", "3",
+                    str(emulated), "-o", str(out)], check=True)
+    cli = json.loads(out.read_text())
+    assert cli["model"]["load_offset"]["knots"] == report["knots"]
+    with pytest.raises(ValueError, match="host_ns"):
+        aggrate.calibrate(shipped, df.drop("host_ns"), no_labels=True, bank=bank)
+    with pytest.raises(ValueError, match="neighbours"):
+        aggrate.calibrate(shipped, df, no_labels=True, bank=bank, neighbours=0)

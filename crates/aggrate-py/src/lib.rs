@@ -350,6 +350,83 @@ impl PyModel {
         file.set_metric("calibration", report.clone());
         Ok((PyModel { file }, report.to_string()))
     }
+    /// This model calibrated for one receiver *without its labels* (`aggrate calibrate
+    /// --no-labels`): on the emulated receivers (the bank: a dataset manifest's text, default
+    /// `datasets/bank.toml`) whose packet timing is most like each of the receiver's captures.
+    /// `n` rows of float64 features `x`, and per row its capture (`run`, u32), send rate (`rate`,
+    /// f32) and receive time (`host`, u64 ns), little-endian. Returns the calibrated model and
+    /// the report as JSON.
+    #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=aggrate::train::bank::DEFAULT_K))]
+    #[allow(clippy::too_many_arguments)]
+    fn self_calibrate(
+        &self,
+        py: Python<'_>,
+        x: &[u8],
+        n: usize,
+        run: &[u8],
+        rate: &[u8],
+        host: &[u8],
+        bank: Option<&str>,
+        neighbours: usize,
+    ) -> PyResult<(PyModel, String)> {
+        use aggrate::train::bank::{build, parse_manifest, self_calibrate, DEFAULT_BANK};
+        let d = self.file.spec.width();
+        let x = f64s(x, n, d, "features")?;
+        for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
+            if got != n * each {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: {got} bytes for {n} rows of {each}"
+                )));
+            }
+        }
+        if neighbours == 0 {
+            return Err(PyValueError::new_err(
+                "neighbours: at least one bank receiver must set each threshold",
+            ));
+        }
+        let manifest = parse_manifest(bank.unwrap_or(DEFAULT_BANK))
+            .map_err(|e| PyValueError::new_err(format!("bank manifest: {e}")))?;
+        let mut data = Dataset::new(d);
+        for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
+            let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+            let mut h = [0u8; 8];
+            h.copy_from_slice(&host[8 * i..8 * i + 8]);
+            let r = u32::from_le_bytes(le4(run));
+            data.push_at(
+                Ts(u64::from_le_bytes(h)),
+                row,
+                false,
+                r,
+                f32::from_le_bytes(le4(rate)),
+                0,
+            );
+        }
+        let mut rates: Vec<f64> = data.rate_mbps.iter().map(|&r| r as f64).collect();
+        rates.sort_unstable_by(f64::total_cmp);
+        rates.dedup();
+        if let Some(r) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+            return Err(PyValueError::new_err(format!(
+                "rate: {r} Mb/s; every row needs its capture's send rate to emulate the bank at"
+            )));
+        }
+        let spec = self.file.spec;
+        let model = &self.file.model;
+        let threads = std::thread::available_parallelism().map_or(1, |v| v.get());
+        let (model, cal) = py
+            .detach(|| {
+                let b = build(&manifest, &rates, &spec, threads, &mut NoProgress)?;
+                self_calibrate(&data, model, &spec, &b, neighbours, &|_| None)
+            })
+            .map_err(|e| model_err(chain(&e)))?;
+        let report = serde_json::to_value(&cal).map_err(model_err)?;
+        let mut file = self.file.clone();
+        file.model = model;
+        file.set_metric(
+            "calibration",
+            serde_json::json!({ "labels": "none (emulated bank)", "self_calibration": report }),
+        );
+        Ok((PyModel { file }, report.to_string()))
+    }
     fn __repr__(&self) -> String {
         format!(
             "Model(kind={:?}, m={}, sigma={}, context={}, rows={})",
