@@ -559,6 +559,16 @@ fn ethernet_udp(seq: u32) -> Vec<u8> {
     v
 }
 
+/// (µs time, frame) of every record of a classic pcap.
+fn refs_of(path: &Path) -> Vec<(u64, Vec<u8>)> {
+    open_path(path)
+        .unwrap()
+        .reader
+        .filter_map(|r| r.ok())
+        .map(|r| (r.host.as_nanos() / 1000, ethernet_udp(r.payload_seq(0).unwrap())))
+        .collect()
+}
+
 /// `aggrate calibrate --no-labels`: the operating point from emulated receivers that time
 /// packets like this one, read from the receiver's own capture alone. The same receive times
 /// joined to a sniffer capture (labels present) give the very same model — the labels are not
@@ -686,6 +696,22 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
     ]);
     assert!(
         !ok && err.contains("kbank.toml") && err.contains("real-kernel"),
+        "{err}"
+    );
+    let head = refs_of(&d.join("phone.pcap"));
+    let short: Vec<(u64, &[u8])> = head[..40].iter().map(|(t, f)| (*t, &f[..])).collect();
+    std::fs::write(d.join("short.pcap"), common::pcap_bytes(1, &short)).unwrap();
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "short.pcap",
+        "-o",
+        "x.json",
+    ]);
+    assert!(
+        !ok && err.contains("short.pcap") && err.contains("packets or more"),
         "{err}"
     );
     let (ok, err) = run(&["calibrate", "phone.pcap", "-o", "x.json"]);

@@ -169,6 +169,14 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     let mut rates = Vec::new();
     for run in data.runs(&all) {
         let g = data.group[run.start] as usize;
+        if run.len() <= aggrate::train::bank::MIN_GAPS {
+            bail!(
+                "{}: {} rows; calibrating without labels summarises the receiver's timing over {} packets or more",
+                files[g].path.display(),
+                run.len(),
+                aggrate::train::bank::MIN_GAPS + 1
+            );
+        }
         let tagged = data.rate_mbps[run.start];
         let rate = if let Some(r) = a.rate.get(if a.rate.len() == 1 { 0 } else { g }) {
             *r
