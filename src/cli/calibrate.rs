@@ -29,9 +29,10 @@ pub(crate) struct BankArgs {
     pub(crate) neighbours: usize,
 }
 
-/// Emulate the bank at `rates` in `spec`'s layout, with a progress bar.
-pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec) -> Result<Bank> {
-    use aggrate::train::bank::{build, parse_manifest, DEFAULT_BANK};
+/// Emulate the bank at `rates` in `spec`'s layout, with a progress bar: every run's rows when
+/// `rows`, else its summary only ([`Bank::fill`] adds rows).
+pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec, rows: bool) -> Result<Bank> {
+    use aggrate::train::bank::{build, parse_manifest, summarise, DEFAULT_BANK};
     if a.neighbours == 0 {
         bail!("--neighbours 0: at least one bank receiver must set each threshold");
     }
@@ -44,9 +45,10 @@ pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec
     };
     let manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bank = build(&manifest, rates, spec, threads, &mut Bars::new(ui)).with_context(|| name.clone())?;
+    let bank = if rows { build } else { summarise }(&manifest, rates, spec, threads, &mut Bars::new(ui))
+        .with_context(|| name.clone())?;
     ui.info(format!(
-        "bank: {} emulated runs ({} rows) from {name} at {} Mb/s",
+        "bank: {} emulated runs ({} rows kept) from {name} at {} Mb/s",
         bank.runs.len(),
         bank.data.len(),
         rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
@@ -201,7 +203,13 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         data.rate_mbps[run].iter_mut().for_each(|x| *x = rate as f32);
         rates.push(rate);
     }
-    let bank = load_bank(ui, &a.bank, &rates, &spec)?;
+    let mut bank = load_bank(ui, &a.bank, &rates, &spec, false)?;
+    // Rows only for the bank runs that will lend theirs: memory for K runs per input.
+    let need = bank
+        .neighbours_of(&data, a.bank.neighbours, &|_| None)
+        .context("calibrating on the bank")?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    bank.fill(&need, threads, &mut Bars::new(ui));
     let (model, cal) = self_calibrate(&data, &file.model, &spec, &bank, a.bank.neighbours, &|_| None)
         .context("calibrating on the bank")?;
     // Scores before and after, where the inputs have labels (they were not used above).

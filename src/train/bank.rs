@@ -93,18 +93,29 @@ pub struct BankRun {
     pub rate_mbps: f64,
     /// Its gap summary.
     pub stats: GapStats,
-    /// Its rows in [`Bank::data`].
+    /// Its rows in [`Bank::data`] (empty until emulated with rows).
     #[serde(skip)]
     pub rows: Range<usize>,
+    /// Its emulation job (the bank's plan).
+    #[serde(skip)]
+    job: usize,
 }
 
 /// Emulated receivers with labelled rows, to calibrate on by likeness ([`self_calibrate`]).
+///
+/// [`summarise`] emulates every run but keeps only its [`GapStats`]; [`Bank::fill`] emulates the
+/// runs a calibration needs again (the same seeds: the same rows) and keeps their rows, so the
+/// memory is that of the neighbours, not of the whole bank ([`build`] keeps every run's rows).
 #[derive(Clone, Debug, Default)]
 pub struct Bank {
-    /// Rows of every run (group = run index), in the model's feature layout.
+    /// Rows of the runs emulated with rows (group = run index), in the model's feature layout.
     pub data: Dataset,
-    /// The runs.
+    /// The runs (a run without rows yet has an empty `rows`).
     pub runs: Vec<BankRun>,
+    /// What each run emulates (receiver, rate, scenario), by [`BankRun::job`].
+    jobs: Vec<(String, f64, crate::wlan::run::ValidScenario)>,
+    /// The rows' layout.
+    spec: FeatureSpec,
 }
 
 /// Why a bank cannot be built or used.
@@ -142,6 +153,17 @@ pub enum Error {
     /// The threshold cannot be written into the model.
     #[error(transparent)]
     Shift(#[from] crate::model::ParamError),
+    /// A neighbour was summarised but not emulated with rows ([`Bank::fill`]).
+    #[error("bank run {0} at {1} Mb/s has no rows: fill the bank with the neighbours first")]
+    NoRows(String, f64),
+}
+
+/// One run of the receiver and its nearest bank runs.
+struct Match {
+    run: Range<usize>,
+    rate: f64,
+    bank_rate: f64,
+    nearest: Vec<(usize, f64)>,
 }
 
 /// Parse a bank manifest (a dataset manifest: its `train_rates_mbps` are replaced by the rates
@@ -151,8 +173,8 @@ pub fn parse_manifest(text: &str) -> Result<DatasetManifest, toml::de::Error> {
 }
 
 /// Emulate `manifest`'s receivers at each of `rates` (its own rates are ignored) on `threads`
-/// threads and keep the first station's rows in `spec`'s layout. Deterministic for the
-/// manifest's seed: the thread count changes nothing.
+/// threads and keep every run's rows, in `spec`'s layout. Deterministic for the manifest's
+/// seed: the thread count changes nothing.
 pub fn build(
     manifest: &DatasetManifest,
     rates: &[f64],
@@ -160,6 +182,70 @@ pub fn build(
     threads: usize,
     progress: &mut dyn Progress,
 ) -> Result<Bank, Error> {
+    let mut bank = plan(manifest, rates, spec)?;
+    let all: Vec<usize> = (0..bank.jobs.len()).collect();
+    let mut parts: Vec<(usize, Dataset)> = Vec::with_capacity(all.len());
+    progress.start("emulating the calibration bank", all.len() as u64);
+    emulate(&bank.jobs, &all, spec, threads, &mut |i, rows| {
+        parts.push((i, rows));
+        progress.inc();
+    });
+    progress.finish();
+    parts.sort_unstable_by_key(|(i, _)| *i);
+    for (job, rows) in parts {
+        if let Some(stats) = GapStats::of(&rows.host) {
+            bank.runs.push(BankRun {
+                receiver: bank.jobs[job].0.clone(),
+                rate_mbps: bank.jobs[job].1,
+                stats,
+                rows: 0..0,
+                job,
+            });
+            let r = bank.runs.len() - 1;
+            bank.keep_rows(r, rows);
+        } // else: too few packets to summarise; it could never be a neighbour
+    }
+    Ok(bank)
+}
+
+/// Emulate `manifest`'s receivers at each of `rates` like [`build`], but keep only each run's
+/// summary: memory for the summaries, whatever the bank's size. [`Bank::fill`] adds the rows
+/// of the runs a calibration needs ([`Bank::neighbours_of`]).
+pub fn summarise(
+    manifest: &DatasetManifest,
+    rates: &[f64],
+    spec: &FeatureSpec,
+    threads: usize,
+    progress: &mut dyn Progress,
+) -> Result<Bank, Error> {
+    let mut bank = plan(manifest, rates, spec)?;
+    let all: Vec<usize> = (0..bank.jobs.len()).collect();
+    let mut stats: Vec<(usize, GapStats)> = Vec::with_capacity(all.len());
+    progress.start("emulating the calibration bank", all.len() as u64);
+    emulate(&bank.jobs, &all, spec, threads, &mut |i, rows| {
+        // The rows are dropped here, as each run comes in.
+        if let Some(s) = GapStats::of(&rows.host) {
+            stats.push((i, s));
+        }
+        progress.inc();
+    });
+    progress.finish();
+    stats.sort_unstable_by_key(|(i, _)| *i);
+    bank.runs = stats
+        .into_iter()
+        .map(|(job, stats)| BankRun {
+            receiver: bank.jobs[job].0.clone(),
+            rate_mbps: bank.jobs[job].1,
+            stats,
+            rows: 0..0,
+            job,
+        })
+        .collect();
+    Ok(bank)
+}
+
+/// The bank's runs, planned: `manifest`'s receivers at each of `rates`, checked.
+fn plan(manifest: &DatasetManifest, rates: &[f64], spec: &FeatureSpec) -> Result<Bank, Error> {
     let mut rates: Vec<f64> = rates.iter().copied().filter(|r| r.is_finite() && *r > 0.0).collect();
     rates.sort_unstable_by(f64::total_cmp);
     rates.dedup();
@@ -171,9 +257,8 @@ pub fn build(
         eval_rates_mbps: Vec::new(),
         ..manifest.clone()
     };
-    let planned = m.expand()?;
-    let mut jobs = Vec::with_capacity(planned.len());
-    for p in planned {
+    let mut jobs = Vec::new();
+    for p in m.expand()? {
         let receiver = match &p.receiver {
             Some(PlannedReceiver::Kernel { name, .. }) => return Err(Error::KernelReceiver(name.clone())),
             Some(PlannedReceiver::Model(r)) => r.name.clone(),
@@ -182,54 +267,44 @@ pub fn build(
         let scn = p.scenario.clone().check()?;
         jobs.push((receiver, p.rate_mbps, scn));
     }
-    progress.start("emulating the calibration bank", jobs.len() as u64);
-    let threads = threads.clamp(1, jobs.len().max(1));
+    Ok(Bank {
+        data: Dataset::new(spec.width()),
+        runs: Vec::new(),
+        jobs,
+        spec: *spec,
+    })
+}
+
+/// Emulate `jobs[idx]` on `threads` threads, handing each run's rows to `done(job, rows)` on
+/// this thread as they come in (in any order).
+fn emulate(
+    jobs: &[(String, f64, crate::wlan::run::ValidScenario)],
+    idx: &[usize],
+    spec: &FeatureSpec,
+    threads: usize,
+    done: &mut dyn FnMut(usize, Dataset),
+) {
+    let threads = threads.clamp(1, idx.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Dataset)>();
-    let mut done: Vec<(usize, Dataset)> = Vec::with_capacity(jobs.len());
     std::thread::scope(|sc| {
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next, jobs) = (&next, &jobs);
+            let next = &next;
             sc.spawn(move || loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((_, rate, scn)) = jobs.get(i) else { break };
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = idx.get(k) else { break };
+                let (_, rate, scn) = &jobs[i];
                 if tx.send((i, emulate_rows(scn, *rate, spec))).is_err() {
                     break;
                 }
             });
         }
         drop(tx);
-        // Progress on this thread, as the runs come in.
-        for r in rx {
-            done.push(r);
-            progress.inc();
+        for (i, rows) in rx {
+            done(i, rows);
         }
     });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    let mut bank = Bank {
-        data: Dataset::new(spec.width()),
-        runs: Vec::new(),
-    };
-    for (i, rows) in done {
-        let (receiver, rate, _) = &jobs[i];
-        let Some(stats) = GapStats::of(&rows.host) else {
-            continue; // too few packets to summarise: it could never be a neighbour
-        };
-        let start = bank.data.len();
-        bank.data.append(&Dataset {
-            group: vec![bank.runs.len() as u32; rows.len()],
-            ..rows
-        });
-        bank.runs.push(BankRun {
-            receiver: receiver.clone(),
-            rate_mbps: *rate,
-            stats,
-            rows: start..bank.data.len(),
-        });
-    }
-    progress.finish();
-    Ok(bank)
 }
 
 /// Labelled rows of one emulated run's first station, as a capture of it would give: a row per
@@ -318,25 +393,21 @@ pub fn self_calibrate(
         other => other.clone(),
     };
     let li = load_input(&model, spec);
-    let all: Vec<usize> = (0..target.len()).collect();
     let mut runs = Vec::new();
     let mut pooled: (Vec<f64>, Vec<bool>) = (Vec::new(), Vec::new());
     let mut knots: Vec<[f64; 2]> = Vec::new();
-    for (ri, run) in target.runs(&all).into_iter().enumerate() {
-        let stats = GapStats::of(&target.host[run.clone()]).ok_or(Error::ShortRun {
-            run: ri,
-            gaps: run.len().saturating_sub(1),
-        })?;
-        let tag = target.rate_mbps[run.start] as f64;
-        let rate = if tag.is_finite() {
-            Some(tag)
-        } else {
-            rate_of_run(run.clone())
-        };
-        let rate = rate.ok_or(Error::NoRunAtRate(f64::NAN))?;
-        let (bank_rate, nearest) = bank.nearest(rate, &stats, k).ok_or(Error::NoRunAtRate(rate))?;
+    for Match {
+        run,
+        rate,
+        bank_rate,
+        nearest,
+    } in bank.matches(target, k, rate_of_run)?
+    {
         let (mut dec, mut y) = (Vec::new(), Vec::new());
         for &(b, _) in &nearest {
+            if bank.runs[b].rows.is_empty() {
+                return Err(Error::NoRows(bank.runs[b].receiver.clone(), bank.runs[b].rate_mbps));
+            }
             for i in bank.runs[b].rows.clone() {
                 let d = model.decision(bank.data.row(i));
                 if d.is_nan() {
@@ -414,6 +485,91 @@ fn merge_knots(mut knots: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
 }
 
 impl Bank {
+    /// Keep `rows` as run `r`'s rows.
+    fn keep_rows(&mut self, r: usize, rows: Dataset) {
+        let start = self.data.len();
+        self.data.append(&Dataset {
+            group: vec![r as u32; rows.len()],
+            ..rows
+        });
+        self.runs[r].rows = start..self.data.len();
+    }
+
+    /// For each run of `target` (its rate: the rows' tag, else `rate_of_run`), the `k` bank runs
+    /// nearest it.
+    fn matches(
+        &self,
+        target: &Dataset,
+        k: usize,
+        rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
+    ) -> Result<Vec<Match>, Error> {
+        let all: Vec<usize> = (0..target.len()).collect();
+        let mut out = Vec::new();
+        for (ri, run) in target.runs(&all).into_iter().enumerate() {
+            let stats = GapStats::of(&target.host[run.clone()]).ok_or(Error::ShortRun {
+                run: ri,
+                gaps: run.len().saturating_sub(1),
+            })?;
+            let tag = target.rate_mbps[run.start] as f64;
+            let rate = if tag.is_finite() {
+                Some(tag)
+            } else {
+                rate_of_run(run.clone())
+            };
+            let rate = rate.ok_or(Error::NoRunAtRate(f64::NAN))?;
+            let (bank_rate, nearest) = self.nearest(rate, &stats, k.max(1)).ok_or(Error::NoRunAtRate(rate))?;
+            out.push(Match {
+                run,
+                rate,
+                bank_rate,
+                nearest,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The bank runs [`self_calibrate`] will take rows from for `target` (sorted, distinct).
+    pub fn neighbours_of(
+        &self,
+        target: &Dataset,
+        k: usize,
+        rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
+    ) -> Result<Vec<usize>, Error> {
+        let mut v: Vec<usize> = self
+            .matches(target, k, rate_of_run)?
+            .into_iter()
+            .flat_map(|m| m.nearest.into_iter().map(|(b, _)| b))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// Emulate the runs `which` (indices into `runs`) that have no rows yet, again with the
+    /// same seeds, and keep their rows.
+    pub fn fill(&mut self, which: &[usize], threads: usize, progress: &mut dyn Progress) {
+        let todo: Vec<usize> = which
+            .iter()
+            .copied()
+            .filter(|&r| r < self.runs.len() && self.runs[r].rows.is_empty())
+            .collect();
+        let jobs: Vec<usize> = todo.iter().map(|&r| self.runs[r].job).collect();
+        let mut parts: Vec<(usize, Dataset)> = Vec::with_capacity(jobs.len());
+        progress.start("emulating the nearest bank receivers with rows", jobs.len() as u64);
+        let spec = self.spec;
+        emulate(&self.jobs, &jobs, &spec, threads, &mut |job, rows| {
+            parts.push((job, rows));
+            progress.inc();
+        });
+        progress.finish();
+        parts.sort_unstable_by_key(|(job, _)| *job);
+        for (job, rows) in parts {
+            if let Some(r) = todo.iter().copied().find(|&r| self.runs[r].job == job) {
+                self.keep_rows(r, rows);
+            }
+        }
+    }
+
     /// The bank's send rates, ascending.
     pub fn rates(&self) -> Vec<f64> {
         let mut r: Vec<f64> = self.runs.iter().map(|b| b.rate_mbps).collect();
@@ -531,7 +687,7 @@ mod tests {
         };
         let mut bank = Bank {
             data: Dataset::new(1),
-            runs: Vec::new(),
+            ..Bank::default()
         };
         for (g, (name, inside, before)) in [("tight", 20, 60), ("loose", 150, 400)].into_iter().enumerate() {
             let start = bank.data.len();
@@ -541,6 +697,7 @@ mod tests {
                 rate_mbps: 300.0,
                 stats: GapStats::of(&bank.data.host[start..]).unwrap(),
                 rows: start..bank.data.len(),
+                job: 0,
             });
         }
         let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 100.0 });
@@ -625,6 +782,21 @@ preset = "laptop"
         let two = build(&m, &[200.0, 400.0], &spec, 2, &mut crate::progress::NoProgress).unwrap();
         assert_eq!(one.data.x, two.data.x);
         assert_eq!(one.data.y, two.data.y);
+        // Summaries alone, then the rows of two runs: the same summaries and the same rows.
+        let mut lean = summarise(&m, &[200.0, 400.0], &spec, 2, &mut crate::progress::NoProgress).unwrap();
+        assert!(lean.data.is_empty() && lean.runs.iter().all(|r| r.rows.is_empty()));
+        let stats: Vec<GapStats> = lean.runs.iter().map(|r| r.stats).collect();
+        assert_eq!(stats, one.runs.iter().map(|r| r.stats).collect::<Vec<_>>());
+        lean.fill(&[4, 1, 4], 2, &mut crate::progress::NoProgress);
+        for r in [1, 4] {
+            let (a, b) = (lean.runs[r].rows.clone(), one.runs[r].rows.clone());
+            assert_eq!(
+                lean.data.x[a.start * spec.width()..a.end * spec.width()],
+                one.data.x[b.start * spec.width()..b.end * spec.width()]
+            );
+            assert_eq!(lean.data.y[a], one.data.y[b]);
+        }
+        assert!(lean.runs[0].rows.is_empty(), "only the runs asked for");
         let kernel = parse_manifest(&text.replace("preset = \"laptop\"", "kernel = \"gro\"")).unwrap();
         assert!(matches!(
             build(&kernel, &[200.0], &spec, 1, &mut crate::progress::NoProgress),
@@ -647,7 +819,7 @@ preset = "laptop"
         };
         let mut bank = Bank {
             data: Dataset::new(spec.width()),
-            runs: Vec::new(),
+            ..Bank::default()
         };
         let runs: [(&str, f64, u64, u64); 4] = [
             ("fast", 300.0, 5, 80),
@@ -662,6 +834,7 @@ preset = "laptop"
                 rate_mbps: rate,
                 stats: GapStats::of(&times(&gaps)).unwrap(),
                 rows: 0..0,
+                job: 0,
             });
         }
         let probe: Vec<u64> = (0..300).map(|i| if i % 4 == 0 { 390 } else { 41 }).collect();

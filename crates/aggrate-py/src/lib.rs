@@ -369,7 +369,7 @@ impl PyModel {
         bank: Option<&str>,
         neighbours: usize,
     ) -> PyResult<(PyModel, String)> {
-        use aggrate::train::bank::{build, parse_manifest, self_calibrate, DEFAULT_BANK};
+        use aggrate::train::bank::{parse_manifest, self_calibrate, summarise, DEFAULT_BANK};
         let d = self.file.spec.width();
         let x = f64s(x, n, d, "features")?;
         for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
@@ -414,7 +414,9 @@ impl PyModel {
         let threads = std::thread::available_parallelism().map_or(1, |v| v.get());
         let (model, cal) = py
             .detach(|| {
-                let b = build(&manifest, &rates, &spec, threads, &mut NoProgress)?;
+                let mut b = summarise(&manifest, &rates, &spec, threads, &mut NoProgress)?;
+                let need = b.neighbours_of(&data, neighbours, &|_| None)?;
+                b.fill(&need, threads, &mut NoProgress);
                 self_calibrate(&data, model, &spec, &b, neighbours, &|_| None)
             })
             .map_err(|e| model_err(chain(&e)))?;
