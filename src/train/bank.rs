@@ -173,8 +173,8 @@ pub fn parse_manifest(text: &str) -> Result<DatasetManifest, toml::de::Error> {
 }
 
 /// Emulate `manifest`'s receivers at each of `rates` (its own rates are ignored) on `threads`
-/// threads and keep every run's rows, in `spec`'s layout. Deterministic for the manifest's
-/// seed: the thread count changes nothing.
+/// threads and keep every run's rows, in `spec`'s layout ([`summarise`], then [`Bank::fill`]
+/// with every run). Deterministic for the manifest's seed: the thread count changes nothing.
 pub fn build(
     manifest: &DatasetManifest,
     rates: &[f64],
@@ -182,29 +182,9 @@ pub fn build(
     threads: usize,
     progress: &mut dyn Progress,
 ) -> Result<Bank, Error> {
-    let mut bank = plan(manifest, rates, spec)?;
-    let all: Vec<usize> = (0..bank.jobs.len()).collect();
-    let mut parts: Vec<(usize, Dataset)> = Vec::with_capacity(all.len());
-    progress.start("emulating the calibration bank", all.len() as u64);
-    emulate(&bank.jobs, &all, spec, threads, &mut |i, rows| {
-        parts.push((i, rows));
-        progress.inc();
-    });
-    progress.finish();
-    parts.sort_unstable_by_key(|(i, _)| *i);
-    for (job, rows) in parts {
-        if let Some(stats) = GapStats::of(&rows.host) {
-            bank.runs.push(BankRun {
-                receiver: bank.jobs[job].0.clone(),
-                rate_mbps: bank.jobs[job].1,
-                stats,
-                rows: 0..0,
-                job,
-            });
-            let r = bank.runs.len() - 1;
-            bank.keep_rows(r, rows);
-        } // else: too few packets to summarise; it could never be a neighbour
-    }
+    let mut bank = summarise(manifest, rates, spec, threads, progress)?;
+    let all: Vec<usize> = (0..bank.runs.len()).collect();
+    bank.fill(&all, threads, progress);
     Ok(bank)
 }
 
