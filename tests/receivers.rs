@@ -682,6 +682,16 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
         "x.json",
     ]);
     assert!(!ok && err.contains("3 rates for 2 inputs"), "{err}");
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "phone.pcap",
+        "--share",
+        "0.5",
+        "-o",
+        "x.json",
+    ]);
+    assert!(!ok && err.contains("--share 0.5"), "{err}");
     // A bank with a real-kernel receiver is refused, naming the file; so is a capture without
     // ground truth when labels are wanted.
     std::fs::write(d.join("kbank.toml"), format!("{bank}[[receivers]]\nkernel = \"gro\"\n")).unwrap();

@@ -106,6 +106,12 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
     };
     let spec = file.spec;
     if a.no_labels {
+        if a.share != 1.0 {
+            bail!(
+                "--share {}: the labelled share goes with labelled calibration, not with --no-labels",
+                a.share
+            );
+        }
         return run_no_labels(ui, &a, file, &name);
     }
     if !a.rate.is_empty() {
