@@ -393,12 +393,9 @@ pub fn calibration_md(
 ) -> String {
     let pr = |b: &BinaryMetrics| format!("{:.4} | {:.4} | {:.4}", b.f1(), b.precision(), b.recall());
     let mut s = format!("# {name}, calibrated\n\n");
-    match c.threshold {
-        Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained)")),
-        None => {
-            s.push_str(&knots_md(&c.knots));
-            s.push_str("\nSet");
-        }
+    s.push_str(&operating_point_md(c.threshold, &c.knots));
+    if c.threshold.is_none() {
+        s.push_str("\nSet");
     }
     s.push_str(&format!(
         " on the first {:.0} % of each capture ({} rows).\n\n",
@@ -450,8 +447,12 @@ pub fn calibration_md(
     s
 }
 
-/// The table of a per-load threshold (`[lmean, threshold]` knots), with its heading line.
-fn knots_md(knots: &[[f64; 2]]) -> String {
+/// A calibrated operating point: "Decision threshold t (0 = as trained)" (no line end), or the
+/// table of a per-load threshold (`[lmean, threshold]` knots) with its heading line.
+fn operating_point_md(threshold: Option<f64>, knots: &[[f64; 2]]) -> String {
+    if let Some(t) = threshold {
+        return format!("Decision threshold {t:+.4} (0 = as trained)");
+    }
     let mut s = String::from("Decision threshold by load (the receiver context's mean log-gap `lmean`; linear between, flat beyond):\n\n| lmean | ≈ mean gap µs | threshold |\n| --- | --- | --- |\n");
     for [x, t] in knots {
         s.push_str(&format!("| {x:.3} | {:.1} | {t:+.4} |\n", x.exp()));
@@ -468,13 +469,8 @@ pub fn self_calibration_md(
     scored: Option<(&[crate::train::cv::RateReport], &[crate::train::cv::RateReport])>,
 ) -> String {
     let mut s = format!("# {name}, calibrated without labels\n\n");
-    match c.threshold {
-        Some(t) => s.push_str(&format!("Decision threshold {t:+.4} (0 = as trained).\n\n")),
-        None => {
-            s.push_str(&knots_md(&c.knots));
-            s.push('\n');
-        }
-    }
+    s.push_str(&operating_point_md(c.threshold, &c.knots));
+    s.push_str(if c.threshold.is_some() { ".\n\n" } else { "\n" });
     s.push_str(&format!(
         "Each input's threshold is the best one on the labelled rows of the {} emulated receivers (the bank) whose \
          packet timing — quantiles and autocorrelation of the log gap — is nearest the input's:\n\n\

@@ -559,14 +559,11 @@ fn ethernet_udp(seq: u32) -> Vec<u8> {
     v
 }
 
-/// (µs time, frame) of every record of a classic pcap.
-fn refs_of(path: &Path) -> Vec<(u64, Vec<u8>)> {
-    open_path(path)
-        .unwrap()
-        .reader
-        .filter_map(|r| r.ok())
-        .map(|r| (r.host.as_nanos() / 1000, ethernet_udp(r.payload_seq(0).unwrap())))
-        .collect()
+/// A receiver's own capture of `log` (`seq`, receive ns; written in µs) as Ethernet frames.
+fn write_receiver_capture(path: &Path, log: &[(u32, u64)]) {
+    let frames: Vec<(u64, Vec<u8>)> = log.iter().map(|(s, ns)| (ns / 1000, ethernet_udp(*s))).collect();
+    let refs: Vec<(u64, &[u8])> = frames.iter().map(|(t, f)| (*t, &f[..])).collect();
+    std::fs::write(path, common::pcap_bytes(1, &refs)).unwrap();
 }
 
 /// `aggrate calibrate --no-labels`: the operating point from emulated receivers that time
@@ -593,9 +590,7 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
             .into_iter()
             .map(|(s, ns)| (s, ns / 1000 * 1000))
             .collect();
-        let frames: Vec<(u64, Vec<u8>)> = log.iter().map(|(s, ns)| (ns / 1000, ethernet_udp(*s))).collect();
-        let refs: Vec<(u64, &[u8])> = frames.iter().map(|(t, f)| (*t, &f[..])).collect();
-        std::fs::write(d.join(format!("phone_{rate}mbps.pcap")), common::pcap_bytes(1, &refs)).unwrap();
+        write_receiver_capture(&d.join(format!("phone_{rate}mbps.pcap")), &log);
         write_log(&d.join(format!("phone_{rate}.csv")), &log);
     }
     let run = |args: &[&str]| {
@@ -654,72 +649,33 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
     );
     assert!(md("joined.calibration.md").contains("Scored with the inputs' labels"));
     assert!(joined.metrics["calibration"]["scored_with_labels"]["after"].is_array());
-    // Without a rate tag the rate comes from --rate (or the packet rate, said on stderr).
+    // `calibrate --no-labels --bank BANK ARGS… -o x.json` (or r.json where it must succeed).
+    let no_labels = |bank: &str, args: &[&str], out: &str| {
+        let mut v = vec!["calibrate", "--no-labels", "--bank", bank];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-o", out]);
+        run(&v)
+    };
+    // Without a rate tag the rate comes from the packet rate, said on stderr.
     std::fs::copy(d.join("phone_200mbps.pcap"), d.join("phone.pcap")).unwrap();
-    let (ok, err) = run(&[
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "phone.pcap",
-        "-o",
-        "r.json",
-    ]);
+    let (ok, err) = no_labels("bank.toml", &["phone.pcap"], "r.json");
     assert!(ok, "{err}");
     assert!(err.contains("from its packet rate"), "{err}");
-    let (ok, err) = run(&[
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "phone.pcap",
-        "phone_400mbps.pcap",
-        "--rate",
-        "1",
-        "2",
-        "3",
-        "-o",
-        "x.json",
-    ]);
+    let rates = ["phone.pcap", "phone_400mbps.pcap", "--rate", "1", "2", "3"];
+    let (ok, err) = no_labels("bank.toml", &rates, "x.json");
     assert!(!ok && err.contains("3 rates for 2 inputs"), "{err}");
-    let (ok, err) = run(&[
-        "calibrate",
-        "--no-labels",
-        "phone.pcap",
-        "--share",
-        "0.5",
-        "-o",
-        "x.json",
-    ]);
+    let (ok, err) = no_labels("bank.toml", &["phone.pcap", "--share", "0.5"], "x.json");
     assert!(!ok && err.contains("--share 0.5"), "{err}");
-    // A bank with a real-kernel receiver is refused, naming the file; so is a capture without
-    // ground truth when labels are wanted.
+    // A bank with a real-kernel receiver is refused, naming the file; so is a capture too short
+    // to summarise, and a capture without ground truth when labels are wanted.
     std::fs::write(d.join("kbank.toml"), format!("{bank}[[receivers]]\nkernel = \"gro\"\n")).unwrap();
-    let (ok, err) = run(&[
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "kbank.toml",
-        "phone.pcap",
-        "-o",
-        "x.json",
-    ]);
+    let (ok, err) = no_labels("kbank.toml", &["phone.pcap"], "x.json");
     assert!(
         !ok && err.contains("kbank.toml") && err.contains("real-kernel"),
         "{err}"
     );
-    let head = refs_of(&d.join("phone.pcap"));
-    let short: Vec<(u64, &[u8])> = head[..40].iter().map(|(t, f)| (*t, &f[..])).collect();
-    std::fs::write(d.join("short.pcap"), common::pcap_bytes(1, &short)).unwrap();
-    let (ok, err) = run(&[
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "short.pcap",
-        "-o",
-        "x.json",
-    ]);
+    write_receiver_capture(&d.join("short.pcap"), &seq_log(&d.join("phone.pcap"))[..40]);
+    let (ok, err) = no_labels("bank.toml", &["short.pcap"], "x.json");
     assert!(
         !ok && err.contains("short.pcap") && err.contains("packets or more"),
         "{err}"

@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::train::bank::Bank;
+use aggrate::train::bank::{build, calibrate_without_labels, parse_manifest, Bank, DEFAULT_BANK};
+use aggrate::wlan::manifest::DatasetManifest;
 
 use aggrate::model::ModelFile;
 use aggrate::report::calibration_md;
 use aggrate::train::calibrate::calibrate;
 
 use super::progress::{Bars, Ui};
-use super::rows::{inputs, load_rows, load_rows_with_truth};
-use super::{ensure_parent, Exit, FlowArgs};
+use super::rows::{inputs, load_rows, load_rows_with_truth, Input};
+use super::{all_cores, ensure_parent, Exit, FlowArgs};
 
 /// Where label-free calibration finds its emulated receivers.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,10 +30,8 @@ pub(crate) struct BankArgs {
     pub(crate) neighbours: usize,
 }
 
-/// Emulate the bank at `rates` in `spec`'s layout, with a progress bar: every run's rows when
-/// `rows`, else its summary only ([`Bank::fill`] adds rows).
-pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec, rows: bool) -> Result<Bank> {
-    use aggrate::train::bank::{build, parse_manifest, summarise, DEFAULT_BANK};
+/// The bank's manifest (`--bank`, or the embedded one) and a name for messages.
+fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
     if a.neighbours == 0 {
         bail!("--neighbours 0: at least one bank receiver must set each threshold");
     }
@@ -44,11 +43,16 @@ pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec
         None => (DEFAULT_BANK.to_string(), "datasets/bank.toml (embedded)".to_string()),
     };
     let manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bank = if rows { build } else { summarise }(&manifest, rates, spec, threads, &mut Bars::new(ui))
-        .with_context(|| name.clone())?;
+    Ok((manifest, name))
+}
+
+/// Emulate the bank at `rates` in `spec`'s layout with every run's rows, with a progress bar
+/// (`train --self-calibrate`).
+pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec) -> Result<Bank> {
+    let (manifest, name) = bank_manifest(a)?;
+    let bank = build(&manifest, rates, spec, all_cores(), &mut Bars::new(ui)).with_context(|| name.clone())?;
     ui.info(format!(
-        "bank: {} emulated runs ({} rows kept) from {name} at {} Mb/s",
+        "bank: {} emulated runs ({} rows) from {name} at {} Mb/s",
         bank.runs.len(),
         bank.data.len(),
         rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
@@ -128,15 +132,27 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
         None
     };
     file.model = model;
-    let report = serde_json::json!({
+    let report = report_of(
+        &a,
+        &name,
+        &files,
+        serde_json::json!({ "calibration": cal, "half_split_check": check }),
+    );
+    let md = calibration_md(&name, &cal, check.as_ref());
+    write_calibrated(ui, &a.output, file, report, &md)
+}
+
+/// The calibration report: where the model and the inputs came from, and `fields`.
+fn report_of(a: &CalibrateArgs, name: &str, files: &[Input], fields: serde_json::Value) -> serde_json::Value {
+    let mut r = serde_json::json!({
         "from": a.model.as_ref().map_or(format!("{name} (shipped)"), |p| p.display().to_string()),
         "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
         "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
-        "calibration": cal,
-        "half_split_check": check,
     });
-    let md = calibration_md(&name, &cal, check.as_ref());
-    write_calibrated(ui, &a.output, file, report, &md)
+    if let (Some(r), serde_json::Value::Object(f)) = (r.as_object_mut(), fields) {
+        r.extend(f);
+    }
+    r
 }
 
 /// Write the calibrated model (its report under `metrics.calibration`) and the Markdown beside
@@ -156,7 +172,6 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
 
 /// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
 fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
-    use aggrate::train::bank::self_calibrate;
     use aggrate::train::cv::evaluate;
     let spec = file.spec;
     let mut files = inputs(&a.inputs, false, &a.kernel)?;
@@ -174,7 +189,6 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
     // Each input's rate: its name's tag, --rate, or its packet rate at 1500 B.
     let all: Vec<usize> = (0..data.len()).collect();
-    let mut rates = Vec::new();
     for run in data.runs(&all) {
         let g = data.group[run.start] as usize;
         if run.len() <= aggrate::train::bank::MIN_GAPS {
@@ -207,17 +221,18 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
             r
         };
         data.rate_mbps[run].iter_mut().for_each(|x| *x = rate as f32);
-        rates.push(rate);
     }
-    let mut bank = load_bank(ui, &a.bank, &rates, &spec, false)?;
-    // Rows only for the bank runs that will lend theirs: memory for K runs per input.
-    let need = bank
-        .neighbours_of(&data, a.bank.neighbours, &|_| None)
-        .context("calibrating on the bank")?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    bank.fill(&need, threads, &mut Bars::new(ui));
-    let (model, cal) = self_calibrate(&data, &file.model, &spec, &bank, a.bank.neighbours, &|_| None)
-        .context("calibrating on the bank")?;
+    let (manifest, bank_name) = bank_manifest(&a.bank)?;
+    let (model, cal) = calibrate_without_labels(
+        &data,
+        &file.model,
+        &spec,
+        &manifest,
+        a.bank.neighbours,
+        all_cores(),
+        &mut Bars::new(ui),
+    )
+    .with_context(|| format!("calibrating on the bank {bank_name}"))?;
     // Scores before and after, where the inputs have labels (they were not used above).
     let scores = truth.then(|| {
         (
@@ -226,15 +241,17 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         )
     });
     file.model = model;
-    let report = serde_json::json!({
-        "from": a.model.as_ref().map_or(format!("{name} (shipped)"), |p| p.display().to_string()),
-        "labels": "none (emulated bank)",
-        "bank": a.bank.bank.as_ref().map_or("datasets/bank.toml (embedded)".to_string(), |p| p.display().to_string()),
-        "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
-        "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
-        "self_calibration": cal,
-        "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
-    });
+    let report = report_of(
+        a,
+        name,
+        &files,
+        serde_json::json!({
+            "labels": "none (emulated bank)",
+            "bank": bank_name,
+            "self_calibration": cal,
+            "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
+        }),
+    );
     let md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
     write_calibrated(ui, &a.output, file, report, &md)

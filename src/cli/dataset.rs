@@ -129,7 +129,7 @@ pub(crate) fn build(
     // one with nothing else running (they are timing measurements).
     let model_idx: Vec<usize> = (0..runs.len()).filter(|&i| kernel_paths[i].is_none()).collect();
     let mut results: Vec<Option<Result<Built1>>> = (0..runs.len()).map(|_| None).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let threads = super::all_cores().clamp(1, 8);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done: Vec<(usize, Result<Built1>)> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)

@@ -187,6 +187,11 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
     }
 }
 
+/// Threads for work spread over every core.
+pub(crate) fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Default output directory helper.
 pub(crate) fn ensure_parent(p: &std::path::Path) -> Result<()> {
     if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {

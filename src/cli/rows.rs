@@ -134,7 +134,7 @@ pub(crate) fn load_rows_with_truth(
     spec: &FeatureSpec,
     flow: &FlowArgs,
 ) -> Result<(Dataset, bool)> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = super::all_cores();
     let loaded = load_dataset(
         inputs,
         spec,

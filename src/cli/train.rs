@@ -388,7 +388,7 @@ fn receiver_run(
             .collect();
         rates.sort_unstable_by(f64::total_cmp);
         rates.dedup();
-        Some(super::calibrate::load_bank(ui, &a.bank, &rates, spec, true)?)
+        Some(super::calibrate::load_bank(ui, &a.bank, &rates, spec)?)
     } else {
         None
     };

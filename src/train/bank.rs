@@ -21,10 +21,10 @@ use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::features::{FeatureSpec, GapWindow};
-use crate::model::{EstimatorModel, LoadOffset, MlpModel};
+use crate::model::{EstimatorModel, LoadOffset};
 use crate::progress::Progress;
 use crate::time::Ts;
-use crate::train::calibrate::{best_threshold, load_input};
+use crate::train::calibrate::{best_threshold, load_input, median_load, without_offset};
 use crate::train::Predict;
 use crate::wlan::manifest::{DatasetManifest, PlannedReceiver};
 
@@ -153,6 +153,12 @@ pub enum Error {
     /// The threshold cannot be written into the model.
     #[error(transparent)]
     Shift(#[from] crate::model::ParamError),
+    /// A run of the receiver has no send rate to find bank runs at.
+    #[error("run {run} of the receiver has no send rate (name the capture `…_<rate>mbps` or give the rate)")]
+    NoRate {
+        /// Run index (capture order).
+        run: usize,
+    },
     /// A neighbour was summarised but not emulated with rows ([`Bank::fill`]).
     #[error("bank run {0} at {1} Mb/s has no rows: fill the bank with the neighbours first")]
     NoRows(String, f64),
@@ -355,23 +361,16 @@ pub struct SelfCalibration {
 /// run's. A perceptron on a receiver context gets it at the run's median load, interpolated
 /// between ([`LoadOffset`], as `calibrate` does); other models one threshold, best on the
 /// neighbours of every run pooled. Any earlier load offset is replaced. A run's rate is its
-/// rows' rate tag (`target.rate_mbps`), or `rate_of_run` where that is NaN.
+/// rows' rate tag (`target.rate_mbps`); a run without one is refused.
 pub fn self_calibrate(
     target: &Dataset,
     model: &EstimatorModel,
     spec: &FeatureSpec,
     bank: &Bank,
     k: usize,
-    rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
 ) -> Result<(EstimatorModel, SelfCalibration), Error> {
     let k = k.max(1);
-    let model = match model {
-        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
-            load_offset: None,
-            ..m.clone()
-        }),
-        other => other.clone(),
-    };
+    let model = without_offset(model);
     let li = load_input(&model, spec);
     let mut runs = Vec::new();
     let mut pooled: (Vec<f64>, Vec<bool>) = (Vec::new(), Vec::new());
@@ -381,7 +380,7 @@ pub fn self_calibrate(
         rate,
         bank_rate,
         nearest,
-    } in bank.matches(target, k, rate_of_run)?
+    } in bank.matches(target, k)?
     {
         let (mut dec, mut y) = (Vec::new(), Vec::new());
         for &(b, _) in &nearest {
@@ -398,11 +397,7 @@ pub fn self_calibrate(
             }
         }
         let (t, _) = best_threshold(&dec, &y).ok_or(Error::NoStarts(rate))?;
-        let load = li.map(|li| {
-            let mut l: Vec<f64> = run.clone().map(|i| target.row(i)[li]).collect();
-            l.sort_unstable_by(f64::total_cmp);
-            l[l.len() / 2]
-        });
+        let load = li.map(|li| median_load(run.clone().map(|i| target.row(i)[li]).collect()));
         if let Some(x) = load.filter(|x| x.is_finite()) {
             knots.push([x, t]);
         }
@@ -445,6 +440,26 @@ pub fn self_calibrate(
     ))
 }
 
+/// The whole label-free calibration: [`summarise`] `manifest`'s bank at the rates of `target`'s
+/// runs, emulate with rows only the runs that will lend theirs ([`Bank::neighbours_of`],
+/// [`Bank::fill`]: memory for `k` runs per capture), and [`self_calibrate`].
+#[allow(clippy::too_many_arguments)]
+pub fn calibrate_without_labels(
+    target: &Dataset,
+    model: &EstimatorModel,
+    spec: &FeatureSpec,
+    manifest: &DatasetManifest,
+    k: usize,
+    threads: usize,
+    progress: &mut dyn Progress,
+) -> Result<(EstimatorModel, SelfCalibration), Error> {
+    let rates: Vec<f64> = target.rate_mbps.iter().map(|&r| r as f64).collect();
+    let mut bank = summarise(manifest, &rates, spec, threads, progress)?;
+    let need = bank.neighbours_of(target, k)?;
+    bank.fill(&need, threads, progress);
+    self_calibrate(target, model, spec, &bank, k)
+}
+
 /// Knots by load; runs of one load share the mean of their thresholds; at most the model's
 /// knot limit (the lowest loads kept).
 fn merge_knots(mut knots: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
@@ -475,14 +490,8 @@ impl Bank {
         self.runs[r].rows = start..self.data.len();
     }
 
-    /// For each run of `target` (its rate: the rows' tag, else `rate_of_run`), the `k` bank runs
-    /// nearest it.
-    fn matches(
-        &self,
-        target: &Dataset,
-        k: usize,
-        rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
-    ) -> Result<Vec<Match>, Error> {
+    /// For each run of `target` (at its rows' rate tag), the `k` bank runs nearest it.
+    fn matches(&self, target: &Dataset, k: usize) -> Result<Vec<Match>, Error> {
         let all: Vec<usize> = (0..target.len()).collect();
         let mut out = Vec::new();
         for (ri, run) in target.runs(&all).into_iter().enumerate() {
@@ -490,13 +499,10 @@ impl Bank {
                 run: ri,
                 gaps: run.len().saturating_sub(1),
             })?;
-            let tag = target.rate_mbps[run.start] as f64;
-            let rate = if tag.is_finite() {
-                Some(tag)
-            } else {
-                rate_of_run(run.clone())
-            };
-            let rate = rate.ok_or(Error::NoRunAtRate(f64::NAN))?;
+            let rate = target.rate_mbps[run.start] as f64;
+            if !rate.is_finite() {
+                return Err(Error::NoRate { run: ri });
+            }
             let (bank_rate, nearest) = self.nearest(rate, &stats, k.max(1)).ok_or(Error::NoRunAtRate(rate))?;
             out.push(Match {
                 run,
@@ -509,14 +515,9 @@ impl Bank {
     }
 
     /// The bank runs [`self_calibrate`] will take rows from for `target` (sorted, distinct).
-    pub fn neighbours_of(
-        &self,
-        target: &Dataset,
-        k: usize,
-        rate_of_run: &dyn Fn(Range<usize>) -> Option<f64>,
-    ) -> Result<Vec<usize>, Error> {
+    pub fn neighbours_of(&self, target: &Dataset, k: usize) -> Result<Vec<usize>, Error> {
         let mut v: Vec<usize> = self
-            .matches(target, k, rate_of_run)?
+            .matches(target, k)?
             .into_iter()
             .flat_map(|m| m.nearest.into_iter().map(|(b, _)| b))
             .collect();
@@ -643,6 +644,15 @@ mod tests {
         assert!((GapStats::of(&back).unwrap().0[0] - 0.1f64.ln()).abs() < 1e-12);
     }
 
+    /// Rows of the newest gap alone (µs).
+    fn one_gap() -> FeatureSpec {
+        FeatureSpec {
+            m: 1,
+            sigma: false,
+            ..FeatureSpec::default()
+        }
+    }
+
     /// Rows of a run of 4-packet frames: `inside` µs between a frame's packets, `before` µs
     /// before each frame's first; feature 0 is the gap (µs), labels as given by `label`.
     fn frames(d: &mut Dataset, group: u32, rate: f32, inside: u64, before: u64, label: impl Fn(bool) -> bool) {
@@ -660,11 +670,7 @@ mod tests {
     #[test]
     fn self_calibration_takes_the_threshold_of_the_receiver_that_times_alike() {
         use crate::model::ThresholdModel;
-        let spec = FeatureSpec {
-            m: 1,
-            sigma: false,
-            ..FeatureSpec::default()
-        };
+        let spec = one_gap();
         let mut bank = Bank {
             data: Dataset::new(1),
             ..Bank::default()
@@ -683,7 +689,7 @@ mod tests {
         let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 100.0 });
         let mut target = Dataset::new(1);
         frames(&mut target, 0, 290.0, 22, 58, |_| false);
-        let (m, c) = self_calibrate(&target, &model, &spec, &bank, 1, &|_| None).unwrap();
+        let (m, c) = self_calibrate(&target, &model, &spec, &bank, 1).unwrap();
         let EstimatorModel::Threshold(t) = m else {
             panic!("kind changed")
         };
@@ -695,12 +701,12 @@ mod tests {
         // Labels flipped: the same result.
         let mut flipped = target.clone();
         flipped.y.iter_mut().for_each(|y| *y = !*y);
-        let (m2, _) = self_calibrate(&flipped, &model, &spec, &bank, 1, &|_| None).unwrap();
+        let (m2, _) = self_calibrate(&flipped, &model, &spec, &bank, 1).unwrap();
         assert_eq!(m2, EstimatorModel::Threshold(t));
-        // A receiver like the loose one gets its threshold; without a rate tag, the given one.
+        // A receiver like the loose one gets its threshold, at the bank rate nearest its own.
         let mut loose = Dataset::new(1);
-        frames(&mut loose, 0, f32::NAN, 160, 380, |_| false);
-        let (m3, c3) = self_calibrate(&loose, &model, &spec, &bank, 1, &|_| Some(310.0)).unwrap();
+        frames(&mut loose, 0, 310.0, 160, 380, |_| false);
+        let (m3, c3) = self_calibrate(&loose, &model, &spec, &bank, 1).unwrap();
         let EstimatorModel::Threshold(t3) = m3 else {
             panic!("kind changed")
         };
@@ -714,12 +720,18 @@ mod tests {
         let mut short = Dataset::new(1);
         (0..10).for_each(|i| short.push_at(Ts(i * 1000), &[1.0], false, 0, 300.0, 1));
         assert!(matches!(
-            self_calibrate(&short, &model, &spec, &bank, 1, &|_| None),
+            self_calibrate(&short, &model, &spec, &bank, 1),
             Err(Error::ShortRun { run: 0, gaps: 9 })
         ));
+        let mut untagged = Dataset::new(1);
+        frames(&mut untagged, 0, f32::NAN, 160, 380, |_| false);
         assert!(matches!(
-            self_calibrate(&loose, &model, &spec, &bank, 1, &|_| None),
-            Err(Error::NoRunAtRate(_))
+            self_calibrate(&untagged, &model, &spec, &bank, 1),
+            Err(Error::NoRate { run: 0 })
+        ));
+        assert!(matches!(
+            self_calibrate(&loose, &model, &spec, &Bank::default(), 1),
+            Err(Error::NoRunAtRate(r)) if r == 310.0
         ));
     }
 
@@ -792,11 +804,7 @@ preset = "laptop"
     /// the run order; a run at another rate is not considered.
     #[test]
     fn nearest_picks_the_run_that_times_alike_at_the_nearest_rate() {
-        let spec = FeatureSpec {
-            m: 1,
-            sigma: false,
-            ..FeatureSpec::default()
-        };
+        let spec = one_gap();
         let mut bank = Bank {
             data: Dataset::new(spec.width()),
             ..Bank::default()

@@ -142,6 +142,24 @@ pub fn load_input(model: &EstimatorModel, spec: &FeatureSpec) -> Option<usize> {
     }
 }
 
+/// `model` without any load offset: a calibration replaces an earlier one rather than stacking
+/// on it.
+pub(crate) fn without_offset(model: &EstimatorModel) -> EstimatorModel {
+    match model {
+        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
+            load_offset: None,
+            ..m.clone()
+        }),
+        other => other.clone(),
+    }
+}
+
+/// The median of a run's loads (the upper one of an even count); `loads` must not be empty.
+pub(crate) fn median_load(mut loads: Vec<f64>) -> f64 {
+    loads.sort_unstable_by(f64::total_cmp);
+    loads[loads.len() / 2]
+}
+
 /// Calibrate `model` on the first `share` of each capture of `data` and return it with the
 /// best-F1 operating point there, and the scores before and after (on the other rows when there
 /// are any).
@@ -163,14 +181,7 @@ pub fn calibrate(
     if head.is_empty() {
         return Err(Error::NoRows);
     }
-    // Calibration replaces an earlier offset rather than stacking on it.
-    let model = match model {
-        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
-            load_offset: None,
-            ..m.clone()
-        }),
-        other => other.clone(),
-    };
+    let model = without_offset(model);
     let mut dec = Vec::with_capacity(head.len());
     for &i in &head {
         let d = model.decision(data.row(i));
@@ -236,9 +247,7 @@ fn load_knots(data: &Dataset, head: &[usize], dec: &[f64], y: &[bool], li: usize
     // (median load, positions in `head`) per capture.
     let mut runs: Vec<(f64, Vec<usize>)> = Vec::new();
     for run in data.runs(head) {
-        let mut loads: Vec<f64> = head[run.clone()].iter().map(|&i| data.row(i)[li]).collect();
-        loads.sort_unstable_by(f64::total_cmp);
-        let median = loads[loads.len() / 2];
+        let median = median_load(head[run.clone()].iter().map(|&i| data.row(i)[li]).collect());
         match runs.iter_mut().find(|r| r.0 == median) {
             Some(r) => r.1.extend(run),
             None => runs.push((median, run.collect())),

@@ -457,11 +457,8 @@ pub fn receiver_cv(
         };
         let self_calibrated: Option<Vec<RateReport>> = match calibrate.and_then(|c| c.bank.map(|b| (c.spec, b))) {
             Some((spec, (bank, k))) => {
-                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, k, &|_| None)?;
-                let all: Vec<usize> = (0..sub.len()).collect();
-                let mut per_rate = PerRate::new();
-                score(&sub, &all, &m, n_max, &mut per_rate);
-                Some(rate_reports(&per_rate))
+                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, k)?;
+                Some(evaluate(&sub, &m, spec).rates)
             }
             None => None,
         };

@@ -369,7 +369,7 @@ impl PyModel {
         bank: Option<&str>,
         neighbours: usize,
     ) -> PyResult<(PyModel, String)> {
-        use aggrate::train::bank::{parse_manifest, self_calibrate, summarise, DEFAULT_BANK};
+        use aggrate::train::bank::{calibrate_without_labels, parse_manifest, DEFAULT_BANK};
         let d = self.file.spec.width();
         let x = f64s(x, n, d, "features")?;
         for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
@@ -401,10 +401,7 @@ impl PyModel {
                 0,
             );
         }
-        let mut rates: Vec<f64> = data.rate_mbps.iter().map(|&r| r as f64).collect();
-        rates.sort_unstable_by(f64::total_cmp);
-        rates.dedup();
-        if let Some(r) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        if let Some(r) = data.rate_mbps.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
             return Err(PyValueError::new_err(format!(
                 "rate: {r} Mb/s; every row needs its capture's send rate to emulate the bank at"
             )));
@@ -413,12 +410,7 @@ impl PyModel {
         let model = &self.file.model;
         let threads = std::thread::available_parallelism().map_or(1, |v| v.get());
         let (model, cal) = py
-            .detach(|| {
-                let mut b = summarise(&manifest, &rates, &spec, threads, &mut NoProgress)?;
-                let need = b.neighbours_of(&data, neighbours, &|_| None)?;
-                b.fill(&need, threads, &mut NoProgress);
-                self_calibrate(&data, model, &spec, &b, neighbours, &|_| None)
-            })
+            .detach(|| calibrate_without_labels(&data, model, &spec, &manifest, neighbours, threads, &mut NoProgress))
             .map_err(|e| model_err(chain(&e)))?;
         let report = serde_json::to_value(&cal).map_err(model_err)?;
         let mut file = self.file.clone();
