@@ -273,9 +273,16 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     let passing = verdicts.iter().filter(|v| v.pass).count();
     let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
     let self_calibrated = verdicts.iter().any(|v| v.self_calibrated_pass.is_some());
+    let how = if !reports.is_empty() && reports.iter().all(|r| r.test) {
+        "Receivers in no training set (`--test`): each cell is `held-out / own` F1 — the model trained on every \
+         training receiver (none of these), then the same kind trained on this receiver alone (its own \
+         contiguous CV)"
+    } else {
+        "Leave one receiver out: each cell is `held-out / own` F1 — the model trained on every other receiver, \
+         then the same kind trained on this receiver alone (its own contiguous CV)"
+    };
     let mut s = format!(
-        "# {title}\n\nLeave one receiver out: each cell is `held-out / own` F1 — the model trained on every other \
-         receiver, then the same kind trained on this receiver alone (its own contiguous CV) — for the model, \
+        "# {title}\n\n{how} — for the model, \
          and below it for the m = 1 threshold. A receiver passes when, at every rate up to {} Mb/s, the held-out \
          model is within {} F1 of its own CV and at least {} wherever own CV reaches {}. \
          **{passing} of {} receivers pass.**\n\n",
@@ -358,12 +365,12 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
 /// One CSV line per receiver and rate.
 pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     let mut s = String::from(
-        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1\n",
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1,self_calibration_distance\n",
     );
     for r in reports {
         for p in &r.per_rate {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r.receiver,
                 p.rate_mbps,
                 p.rows,
@@ -377,7 +384,8 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
                 p.threshold_own.f1,
                 p.loss(),
                 p.calibrated.map_or(String::new(), |c| c.f1.to_string()),
-                p.self_calibrated.map_or(String::new(), |c| c.f1.to_string())
+                p.self_calibrated.map_or(String::new(), |c| c.f1.to_string()),
+                p.self_calibration_distance.map_or(String::new(), |d| d.to_string())
             ));
         }
     }
@@ -475,11 +483,11 @@ pub fn self_calibration_md(
         "Each input's threshold is the best one on the labelled rows of the {} emulated receivers (the bank) whose \
          packet timing — quantiles and autocorrelation of the log gap — is nearest the input's:\n\n\
          | input | rate Mb/s | bank rate | nearest bank receivers | distance | threshold |\n| --- | --- | --- | --- | --- | --- |\n",
-        c.k
+        c.likeness.k
     ));
     for (i, r) in c.runs.iter().enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:+.4} |\n",
+            "| {} | {} | {} | {} | {:.2} | {} |\n",
             i + 1,
             rate_label(r.rate_mbps),
             rate_label(r.bank_rate_mbps),
@@ -489,7 +497,18 @@ pub fn self_calibration_md(
                 r.neighbours.join(", ")
             },
             r.distance,
-            r.threshold
+            if r.too_far {
+                "the model's own (too far)".to_string()
+            } else {
+                format!("{:+.4}", r.threshold)
+            }
+        ));
+    }
+    if c.runs.iter().any(|r| r.too_far) {
+        s.push_str(&format!(
+            "\nAn input whose nearest bank receiver is more than {} away (each number in spreads over the bank) \
+             keeps the model's own threshold: the bank has nothing like it (`--max-distance`).\n",
+            c.likeness.max_distance
         ));
     }
     match scored {
@@ -665,6 +684,7 @@ mod receiver_tests {
             threshold_own: sc(0.6),
             calibrated: None,
             self_calibrated: None,
+            self_calibration_distance: None,
         }
     }
 
@@ -672,14 +692,17 @@ mod receiver_tests {
     fn verdicts_follow_the_criteria() {
         let reps = vec![
             ReceiverReport {
+                test: false,
                 receiver: "good".into(),
                 per_rate: vec![rate(100.0, 0.995, 0.99), rate(600.0, 0.2, 0.9)],
             },
             ReceiverReport {
+                test: false,
                 receiver: "lossy".into(),
                 per_rate: vec![rate(100.0, 0.95, 0.97)],
             },
             ReceiverReport {
+                test: false,
                 receiver: "low".into(),
                 per_rate: vec![rate(400.0, 0.975, 0.99), rate(500.0, 0.96, 0.965)],
             },
@@ -710,7 +733,7 @@ mod receiver_tests {
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
-        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,"));
+        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,"));
         assert!(v.iter().all(|v| v.self_calibrated_pass.is_none()) && !md.contains("self-calibrated"));
         // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
         reps[1].per_rate[0].self_calibrated = sc(0.965);
@@ -727,7 +750,13 @@ mod receiver_tests {
             md.contains("|  | self-calibrated | – | 0.985 / 0.990 | 0.960 / 0.965 | – |"),
             "{md}"
         );
-        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985"));
+        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,"));
+        reps[2].per_rate[0].self_calibration_distance = Some(2.5);
+        assert!(receivers_csv(&reps)
+            .lines()
+            .nth(4)
+            .unwrap()
+            .ends_with(",0.99,0.985,2.5"));
     }
 }
 

@@ -171,6 +171,69 @@ fn train_holds_out_whole_receivers() {
         assert_eq!(m.model.kind(), model);
         assert_eq!(m.metrics["group_by"], "receiver");
     }
+    // `--test`: usb is in no training set; it gets a table of its own, scored with the model
+    // fitted on the three others, and the model file says what it was trained on.
+    let mut caps: Vec<String> = std::fs::read_dir(dir.path().join("rx"))
+        .unwrap()
+        .map(|e| format!("rx/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|f| f.ends_with(".pcapng"))
+        .collect();
+    caps.sort();
+    let (usb, others): (Vec<&str>, Vec<&str>) = caps.iter().map(String::as_str).partition(|f| f.contains("_usb_"));
+    assert_eq!((usb.len(), others.len()), (2, 6));
+    let with = |test: &[&str], extra: &[&str]| {
+        let mut args = vec![
+            "-q",
+            "train",
+            "--model",
+            "threshold",
+            "--own-folds",
+            "2",
+            "-o",
+            "tout",
+            "--dataset",
+        ];
+        args.extend_from_slice(&others);
+        args.push("--test");
+        args.extend_from_slice(test);
+        args.extend_from_slice(extra);
+        let o = aggrate(dir.path(), &args);
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, err) = with(&usb, &["--group-by", "receiver"]);
+    assert!(ok, "{err}");
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tout").join(f)).unwrap()).unwrap()
+    };
+    let trained = read("threshold_m1.receivers.json");
+    let tested = read("threshold_m1.test.receivers.json");
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["receivers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["receiver"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&trained), ["phone", "random-01", "random-02"]);
+    assert_eq!(names(&tested), ["usb"]);
+    assert_eq!(tested["receivers"][0]["test"], true);
+    assert_eq!(tested["receivers"][0]["per_rate"].as_array().unwrap().len(), 2);
+    assert!(trained["receivers"][0].get("test").is_none());
+    let m = aggrate::model::ModelFile::load(&dir.path().join("tout/threshold_m1.json")).unwrap();
+    assert_eq!(m.metrics["test_receivers"], serde_json::json!(["usb"]));
+    assert_eq!(m.training.captures.len(), 6, "{:?}", m.training.captures);
+    assert!(m.training.captures.iter().all(|c| !c.contains("usb")));
+    let md = std::fs::read_to_string(dir.path().join("tout/threshold_m1.test.receivers.md")).unwrap();
+    assert!(md.contains("in no training set") && md.contains("| usb |"), "{md}");
+    // A test receiver that is also trained on, and --test without --group-by receiver: refused.
+    let (ok, err) = with(&[others[0]], &["--group-by", "receiver"]);
+    assert!(!ok && err.contains("receiver phone is in the training data"), "{err}");
+    let (ok, err) = with(&usb, &[]);
+    assert!(
+        !ok && err.contains("--test") && err.contains("--group-by receiver"),
+        "{err}"
+    );
     // A capture that names no receiver (the ns-3 sample has no pcapng comment) is refused clearly.
     let ns3 = common::ns3_pcap(dir.path());
     let o = aggrate(
@@ -619,6 +682,8 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
             "bank.toml",
             "--neighbours",
             "4",
+            "--max-distance",
+            "inf",
         ];
         args.extend_from_slice(inputs);
         args.extend_from_slice(&["-o", out]);
@@ -666,6 +731,36 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
     assert!(!ok && err.contains("3 rates for 2 inputs"), "{err}");
     let (ok, err) = no_labels("bank.toml", &["phone.pcap", "--share", "0.5"], "x.json");
     assert!(!ok && err.contains("--share 0.5"), "{err}");
+    let (ok, err) = no_labels("bank.toml", &["phone.pcap", "--max-distance=-1"], "x.json");
+    assert!(!ok && err.contains("--max-distance -1"), "{err}");
+    // A bank that must lie nearer than any run can: every capture keeps the model's own
+    // threshold (a zero offset at each load), and the report says why.
+    let args = [
+        "phone_200mbps.pcap",
+        "phone_400mbps.pcap",
+        "--neighbours",
+        "4",
+        "--max-distance",
+        "0",
+    ];
+    let (ok, err) = no_labels("bank.toml", &args, "far.json");
+    assert!(ok, "{err}");
+    let far = aggrate::model::ModelFile::load(&d.join("far.json")).unwrap();
+    let aggrate::model::EstimatorModel::Mlp(fm) = &far.model else {
+        panic!("still the shipped perceptron")
+    };
+    let far_knots = &fm.load_offset.as_ref().expect("a load offset").knots;
+    assert_eq!(far_knots.len(), 2);
+    assert!(far_knots.iter().all(|k| k[1] == 0.0), "{far_knots:?}");
+    assert!(
+        knots.iter().any(|k| k[1] != 0.0),
+        "near enough, the bank moves a threshold: {knots:?}"
+    );
+    assert!(
+        md("far.calibration.md").contains("too far"),
+        "{}",
+        md("far.calibration.md")
+    );
     // A bank with a real-kernel receiver is refused, naming the file; so is a capture too short
     // to summarise, and a capture without ground truth when labels are wanted.
     std::fs::write(d.join("kbank.toml"), format!("{bank}[[receivers]]\nkernel = \"gro\"\n")).unwrap();

@@ -13,7 +13,8 @@ from ._aggrate import Model
 
 
 def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = False,
-              bank: Optional[os.PathLike] = None, neighbours: Optional[int] = None) -> Tuple[Model, Dict[str, Any]]:
+              bank: Optional[os.PathLike] = None, neighbours: Optional[int] = None,
+              max_distance: Optional[float] = None) -> Tuple[Model, Dict[str, Any]]:
     """Return ``(calibrated model, report)``.
 
     The threshold is set on the first ``share`` of each capture's rows (rows of one ``capture``
@@ -24,8 +25,10 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
     ``no_labels=True`` reads no label: each capture's threshold is the best one on the emulated
     receivers whose gap distribution is most like the capture's (``neighbours`` of them, 20
     unless given, from ``bank``, a dataset manifest file; default the embedded
-    ``datasets/bank.toml``), as ``aggrate calibrate --no-labels`` does. It needs ``host_ns`` and
-    ``rate_mbps`` per row (``share`` does not apply).
+    ``datasets/bank.toml``), as ``aggrate calibrate --no-labels`` does; a capture whose nearest
+    bank receiver lies farther than ``max_distance`` (3 spreads unless given; ``float("inf")``:
+    no limit) keeps the model's own threshold. It needs ``host_ns`` and ``rate_mbps`` per row
+    (``share`` does not apply).
     """
     import polars as pl
 
@@ -41,6 +44,8 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
         host = df["host_ns"].cast(pl.UInt64).to_numpy().astype("<u8")
         text = None if bank is None else open(os.fspath(bank), encoding="utf-8").read()
         kw = {} if neighbours is None else {"neighbours": neighbours}
+        if max_distance is not None:
+            kw["max_distance"] = float(max_distance)
         new, report = model.self_calibrate(x.tobytes(), len(df), run.tobytes(), rate.tobytes(), host.tobytes(),
                                            text, **kw)
         return new, json.loads(report)

@@ -28,12 +28,29 @@ pub(crate) struct BankArgs {
     /// Bank receivers nearest each capture whose rows set its threshold.
     #[arg(long, default_value_t = aggrate::train::bank::DEFAULT_K, value_parser = clap::value_parser!(usize))]
     pub(crate) neighbours: usize,
+    /// A capture whose nearest bank receiver lies farther than this (each summary number in
+    /// spreads over the bank) keeps the model's own threshold; `inf`: calibrate every capture.
+    #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::bank::DEFAULT_MAX_DISTANCE)]
+    pub(crate) max_distance: f64,
+}
+
+impl BankArgs {
+    /// The likeness the flags ask for.
+    pub(crate) fn likeness(&self) -> aggrate::train::bank::Likeness {
+        aggrate::train::bank::Likeness {
+            k: self.neighbours,
+            max_distance: self.max_distance,
+        }
+    }
 }
 
 /// The bank's manifest (`--bank`, or the embedded one) and a name for messages.
 fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
     if a.neighbours == 0 {
         bail!("--neighbours 0: at least one bank receiver must set each threshold");
+    }
+    if a.max_distance.is_nan() || a.max_distance < 0.0 {
+        bail!("--max-distance {}: a distance is ≥ 0 (inf: no limit)", a.max_distance);
     }
     let (text, name) = match &a.bank {
         Some(p) => (
@@ -228,7 +245,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         &file.model,
         &spec,
         &manifest,
-        a.bank.neighbours,
+        a.bank.likeness(),
         all_cores(),
         &mut Bars::new(ui),
     )

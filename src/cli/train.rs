@@ -76,6 +76,12 @@ pub(crate) struct TrainArgs {
     /// --no-labels`), and score it on all its rows.
     #[arg(long)]
     pub(crate) self_calibrate: bool,
+    /// With --group-by receiver: test receivers, in no training set at all (dataset folders or
+    /// captures that name their receiver, e.g. from `aggrate dataset build`): each is scored
+    /// with the model fitted on every --dataset receiver — the shipped model — against its own
+    /// CV, in a table of their own (`<model>.test.receivers.*`).
+    #[arg(long, num_args = 1.., value_name = "DATASET")]
+    pub(crate) test: Vec<PathBuf>,
     #[command(flatten)]
     pub(crate) bank: super::calibrate::BankArgs,
     /// Estimator.
@@ -216,6 +222,9 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if a.self_calibrate && a.group_by != GroupBy::Receiver {
         bail!("--self-calibrate scores held-out receivers: it needs --group-by receiver");
     }
+    if !a.test.is_empty() && a.group_by != GroupBy::Receiver {
+        bail!("--test scores receivers never trained on, beside the held-out ones: it needs --group-by receiver");
+    }
     let params = LogisticParams {
         l2: a.l2,
         balanced: a.balanced,
@@ -256,7 +265,12 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         ..MlpParams::default()
     }
     .check()?;
-    let files = inputs(&a.dataset, true, &a.kernel)?;
+    let mut files = inputs(&a.dataset, true, &a.kernel)?;
+    // Test receivers' inputs follow the training ones (`receiver_run` tells them apart by index).
+    let trained_on = files.len();
+    if !a.test.is_empty() {
+        files.extend(inputs(&a.test, true, &[])?);
+    }
     ui.info(format!("reading {} captures", files.len()));
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     ui.info(format!(
@@ -274,7 +288,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         if a.model == ModelKind::Svr {
             bail!("--group-by receiver scores per-packet models; train the slot SVR with --group-by capture");
         }
-        return receiver_run(ui, &a, &spec, &files, &data, how);
+        return receiver_run(ui, &a, &spec, (&files, trained_on), &data, how);
     }
     let cv = packet_cv(&data, a.folds, spec.n_max, how, &mut Bars::new(ui))?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
@@ -361,11 +375,13 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
 
 /// `--group-by receiver`: leave each receiver out in turn (with its own CV and the m = 1
 /// threshold beside it), then fit the model on every receiver and write it with the table.
+/// Inputs from `trained_on` on are `--test` receivers': in no training set, scored with the
+/// final model, reported in a table of their own.
 fn receiver_run(
     ui: &Ui,
     a: &TrainArgs,
     spec: &FeatureSpec,
-    files: &[Input],
+    (files, trained_on): (&[Input], usize),
     data: &Dataset,
     how: Fitter,
 ) -> Result<Exit> {
@@ -378,6 +394,19 @@ fn receiver_run(
             files[i].path.display()
         )
     })?;
+    let mut test = vec![false; names.len()];
+    for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
+        test[r as usize] = true;
+        if let Some(t) = (0..trained_on).find(|&t| receiver_of_group[t] == r) {
+            bail!(
+                "receiver {} is in the training data ({}) and in the test data ({}): a test receiver must be one \
+                 the model never saw",
+                names[r as usize],
+                files[t].path.display(),
+                files[g].path.display()
+            );
+        }
+    }
     ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
     let bank = if a.self_calibrate {
         let mut rates: Vec<f64> = data
@@ -395,12 +424,13 @@ fn receiver_run(
     let calibrations = aggrate::train::cv::HeldOutCalibrations {
         spec,
         share: a.calibrate,
-        bank: bank.as_ref().map(|b| (b, a.bank.neighbours)),
+        bank: bank.as_ref().map(|b| (b, a.bank.likeness())),
     };
     let reports = receiver_cv(
         data,
         &receiver_of_group,
         &names,
+        &test,
         a.own_folds,
         spec.n_max,
         how,
@@ -410,7 +440,10 @@ fn receiver_run(
     let mut bars = Bars::new(ui);
     use aggrate::train::cv::Progress as _;
     bars.start("fitting on every receiver", 0);
-    let final_model = how.fit(data, &aggrate::dataset::RowSet::all(data.len()))?;
+    let trained_rows: Vec<usize> = (0..data.len())
+        .filter(|&i| (data.group[i] as usize) < trained_on)
+        .collect();
+    let final_model = how.fit(data, &aggrate::dataset::RowSet::from_indices(&trained_rows))?;
     bars.finish();
     let loss = match a.loss {
         LossArg::Hinge => SvmLoss::Hinge,
@@ -418,13 +451,16 @@ fn receiver_run(
     };
     let name = model_name(a, spec, loss);
     let criteria = ReceiverCriteria::default();
+    let (tests, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|r| r.test);
     let verdicts = receiver_verdicts(&reports, &criteria);
     let passing = verdicts.iter().filter(|v| v.pass).count();
-    let mut rates_seen: Vec<f64> = data
-        .rate_mbps
+    let test_verdicts = receiver_verdicts(&tests, &criteria);
+    let test_passing = test_verdicts.iter().filter(|v| v.pass).count();
+    let mut rates_seen: Vec<f64> = trained_rows
         .iter()
+        .map(|&i| data.rate_mbps[i])
         .filter(|r| !r.is_nan())
-        .map(|r| *r as f64)
+        .map(|r| r as f64)
         .collect();
     rates_seen.sort_by(|x, y| x.total_cmp(y));
     rates_seen.dedup();
@@ -432,39 +468,65 @@ fn receiver_run(
         *spec,
         final_model,
         TrainingSummary {
-            rows: data.len() as u64,
-            positives: data.y.iter().filter(|y| **y).count() as u64,
-            captures: files.iter().map(|f| f.name()).collect(),
+            rows: trained_rows.len() as u64,
+            positives: trained_rows.iter().filter(|&&i| data.y[i]).count() as u64,
+            captures: files[..trained_on].iter().map(|f| f.name()).collect(),
             rates_mbps: rates_seen,
         },
     );
+    let trained_names: Vec<&String> = reports.iter().map(|r| &r.receiver).collect();
     file.metrics = serde_json::json!({
         "group_by": "receiver",
-        "receivers": names,
+        "receivers": trained_names,
         "receivers_passing": passing,
         "criteria": criteria,
     });
+    if !tests.is_empty() {
+        file.metrics["test_receivers"] = tests.iter().map(|r| r.receiver.clone()).collect::<Vec<_>>().into();
+        file.metrics["test_receivers_passing"] = test_passing.into();
+    }
     std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
     let model_path = a.output.join(format!("{name}.json"));
     std::fs::write(&model_path, file.to_json()).with_context(|| format!("writing {}", model_path.display()))?;
-    let md = receivers_md(&format!("{name}: leave one receiver out"), &reports, &criteria);
-    let report = serde_json::json!({
-        "model": name,
-        "kind": file.model.kind(),
-        "model_file": model_path.display().to_string(),
-        "spec": spec,
-        "group_by": "receiver",
-        "criteria": criteria,
-        "verdicts": verdicts,
-        "receivers": reports,
-        "rows": data.len(),
-    });
-    let written = aggrate::report::write_receiver_reports(&a.output, &name, &report, &md, &reports)?;
-    if !ui.quiet {
-        print!("{md}");
+    let mut written = Vec::new();
+    for (stem, title, reports, verdicts) in [
+        (name.clone(), "leave one receiver out", &reports, verdicts),
+        (
+            format!("{name}.test"),
+            "receivers in no training set (--test), each against its own CV",
+            &tests,
+            test_verdicts,
+        ),
+    ] {
+        if reports.is_empty() {
+            continue;
+        }
+        let md = receivers_md(&format!("{name}: {title}"), reports, &criteria);
+        let report = serde_json::json!({
+            "model": name,
+            "kind": file.model.kind(),
+            "model_file": model_path.display().to_string(),
+            "spec": spec,
+            "group_by": "receiver",
+            "criteria": criteria,
+            "verdicts": verdicts,
+            "receivers": reports,
+            "rows": reports.iter().flat_map(|r| &r.per_rate).map(|p| p.rows).sum::<u64>(),
+        });
+        written.extend(aggrate::report::write_receiver_reports(
+            &a.output, &stem, &report, &md, reports,
+        )?);
+        if !ui.quiet {
+            print!("{md}");
+        }
     }
+    let tested = if tests.is_empty() {
+        String::new()
+    } else {
+        format!(", {test_passing} of {} test receivers", tests.len())
+    };
     ui.info(format!(
-        "{passing} of {} receivers pass; wrote {} and {}",
+        "{passing} of {} receivers pass{tested}; wrote {} and {}",
         reports.len(),
         model_path.display(),
         list(&written)

@@ -62,8 +62,8 @@ pub enum CvError {
     /// A grid-search worker failed (a bug: it panicked).
     #[error("slot SVR: a grid worker failed")]
     GridWorker,
-    /// Fewer than two receivers to leave out.
-    #[error("leave-one-receiver-out needs at least 2 receivers; the data has {0}")]
+    /// Fewer than two receivers to leave out (test receivers do not count).
+    #[error("leave-one-receiver-out needs at least 2 receivers to train on; the data has {0}")]
     TooFewReceivers(usize),
 }
 
@@ -347,6 +347,10 @@ pub struct ReceiverRate {
     /// asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_calibrated: Option<Score>,
+    /// How far this rate's capture lies from the bank (its nearest bank run's distance,
+    /// [`super::bank::Bank::nearest`]), with `self_calibrated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_calibration_distance: Option<f64>,
 }
 
 /// Calibrations of each held-out model that [`receiver_cv`] scores besides the model itself.
@@ -357,9 +361,9 @@ pub struct HeldOutCalibrations<'a> {
     /// Calibrate on the first share of each of the receiver's captures, with its labels
     /// ([`ReceiverRate::calibrated`]).
     pub share: Option<f64>,
-    /// Calibrate on this bank's `k` receivers nearest each capture, without the receiver's
+    /// Calibrate on this bank's receivers nearest each capture, without the receiver's
     /// labels ([`ReceiverRate::self_calibrated`]).
-    pub bank: Option<(&'a super::bank::Bank, usize)>,
+    pub bank: Option<(&'a super::bank::Bank, super::bank::Likeness)>,
 }
 
 impl ReceiverRate {
@@ -374,6 +378,10 @@ impl ReceiverRate {
 pub struct ReceiverReport {
     /// Receiver name.
     pub receiver: String,
+    /// A test receiver: in no training set at all, scored with the model fitted on every
+    /// receiver that is not one (`train --test`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test: bool,
     /// Per send rate.
     pub per_rate: Vec<ReceiverRate>,
 }
@@ -402,12 +410,15 @@ pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec
 /// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
 /// contiguous folds. No receiver's rows are ever in both a training and a test set. With
 /// `calibrate` the held-out model is also calibrated for the receiver and scored
-/// ([`HeldOutCalibrations`]).
+/// ([`HeldOutCalibrations`]). Receivers marked in `test` (by index; missing: false) are in no
+/// training set at all: each is scored with the model fitted on every other kind of receiver,
+/// like a receiver met after shipping.
 #[allow(clippy::too_many_arguments)]
 pub fn receiver_cv(
     data: &Dataset,
     receiver_of_group: &[u32],
     names: &[String],
+    test: &[bool],
     own_folds: usize,
     n_max: u16,
     fit: Fitter,
@@ -422,9 +433,15 @@ pub fn receiver_cv(
     let mut present: Vec<u32> = (0..n).filter_map(recv_of_row).collect();
     present.sort_unstable();
     present.dedup();
-    if present.len() < 2 {
-        return Err(CvError::TooFewReceivers(present.len()));
+    let is_test = |r: u32| test.get(r as usize).copied().unwrap_or(false);
+    let trainable = present.iter().filter(|&&r| !is_test(r)).count();
+    if trainable < 2 {
+        return Err(CvError::TooFewReceivers(trainable));
     }
+    // Rows of test receivers: out of every training set.
+    let test_rows: Vec<usize> = (0..n).filter(|&i| recv_of_row(i).is_some_and(is_test)).collect();
+    // The test receivers share one model and threshold (fitted once, on first use).
+    let mut for_tests: Option<(EstimatorModel, EstimatorModel)> = None;
     // The m = 1 threshold works on feature 0: the newest gap (µs, or its log in a context row;
     // the log is monotone, so the threshold is the same rule).
     let warm = match fit {
@@ -435,12 +452,26 @@ pub fn receiver_cv(
     let mut out = Vec::new();
     for &r in &present {
         let test: Vec<usize> = (0..n).filter(|&i| recv_of_row(i) == Some(r)).collect();
-        let train = RowSet::from_indices(&test).complement(n);
-        let model = match &warm {
-            Some(cv) => EstimatorModel::Logistic(cv.without(&test)?),
-            None => fit.fit(data, &train)?,
+        let fit_without = |out: &[usize]| -> Result<(EstimatorModel, EstimatorModel), CvError> {
+            let train = RowSet::from_indices(out).complement(n);
+            let model = match &warm {
+                Some(cv) => EstimatorModel::Logistic(cv.without(out)?),
+                None => fit.fit(data, &train)?,
+            };
+            Ok((model, Fitter::Threshold.fit(data, &train)?))
         };
-        let thr = Fitter::Threshold.fit(data, &train)?;
+        let (model, thr) = if is_test(r) {
+            if for_tests.is_none() {
+                for_tests = Some(fit_without(&test_rows)?);
+            }
+            for_tests.clone().expect("just fitted")
+        } else if test_rows.is_empty() {
+            fit_without(&test)?
+        } else {
+            let mut out = test.clone();
+            out.extend_from_slice(&test_rows);
+            fit_without(&out)?
+        };
         let mut held = PerRate::new();
         score(data, &test, &model, n_max, &mut held);
         let mut held_thr = PerRate::new();
@@ -455,12 +486,13 @@ pub fn receiver_cv(
             },
             None => None,
         };
-        let self_calibrated: Option<Vec<RateReport>> = match calibrate.and_then(|c| c.bank.map(|b| (c.spec, b))) {
-            Some((spec, (bank, k))) => {
-                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, k)?;
-                Some(evaluate(&sub, &m, spec).rates)
+        let (self_calibrated, distances) = match calibrate.and_then(|c| c.bank.map(|b| (c.spec, b))) {
+            Some((spec, (bank, like))) => {
+                let (m, c) = super::bank::self_calibrate(&sub, &model, spec, bank, like)?;
+                let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
+                (Some(evaluate(&sub, &m, spec).rates), d)
             }
-            None => None,
+            None => (None, Vec::new()),
         };
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
@@ -493,11 +525,18 @@ pub fn receiver_cv(
                     threshold_own: get(&own_thr),
                     calibrated: at_rate(calibrated.as_deref(), *rate),
                     self_calibrated: at_rate(self_calibrated.as_deref(), *rate),
+                    // The nearest of the rate's captures (one per rate in a receivers dataset).
+                    self_calibration_distance: distances
+                        .iter()
+                        .filter(|(r, _)| r == rate)
+                        .map(|&(_, d)| d)
+                        .min_by(f64::total_cmp),
                 }
             })
             .collect();
         out.push(ReceiverReport {
             receiver: names[r as usize].clone(),
+            test: is_test(r),
             per_rate,
         });
         progress.inc();
@@ -766,7 +805,7 @@ mod tests {
     fn receiver_folds_never_train_on_the_held_out_receiver() {
         let (d, rog, names) = two_receivers();
         let p = LogisticParams::default().check().unwrap();
-        let rep = receiver_cv(&d, &rog, &names, 2, 64, Fitter::Logistic(p), None, &mut NoProgress).unwrap();
+        let rep = receiver_cv(&d, &rog, &names, &[], 2, 64, Fitter::Logistic(p), None, &mut NoProgress).unwrap();
         assert_eq!(rep.len(), 2);
         assert_eq!(rep[0].receiver, "a");
         assert_eq!(rep[0].per_rate.len(), 2, "rates 100 and 200");
@@ -790,6 +829,7 @@ mod tests {
             &d,
             &[0, 0, 0, 0],
             &names,
+            &[],
             2,
             64,
             Fitter::Threshold,
@@ -798,7 +838,48 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("at least 2 receivers"), "{e}");
-        let e = receiver_cv(&d, &[0, 0], &names, 2, 64, Fitter::Threshold, None, &mut NoProgress).unwrap_err();
+        let e = receiver_cv(
+            &d,
+            &[0, 0],
+            &names,
+            &[],
+            2,
+            64,
+            Fitter::Threshold,
+            None,
+            &mut NoProgress,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no receiver"), "{e}");
+    }
+
+    /// A test receiver is in no training set: the others' held-out models never see it, and it
+    /// is scored with the model fitted on all the others.
+    #[test]
+    fn test_receivers_are_in_no_training_set() {
+        let (mut d, _, _) = two_receivers();
+        // Receiver c: a's scale again (groups 4, 5), after a (0, 1) and b (2, 3).
+        let (a_rows, _) = (0..d.len()).partition::<Vec<usize>, _>(|&i| d.group[i] < 2);
+        let mut c = d.select(&a_rows);
+        c.group.iter_mut().for_each(|g| *g += 4);
+        d.append(&c);
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let rog = [0, 0, 1, 1, 2, 2];
+        let run = |test: &[bool]| receiver_cv(&d, &rog, &names, test, 2, 64, Fitter::Threshold, None, &mut NoProgress);
+        let rep = run(&[false, true, false]).unwrap();
+        assert_eq!(rep.iter().map(|r| r.test).collect::<Vec<_>>(), [false, true, false]);
+        // a's held-out threshold comes from c alone (b is a test receiver): a's own scale.
+        for p in &rep[0].per_rate {
+            assert!(p.threshold_held_out.f1 > 0.99, "{p:?}");
+        }
+        // b is scored with the threshold of a and c (starts at 100 µs): every gap of b is a
+        // start there, so precision is b's start share (1 in 5).
+        for p in &rep[1].per_rate {
+            assert!((p.threshold_held_out.precision - 0.2).abs() < 0.01, "{p:?}");
+            assert!(p.threshold_own.f1 > 0.99, "its own CV still sees it");
+        }
+        // With b and c both test receivers one receiver is left to train on: refused.
+        let e = run(&[false, true, true]).unwrap_err();
+        assert!(e.to_string().contains("at least 2 receivers"), "{e}");
     }
 }

@@ -69,3 +69,12 @@ def test_calibrate_without_labels_equals_the_cli_and_reads_no_label(emulated, ag
         aggrate.calibrate(shipped, df.drop("host_ns"), no_labels=True, bank=bank)
     with pytest.raises(ValueError, match="neighbours"):
         aggrate.calibrate(shipped, df, no_labels=True, bank=bank, neighbours=0)
+    with pytest.raises(ValueError, match="max_distance"):
+        aggrate.calibrate(shipped, df, no_labels=True, bank=bank, max_distance=-1.0)
+    # A bank that must lie nearer than it does: the model's own threshold, as the CLI says.
+    far, far_report = aggrate.calibrate(shipped, df, no_labels=True, bank=bank, neighbours=3, max_distance=0.0)
+    assert far_report["runs"][0]["too_far"] and far_report["knots"][0][1] == 0.0
+    out = tmp_path / "far.json"
+    subprocess.run([aggrate_bin, "-q", "calibrate", "--no-labels", "--bank", str(bank), "--neighbours", "3",
+                    "--max-distance", "0", str(emulated), "-o", str(out)], check=True)
+    assert json.loads(out.read_text())["model"]["load_offset"]["knots"] == far_report["knots"]

@@ -356,7 +356,8 @@ impl PyModel {
     /// `n` rows of float64 features `x`, and per row its capture (`run`, u32), send rate (`rate`,
     /// f32) and receive time (`host`, u64 ns), little-endian. Returns the calibrated model and
     /// the report as JSON.
-    #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=aggrate::train::bank::DEFAULT_K))]
+    #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=aggrate::train::bank::DEFAULT_K,
+                        max_distance=aggrate::train::bank::DEFAULT_MAX_DISTANCE))]
     #[allow(clippy::too_many_arguments)]
     fn self_calibrate(
         &self,
@@ -368,6 +369,7 @@ impl PyModel {
         host: &[u8],
         bank: Option<&str>,
         neighbours: usize,
+        max_distance: f64,
     ) -> PyResult<(PyModel, String)> {
         use aggrate::train::bank::{calibrate_without_labels, parse_manifest, DEFAULT_BANK};
         let d = self.file.spec.width();
@@ -384,6 +386,15 @@ impl PyModel {
                 "neighbours: at least one bank receiver must set each threshold",
             ));
         }
+        if max_distance.is_nan() || max_distance < 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "max_distance: {max_distance}; a distance is ≥ 0 (inf: no limit)"
+            )));
+        }
+        let like = aggrate::train::bank::Likeness {
+            k: neighbours,
+            max_distance,
+        };
         let manifest = parse_manifest(bank.unwrap_or(DEFAULT_BANK))
             .map_err(|e| PyValueError::new_err(format!("bank manifest: {e}")))?;
         let mut data = Dataset::new(d);
@@ -410,7 +421,7 @@ impl PyModel {
         let model = &self.file.model;
         let threads = std::thread::available_parallelism().map_or(1, |v| v.get());
         let (model, cal) = py
-            .detach(|| calibrate_without_labels(&data, model, &spec, &manifest, neighbours, threads, &mut NoProgress))
+            .detach(|| calibrate_without_labels(&data, model, &spec, &manifest, like, threads, &mut NoProgress))
             .map_err(|e| model_err(chain(&e)))?;
         let report = serde_json::to_value(&cal).map_err(model_err)?;
         let mut file = self.file.clone();
