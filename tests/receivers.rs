@@ -629,6 +629,15 @@ fn write_receiver_capture(path: &Path, log: &[(u32, u64)]) {
     std::fs::write(path, common::pcap_bytes(1, &refs)).unwrap();
 }
 
+/// `unseen.toml` (the receive path in no training draw) and `bank.toml`, a small bank for speed
+/// (the embedded one has 128 receivers), in `d`; returns the bank's text.
+fn write_unseen_and_small_bank(d: &Path) -> &'static str {
+    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
+    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 12\n";
+    std::fs::write(d.join("bank.toml"), bank).unwrap();
+    bank
+}
+
 /// `aggrate calibrate --no-labels`: the operating point from emulated receivers that time
 /// packets like this one, read from the receiver's own capture alone. The same receive times
 /// joined to a sniffer capture (labels present) give the very same model — the labels are not
@@ -637,10 +646,7 @@ fn write_receiver_capture(path: &Path, log: &[(u32, u64)]) {
 fn calibrate_without_labels_reads_only_the_receivers_timing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
-    // A small bank for speed (the embedded one has 128 receivers).
-    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 12\n";
-    std::fs::write(d.join("bank.toml"), bank).unwrap();
+    let bank = write_unseen_and_small_bank(d);
     for rate in ["200", "400"] {
         for (kind, recv) in [("rx", ["--receiver", "unseen.toml"]), ("sniff", ["--noise", "none"])] {
             let name = format!("{kind}_{rate}mbps.pcapng");
@@ -777,5 +783,69 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
     );
     let (ok, err) = run(&["calibrate", "phone.pcap", "-o", "x.json"]);
     assert!(!ok && err.contains("ground truth"), "{err}");
+    assert!(!d.join("x.json").exists());
+}
+
+/// `calibrate --no-labels --mcs/--nss/--bw/--ip-len`: the bank is emulated at the receiver's
+/// WLAN, whose airtimes set the gaps inside and between A-MPDUs — so a receiver on MCS 3 with
+/// one stream (an MPDU takes ~4× as long as on the paper's MCS 9, 2 SS) finds bank runs that
+/// time packets far more like it, and the report says which WLAN the bank had.
+#[test]
+fn label_free_calibration_emulates_the_bank_at_the_receivers_wlan() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_unseen_and_small_bank(d);
+    let args = [
+        "--rate-mbps",
+        "60",
+        "--duration",
+        "0.6",
+        "--seed",
+        "5",
+        "--mcs",
+        "3",
+        "--nss",
+        "1",
+        "--receiver",
+        "unseen.toml",
+        "-o",
+        "rx_60mbps.pcapng",
+    ];
+    simulate(d, &args);
+    let calibrate = |extra: &[&str], out: &str| {
+        let mut v = vec![
+            "-q",
+            "calibrate",
+            "--no-labels",
+            "--bank",
+            "bank.toml",
+            "--neighbours",
+            "3",
+        ];
+        v.extend_from_slice(extra);
+        v.extend_from_slice(&["rx_60mbps.pcapng", "-o", out]);
+        let o = aggrate(d, &v);
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, err) = calibrate(&[], "paper.json");
+    assert!(ok, "{err}");
+    let (ok, err) = calibrate(&["--mcs", "3", "--nss", "1", "--ip-len", "1500"], "own.json");
+    assert!(ok, "{err}");
+    let cal = |f: &str| aggrate::model::ModelFile::load(&d.join(f)).unwrap().metrics["calibration"].clone();
+    let (paper, own) = (cal("paper.json"), cal("own.json"));
+    assert_eq!(paper["bank_wlan"], "VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets");
+    assert_eq!(own["bank_wlan"], "VHT MCS 3, 1 SS, 80 MHz, 1500-byte packets");
+    let dist = |c: &serde_json::Value| c["self_calibration"]["runs"][0]["distance"].as_f64().unwrap();
+    assert!(
+        dist(&own) < dist(&paper),
+        "the receiver's own WLAN is nearer: {} vs {}",
+        dist(&own),
+        dist(&paper)
+    );
+    let md = std::fs::read_to_string(d.join("own.calibration.md")).unwrap();
+    assert!(md.contains("emulated at VHT MCS 3, 1 SS"), "{md}");
+    // A WLAN the emulator cannot have is refused before any work, naming the flags.
+    let (ok, err) = calibrate(&["--mcs", "12"], "x.json");
+    assert!(!ok && err.contains("--mcs") && err.contains("mcs"), "{err}");
     assert!(!d.join("x.json").exists());
 }

@@ -32,6 +32,19 @@ pub(crate) struct BankArgs {
     /// spreads over the bank) keeps the model's own threshold; `inf`: calibrate every capture.
     #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::bank::DEFAULT_MAX_DISTANCE)]
     pub(crate) max_distance: f64,
+    /// The receiver's WLAN, for the bank to be emulated at (default: the bank's, the paper's VHT
+    /// MCS 9): VHT MCS of the access point's frames to it.
+    #[arg(long)]
+    pub(crate) mcs: Option<u8>,
+    /// The receiver's spatial streams (default: the bank's, 2).
+    #[arg(long)]
+    pub(crate) nss: Option<u8>,
+    /// The receiver's channel width in MHz (default: the bank's, 80).
+    #[arg(long, value_name = "MHZ")]
+    pub(crate) bw: Option<u32>,
+    /// IP packet bytes of the receiver's flow (default: the bank's, 1500).
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) ip_len: Option<u16>,
 }
 
 impl BankArgs {
@@ -59,8 +72,38 @@ fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
         ),
         None => (DEFAULT_BANK.to_string(), "datasets/bank.toml (embedded)".to_string()),
     };
-    let manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
+    let mut manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
+    // The receiver's WLAN in place of the bank's: the gaps inside and between A-MPDUs are its
+    // airtimes, so a bank at another MCS or packet size times packets unlike the receiver.
+    let base = &mut manifest.base;
+    for st in &mut base.wlan.stations {
+        st.mcs = a.mcs.unwrap_or(st.mcs);
+        st.nss = a.nss.unwrap_or(st.nss);
+        st.bw_mhz = a.bw.unwrap_or(st.bw_mhz);
+    }
+    for f in &mut base.flows {
+        f.ip_len = a.ip_len.unwrap_or(f.ip_len);
+    }
+    base.clone()
+        .check()
+        .with_context(|| format!("{name}: the bank's WLAN (--mcs / --nss / --bw / --ip-len)"))?;
     Ok((manifest, name))
+}
+
+/// The WLAN a bank is emulated at, in words.
+fn bank_wlan(m: &DatasetManifest) -> String {
+    let st = m.base.wlan.stations.first();
+    let ip = m.base.flows.first().map_or(0, |f| f.ip_len);
+    match st {
+        Some(s) => format!(
+            "{} MCS {}, {} SS, {} MHz, {ip}-byte packets",
+            if s.vht { "VHT" } else { "HT" },
+            s.mcs,
+            s.nss,
+            s.bw_mhz
+        ),
+        None => format!("{ip}-byte packets"),
+    }
 }
 
 /// Emulate the bank at `rates` in `spec`'s layout with every run's rows, with a progress bar
@@ -69,9 +112,10 @@ pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec
     let (manifest, name) = bank_manifest(a)?;
     let bank = build(&manifest, rates, spec, all_cores(), &mut Bars::new(ui)).with_context(|| name.clone())?;
     ui.info(format!(
-        "bank: {} emulated runs ({} rows) from {name} at {} Mb/s",
+        "bank: {} emulated runs ({} rows) from {name} ({}) at {} Mb/s",
         bank.runs.len(),
         bank.data.len(),
+        bank_wlan(&manifest),
         rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
     ));
     Ok(bank)
@@ -265,11 +309,16 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         serde_json::json!({
             "labels": "none (emulated bank)",
             "bank": bank_name,
+            "bank_wlan": bank_wlan(&manifest),
             "self_calibration": cal,
             "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
         }),
     );
-    let md =
+    let mut md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
+    md.push_str(&format!(
+        "\nBank: {bank_name}, emulated at {} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n",
+        bank_wlan(&manifest)
+    ));
     write_calibrated(ui, &a.output, file, report, &md)
 }
