@@ -231,12 +231,83 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
     Ok(Exit::Ok)
 }
 
+/// What the inputs say of the receiver's WLAN: the most common IP length of the flow read, and
+/// the most common VHT MCS / streams / width of its radiotap headers (sniffer captures only).
+#[derive(Debug, Default, PartialEq)]
+struct SeenWlan {
+    ip_len: Option<u16>,
+    vht: Option<(u8, u8, Option<u16>)>,
+}
+
+/// One pass over each input (the flow `rows` will read) for [`SeenWlan`].
+fn seen_wlan(files: &[Input], flow: &FlowArgs) -> Result<SeenWlan> {
+    use aggrate::pipeline::{pick_flow, read_records};
+    use aggrate::progress::NoProgress;
+    use std::collections::HashMap;
+    let mut ip: HashMap<u16, u64> = HashMap::new();
+    let mut vht: HashMap<(u8, u8, Option<u16>), u64> = HashMap::new();
+    for f in files {
+        let pick = pick_flow(&f.path, &flow.filter(), flow.keep_going, &mut NoProgress)
+            .with_context(|| format!("{}: reading its flow", f.path.display()))?;
+        read_records(&f.path, flow.keep_going, &mut NoProgress, |r| {
+            if !pick.filter.matches(r) {
+                return;
+            }
+            if let Some(l) = r.l3 {
+                *ip.entry(l.ip_len.min(u16::MAX as u32) as u16).or_default() += 1;
+            }
+            if let Some(v) = r.radio.and_then(|x| x.vht).filter(|v| v.nss > 0) {
+                *vht.entry((v.mcs, v.nss, v.bw_mhz)).or_default() += 1;
+            }
+        })
+        .with_context(|| format!("{}: reading its packet sizes", f.path.display()))?;
+    }
+    // The most common value; ties to the smallest, so that the answer does not depend on
+    // hashing order.
+    fn mode<K: Ord + Copy>(m: HashMap<K, u64>) -> Option<K> {
+        m.into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(k, _)| k)
+    }
+    Ok(SeenWlan {
+        ip_len: mode(ip),
+        vht: mode(vht),
+    })
+}
+
 /// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
 fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
     use aggrate::train::cv::evaluate;
     let spec = file.spec;
     let mut files = inputs(&a.inputs, false, &a.kernel)?;
     files.iter_mut().for_each(|f| f.truth_optional = true);
+    // The bank at the receiver's WLAN: what the flags say, else what the inputs show.
+    let seen = seen_wlan(&files, &a.flow)?;
+    let mut bank_args = a.bank.clone();
+    let mut said = Vec::new();
+    if bank_args.ip_len.is_none() {
+        if let Some(l) = seen.ip_len.filter(|l| (64..=9000).contains(l)) {
+            bank_args.ip_len = Some(l);
+            said.push(format!("{l}-byte packets (the flow's most common IP length)"));
+        }
+    }
+    if let Some((mcs, nss, bw)) = seen.vht {
+        if (bank_args.mcs, bank_args.nss, bank_args.bw) == (None, None, None) {
+            bank_args.mcs = Some(mcs);
+            bank_args.nss = Some(nss);
+            bank_args.bw = bw.map(u32::from);
+            said.push(format!(
+                "VHT MCS {mcs}, {nss} SS{} (the radiotap headers)",
+                bw.map_or(String::new(), |b| format!(", {b} MHz"))
+            ));
+        }
+    }
+    if !said.is_empty() {
+        ui.info(format!(
+            "bank WLAN from the inputs: {} (else give --mcs / --nss / --bw / --ip-len)",
+            said.join("; ")
+        ));
+    }
     if !(a.rate.is_empty() || a.rate.len() == 1 || a.rate.len() == files.len()) {
         bail!(
             "--rate: {} rates for {} inputs (give one for all, or one per input)",
@@ -274,22 +345,25 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
                     files[g].path.display()
                 );
             }
-            let r = ((run.len() - 1) as f64 * 1500.0 * 8.0 / secs / 1e6).round().max(1.0);
+            let bytes = bank_args.ip_len.unwrap_or(1500);
+            let r = ((run.len() - 1) as f64 * bytes as f64 * 8.0 / secs / 1e6)
+                .round()
+                .max(1.0);
             ui.info(format!(
-                "{}: no rate in its name; {r} Mb/s from its packet rate at 1500 B (else give --rate)",
+                "{}: no rate in its name; {r} Mb/s from its packet rate at {bytes} B (else give --rate)",
                 files[g].path.display()
             ));
             r
         };
         data.rate_mbps[run].iter_mut().for_each(|x| *x = rate as f32);
     }
-    let (manifest, bank_name) = bank_manifest(&a.bank)?;
+    let (manifest, bank_name) = bank_manifest(&bank_args)?;
     let (model, cal) = calibrate_without_labels(
         &data,
         &file.model,
         &spec,
         &manifest,
-        a.bank.likeness(),
+        bank_args.likeness(),
         all_cores(),
         &mut Bars::new(ui),
     )
