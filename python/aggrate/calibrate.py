@@ -14,7 +14,8 @@ from ._aggrate import Model
 
 def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = False,
               bank: Optional[os.PathLike] = None, neighbours: Optional[int] = None,
-              max_distance: Optional[float] = None) -> Tuple[Model, Dict[str, Any]]:
+              max_distance: Optional[float] = None, mcs: Optional[int] = None, nss: Optional[int] = None,
+              bw: Optional[int] = None, ip_len: Optional[int] = None) -> Tuple[Model, Dict[str, Any]]:
     """Return ``(calibrated model, report)``.
 
     The threshold is set on the first ``share`` of each capture's rows (rows of one ``capture``
@@ -27,8 +28,11 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
     unless given, from ``bank``, a dataset manifest file; default the embedded
     ``datasets/bank.toml``), as ``aggrate calibrate --no-labels`` does; a capture whose nearest
     bank receiver lies farther than ``max_distance`` (3 spreads unless given; ``float("inf")``:
-    no limit) keeps the model's own threshold. It needs ``host_ns`` and ``rate_mbps`` per row
-    (``share`` does not apply).
+    no limit) keeps the model's own threshold. ``mcs``, ``nss``, ``bw`` (MHz) and ``ip_len``
+    (IP packet bytes) emulate the bank at the receiver's WLAN instead of the bank file's (the
+    paper's VHT MCS 9, 2 SS, 80 MHz, 1500 B) — as ``aggrate calibrate --no-labels --mcs …``; the
+    CLI reads them from the captures where it can, a DataFrame does not carry them. It needs
+    ``host_ns`` and ``rate_mbps`` per row (``share`` does not apply).
     """
     import polars as pl
 
@@ -46,6 +50,9 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
         kw = {} if neighbours is None else {"neighbours": neighbours}
         if max_distance is not None:
             kw["max_distance"] = float(max_distance)
+        for key, value in (("mcs", mcs), ("nss", nss), ("bw", bw), ("ip_len", ip_len)):
+            if value is not None:
+                kw[key] = int(value)
         new, report = model.self_calibrate(x.tobytes(), len(df), run.tobytes(), rate.tobytes(), host.tobytes(),
                                            text, **kw)
         return new, json.loads(report)

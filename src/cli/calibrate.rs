@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::train::bank::{build, calibrate_without_labels, parse_manifest, Bank, DEFAULT_BANK};
+use aggrate::train::bank::{build, calibrate_without_labels, parse_manifest, Bank, BankWlan, DEFAULT_BANK};
 use aggrate::wlan::manifest::DatasetManifest;
 
 use aggrate::model::ModelFile;
@@ -48,6 +48,16 @@ pub(crate) struct BankArgs {
 }
 
 impl BankArgs {
+    /// The WLAN the flags ask the bank to be emulated at.
+    pub(crate) fn wlan(&self) -> BankWlan {
+        BankWlan {
+            mcs: self.mcs,
+            nss: self.nss,
+            bw_mhz: self.bw,
+            ip_len: self.ip_len,
+        }
+    }
+
     /// The likeness the flags ask for.
     pub(crate) fn likeness(&self) -> aggrate::train::bank::Likeness {
         aggrate::train::bank::Likeness {
@@ -73,37 +83,10 @@ fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
         None => (DEFAULT_BANK.to_string(), "datasets/bank.toml (embedded)".to_string()),
     };
     let mut manifest = parse_manifest(&text).with_context(|| format!("{name}: invalid bank manifest"))?;
-    // The receiver's WLAN in place of the bank's: the gaps inside and between A-MPDUs are its
-    // airtimes, so a bank at another MCS or packet size times packets unlike the receiver.
-    let base = &mut manifest.base;
-    for st in &mut base.wlan.stations {
-        st.mcs = a.mcs.unwrap_or(st.mcs);
-        st.nss = a.nss.unwrap_or(st.nss);
-        st.bw_mhz = a.bw.unwrap_or(st.bw_mhz);
-    }
-    for f in &mut base.flows {
-        f.ip_len = a.ip_len.unwrap_or(f.ip_len);
-    }
-    base.clone()
-        .check()
+    a.wlan()
+        .apply(&mut manifest)
         .with_context(|| format!("{name}: the bank's WLAN (--mcs / --nss / --bw / --ip-len)"))?;
     Ok((manifest, name))
-}
-
-/// The WLAN a bank is emulated at, in words.
-fn bank_wlan(m: &DatasetManifest) -> String {
-    let st = m.base.wlan.stations.first();
-    let ip = m.base.flows.first().map_or(0, |f| f.ip_len);
-    match st {
-        Some(s) => format!(
-            "{} MCS {}, {} SS, {} MHz, {ip}-byte packets",
-            if s.vht { "VHT" } else { "HT" },
-            s.mcs,
-            s.nss,
-            s.bw_mhz
-        ),
-        None => format!("{ip}-byte packets"),
-    }
 }
 
 /// Emulate the bank at `rates` in `spec`'s layout with every run's rows, with a progress bar
@@ -115,7 +98,7 @@ pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec
         "bank: {} emulated runs ({} rows) from {name} ({}) at {} Mb/s",
         bank.runs.len(),
         bank.data.len(),
-        bank_wlan(&manifest),
+        BankWlan::describe(&manifest),
         rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
     ));
     Ok(bank)
@@ -383,7 +366,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         serde_json::json!({
             "labels": "none (emulated bank)",
             "bank": bank_name,
-            "bank_wlan": bank_wlan(&manifest),
+            "bank_wlan": BankWlan::describe(&manifest),
             "self_calibration": cal,
             "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
         }),
@@ -392,7 +375,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
     md.push_str(&format!(
         "\nBank: {bank_name}, emulated at {} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n",
-        bank_wlan(&manifest)
+        BankWlan::describe(&manifest)
     ));
     write_calibrated(ui, &a.output, file, report, &md)
 }

@@ -44,6 +44,55 @@ pub const DEFAULT_K: usize = 20;
 /// 3 the bank's threshold cost more than it gave.
 pub const DEFAULT_MAX_DISTANCE: f64 = 3.0;
 
+/// The receiver's WLAN, for the bank to be emulated at in place of its manifest's `[base]`
+/// (`None`: the manifest's). The gaps inside and between A-MPDUs are the WLAN's airtimes, so a
+/// bank at another MCS or packet size times packets unlike the receiver (models/README.md,
+/// "Another WLAN": 8 → 11 of 11 receivers pass).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BankWlan {
+    /// VHT MCS of the access point's frames to the receiver.
+    pub mcs: Option<u8>,
+    /// Spatial streams.
+    pub nss: Option<u8>,
+    /// Channel width (MHz).
+    pub bw_mhz: Option<u32>,
+    /// IP packet bytes of the receiver's flow.
+    pub ip_len: Option<u16>,
+}
+
+impl BankWlan {
+    /// Put it into `manifest`'s base (every station and flow), checked before any work: the
+    /// error names the field.
+    pub fn apply(&self, manifest: &mut DatasetManifest) -> Result<(), Error> {
+        let base = &mut manifest.base;
+        for st in &mut base.wlan.stations {
+            st.mcs = self.mcs.unwrap_or(st.mcs);
+            st.nss = self.nss.unwrap_or(st.nss);
+            st.bw_mhz = self.bw_mhz.unwrap_or(st.bw_mhz);
+        }
+        for f in &mut base.flows {
+            f.ip_len = self.ip_len.unwrap_or(f.ip_len);
+        }
+        base.clone().check()?;
+        Ok(())
+    }
+
+    /// The WLAN `manifest`'s bank is emulated at, in words.
+    pub fn describe(manifest: &DatasetManifest) -> String {
+        let ip = manifest.base.flows.first().map_or(0, |f| f.ip_len);
+        match manifest.base.wlan.stations.first() {
+            Some(s) => format!(
+                "{} MCS {}, {} SS, {} MHz, {ip}-byte packets",
+                if s.vht { "VHT" } else { "HT" },
+                s.mcs,
+                s.nss,
+                s.bw_mhz
+            ),
+            None => format!("{ip}-byte packets"),
+        }
+    }
+}
+
 /// How the bank stands in for a receiver: how many runs, and how alike they must be.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Likeness {

@@ -78,3 +78,13 @@ def test_calibrate_without_labels_equals_the_cli_and_reads_no_label(emulated, ag
     subprocess.run([aggrate_bin, "-q", "calibrate", "--no-labels", "--bank", str(bank), "--neighbours", "3",
                     "--max-distance", "0", str(emulated), "-o", str(out)], check=True)
     assert json.loads(out.read_text())["model"]["load_offset"]["knots"] == far_report["knots"]
+    # The bank at another WLAN: the same as the CLI's flags; a WLAN the emulator cannot have is
+    # a ValueError naming the fields.
+    _, mcs7 = aggrate.calibrate(shipped, df, no_labels=True, bank=bank, neighbours=3, mcs=7, ip_len=1000)
+    out = tmp_path / "mcs7.json"
+    subprocess.run([aggrate_bin, "-q", "calibrate", "--no-labels", "--bank", str(bank), "--neighbours", "3",
+                    "--mcs", "7", "--ip-len", "1000", str(emulated), "-o", str(out)], check=True)
+    assert json.loads(out.read_text())["model"]["load_offset"]["knots"] == mcs7["knots"]
+    assert mcs7["runs"][0]["distance"] != report["runs"][0]["distance"]
+    with pytest.raises(ValueError, match="mcs"):
+        aggrate.calibrate(shipped, df, no_labels=True, bank=bank, mcs=12)

@@ -357,7 +357,8 @@ impl PyModel {
     /// f32) and receive time (`host`, u64 ns), little-endian. Returns the calibrated model and
     /// the report as JSON.
     #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=aggrate::train::bank::DEFAULT_K,
-                        max_distance=aggrate::train::bank::DEFAULT_MAX_DISTANCE))]
+                        max_distance=aggrate::train::bank::DEFAULT_MAX_DISTANCE, mcs=None, nss=None, bw=None,
+                        ip_len=None))]
     #[allow(clippy::too_many_arguments)]
     fn self_calibrate(
         &self,
@@ -370,6 +371,10 @@ impl PyModel {
         bank: Option<&str>,
         neighbours: usize,
         max_distance: f64,
+        mcs: Option<u8>,
+        nss: Option<u8>,
+        bw: Option<u32>,
+        ip_len: Option<u16>,
     ) -> PyResult<(PyModel, String)> {
         use aggrate::train::bank::{calibrate_without_labels, parse_manifest, DEFAULT_BANK};
         let d = self.file.spec.width();
@@ -395,8 +400,16 @@ impl PyModel {
             k: neighbours,
             max_distance,
         };
-        let manifest = parse_manifest(bank.unwrap_or(DEFAULT_BANK))
+        let mut manifest = parse_manifest(bank.unwrap_or(DEFAULT_BANK))
             .map_err(|e| PyValueError::new_err(format!("bank manifest: {e}")))?;
+        let wlan = aggrate::train::bank::BankWlan {
+            mcs,
+            nss,
+            bw_mhz: bw,
+            ip_len,
+        };
+        wlan.apply(&mut manifest)
+            .map_err(|e| PyValueError::new_err(format!("the bank's WLAN (mcs / nss / bw / ip_len): {e}")))?;
         let mut data = Dataset::new(d);
         for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
             let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
