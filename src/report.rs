@@ -940,15 +940,19 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let series = |f: &dyn Fn(&AtRate) -> f64| by_rate.values().map(|e| (e.0, f(e))).collect::<Vec<_>>();
     let png = dir.join(format!("{name}.receivers.png"));
+    let (model, which) = match name.strip_suffix(".test") {
+        Some(m) if reports.iter().all(|r| r.test) => (m, "receivers in no training set"),
+        _ => (name, "held-out receivers"),
+    };
     plot::lines(
         &png,
-        &format!("{name} vs the m = 1 threshold on held-out receivers"),
+        &format!("{model} vs the m = 1 threshold on {which}"),
         "send rate (Mb/s)",
         "held-out F1",
         &[
-            Series::new(format!("{name}, mean"), series(&|e| mean(&e.1))),
+            Series::new(format!("{model}, mean"), series(&|e| mean(&e.1))),
             Series::new("m = 1 threshold, mean", series(&|e| mean(&e.2))),
-            Series::new(format!("{name}, worst receiver"), series(&|e| min(&e.1))),
+            Series::new(format!("{model}, worst receiver"), series(&|e| min(&e.1))),
             Series::new("m = 1 threshold, worst receiver", series(&|e| min(&e.2))),
         ],
         Some((0.0, 1.0)),

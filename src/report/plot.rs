@@ -149,8 +149,15 @@ fn draw(
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.5)));
         }
     }
+    // F1-style charts (y from 0 to 1) keep their lines high: the legend goes low, out of the way.
+    let position = if y_range == Some((0.0, 1.0)) {
+        SeriesLabelPosition::LowerLeft
+    } else {
+        SeriesLabelPosition::MiddleRight
+    };
     chart
         .configure_series_labels()
+        .position(position)
         .label_font(("sans-serif", 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
