@@ -200,7 +200,19 @@ fn train_holds_out_whole_receivers() {
         let o = aggrate(dir.path(), &args);
         (o.status.success(), text(&o).1)
     };
-    let (ok, err) = with(&usb, &["--group-by", "receiver"]);
+    // With label-free calibration too (a small bank for speed): test receivers get it as well.
+    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 6\n";
+    std::fs::write(dir.path().join("bank.toml"), bank).unwrap();
+    let self_cal = [
+        "--group-by",
+        "receiver",
+        "--self-calibrate",
+        "--bank",
+        "bank.toml",
+        "--neighbours",
+        "2",
+    ];
+    let (ok, err) = with(&usb, &self_cal);
     assert!(ok, "{err}");
     let read = |f: &str| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("tout").join(f)).unwrap()).unwrap()
@@ -219,6 +231,12 @@ fn train_holds_out_whole_receivers() {
     assert_eq!(names(&tested), ["usb"]);
     assert_eq!(tested["receivers"][0]["test"], true);
     assert_eq!(tested["receivers"][0]["per_rate"].as_array().unwrap().len(), 2);
+    for p in tested["receivers"][0]["per_rate"].as_array().unwrap() {
+        let f1 = p["self_calibrated"]["f1"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&f1), "{p}");
+        assert!(p["self_calibration_distance"].as_f64().unwrap() >= 0.0, "{p}");
+    }
+    assert!(tested["verdicts"][0]["self_calibrated_pass"].is_boolean());
     assert!(trained["receivers"][0].get("test").is_none());
     let m = aggrate::model::ModelFile::load(&dir.path().join("tout/threshold_m1.json")).unwrap();
     assert_eq!(m.metrics["test_receivers"], serde_json::json!(["usb"]));
