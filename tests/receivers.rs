@@ -869,3 +869,66 @@ fn label_free_calibration_emulates_the_bank_at_the_receivers_wlan() {
     assert!(!ok && err.contains("--mcs") && err.contains("mcs"), "{err}");
     assert!(!d.join("x.json").exists());
 }
+
+/// `train` records the WLAN its captures were sent over, and `eval` warns when it scores the
+/// model on captures of another (MCS here), with the difference in its report.
+#[test]
+fn eval_warns_when_the_captures_wlan_is_not_the_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (name, mcs) in [
+        ("a_200mbps.pcapng", "9"),
+        ("b_200mbps.pcapng", "9"),
+        ("c_100mbps.pcapng", "5"),
+    ] {
+        simulate(
+            d,
+            &[
+                "--rate-mbps",
+                &name[2..5],
+                "--duration",
+                "0.3",
+                "--seed",
+                "4",
+                "--mcs",
+                mcs,
+                "-o",
+                name,
+            ],
+        );
+    }
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "train",
+            "--model",
+            "threshold",
+            "--folds",
+            "2",
+            "--dataset",
+            "a_200mbps.pcapng",
+            "-o",
+            "m",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let m = aggrate::model::ModelFile::load(&d.join("m/threshold_m1.json")).unwrap();
+    assert_eq!(
+        m.metrics["training_wlan"],
+        serde_json::json!({"ip_len": 1500, "mcs": 9, "nss": 2, "bw_mhz": 80})
+    );
+    let eval = |cap: &str| {
+        let o = aggrate(d, &["eval", "--model", "m/threshold_m1.json", cap, "-o", "ev"]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("ev/threshold_m1.eval.json")).unwrap()).unwrap();
+        (text(&o).1, rep["wlan"]["unlike"].clone())
+    };
+    let (err, unlike) = eval("b_200mbps.pcapng");
+    assert!(!err.contains("trained on"), "{err}");
+    assert_eq!(unlike, serde_json::json!([]));
+    let (err, unlike) = eval("c_100mbps.pcapng");
+    assert!(err.contains("these captures are MCS 5 (trained on 9)"), "{err}");
+    assert_eq!(unlike, serde_json::json!(["MCS 5 (trained on 9)"]));
+}

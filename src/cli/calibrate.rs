@@ -14,7 +14,7 @@ use aggrate::report::calibration_md;
 use aggrate::train::calibrate::calibrate;
 
 use super::progress::{Bars, Ui};
-use super::rows::{inputs, load_rows, load_rows_with_truth, Input};
+use super::rows::{inputs, load_rows, load_rows_with_truth, seen_wlan, Input};
 use super::{all_cores, ensure_parent, Exit, FlowArgs};
 
 /// Where label-free calibration finds its emulated receivers.
@@ -214,50 +214,6 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
     Ok(Exit::Ok)
 }
 
-/// What the inputs say of the receiver's WLAN: the most common IP length of the flow read, and
-/// the most common VHT MCS / streams / width of its radiotap headers (sniffer captures only).
-#[derive(Debug, Default, PartialEq)]
-struct SeenWlan {
-    ip_len: Option<u16>,
-    vht: Option<(u8, u8, Option<u16>)>,
-}
-
-/// One pass over each input (the flow `rows` will read) for [`SeenWlan`].
-fn seen_wlan(files: &[Input], flow: &FlowArgs) -> Result<SeenWlan> {
-    use aggrate::pipeline::{pick_flow, read_records};
-    use aggrate::progress::NoProgress;
-    use std::collections::HashMap;
-    let mut ip: HashMap<u16, u64> = HashMap::new();
-    let mut vht: HashMap<(u8, u8, Option<u16>), u64> = HashMap::new();
-    for f in files {
-        let pick = pick_flow(&f.path, &flow.filter(), flow.keep_going, &mut NoProgress)
-            .with_context(|| format!("{}: reading its flow", f.path.display()))?;
-        read_records(&f.path, flow.keep_going, &mut NoProgress, |r| {
-            if !pick.filter.matches(r) {
-                return;
-            }
-            if let Some(l) = r.l3 {
-                *ip.entry(l.ip_len.min(u16::MAX as u32) as u16).or_default() += 1;
-            }
-            if let Some(v) = r.radio.and_then(|x| x.vht).filter(|v| v.nss > 0) {
-                *vht.entry((v.mcs, v.nss, v.bw_mhz)).or_default() += 1;
-            }
-        })
-        .with_context(|| format!("{}: reading its packet sizes", f.path.display()))?;
-    }
-    // The most common value; ties to the smallest, so that the answer does not depend on
-    // hashing order.
-    fn mode<K: Ord + Copy>(m: HashMap<K, u64>) -> Option<K> {
-        m.into_iter()
-            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-            .map(|(k, _)| k)
-    }
-    Ok(SeenWlan {
-        ip_len: mode(ip),
-        vht: mode(vht),
-    })
-}
-
 /// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
 fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
     use aggrate::train::cv::evaluate;
@@ -274,14 +230,14 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
             said.push(format!("{l}-byte packets (the flow's most common IP length)"));
         }
     }
-    if let Some((mcs, nss, bw)) = seen.vht {
+    if let (Some(mcs), Some(nss)) = (seen.mcs, seen.nss) {
         if (bank_args.mcs, bank_args.nss, bank_args.bw) == (None, None, None) {
             bank_args.mcs = Some(mcs);
             bank_args.nss = Some(nss);
-            bank_args.bw = bw.map(u32::from);
+            bank_args.bw = seen.bw_mhz.map(u32::from);
             said.push(format!(
                 "VHT MCS {mcs}, {nss} SS{} (the radiotap headers)",
-                bw.map_or(String::new(), |b| format!(", {b} MHz"))
+                seen.bw_mhz.map_or(String::new(), |b| format!(", {b} MHz"))
             ));
         }
     }

@@ -40,6 +40,28 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let spec = file.spec;
     let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
+    // A model learned on one WLAN misjudges the airtime gaps of another (models/README.md,
+    // "Another WLAN"): say so when the inputs show a different one.
+    let trained: Option<super::rows::SeenWlan> = file
+        .metrics
+        .get("training_wlan")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let wlan = match trained {
+        Some(t) => {
+            let seen = super::rows::seen_wlan(&files, &a.flow)?;
+            let unlike = t.unlike(&seen);
+            if !unlike.is_empty() {
+                ui.warn(format!(
+                    "these captures are {}: the model was trained on {}; expect it to miss frame starts \
+                     (calibrate it for this WLAN: aggrate calibrate --no-labels)",
+                    unlike.join(", "),
+                    t.describe()
+                ));
+            }
+            serde_json::json!({ "model": t, "inputs": seen, "unlike": unlike })
+        }
+        None => serde_json::Value::Null,
+    };
     let ev = evaluate(&data, &file.model, &spec);
     let (bm, agg, rates) = (ev.binary, ev.agg, ev.rates);
     let slot_json = match ev.slots {
@@ -68,6 +90,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         "agg_rmse": agg.rmse(),
         "per_rate": rates,
         "slot_svr": slot_json,
+        "wlan": wlan,
         "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
         "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
     });

@@ -342,6 +342,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     );
     file.metrics =
         serde_json::json!({ "cv_folds": a.folds, "f1_mean": f1_mean, "f1_std": f1_std, "accuracy_mean": acc_mean });
+    note_training_wlan(&mut file, &files, &a.flow)?;
     if let Some(st) = &slot_stage {
         file.metrics["slot_rmse"] = st.svr_rmse.into();
         file.metrics["base_slot_rmse"] = st.base_rmse.into();
@@ -371,6 +372,16 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     }
     ui.info(format!("wrote {} and {}", model_path.display(), list(&written)));
     Ok(Exit::Ok)
+}
+
+/// Record the WLAN the training captures were sent over (`metrics.training_wlan`), where they
+/// say it, so that `eval` can warn when it scores the model on another.
+fn note_training_wlan(file: &mut ModelFile, files: &[Input], flow: &FlowArgs) -> Result<()> {
+    let seen = super::rows::seen_wlan(files, flow)?;
+    if !seen.is_empty() {
+        file.metrics["training_wlan"] = serde_json::to_value(seen)?;
+    }
+    Ok(())
 }
 
 /// `--group-by receiver`: leave each receiver out in turn (with its own CV and the m = 1
@@ -481,6 +492,7 @@ fn receiver_run(
         "receivers_passing": passing,
         "criteria": criteria,
     });
+    note_training_wlan(&mut file, &files[..trained_on], &a.flow)?;
     if !tests.is_empty() {
         file.metrics["test_receivers"] = tests.iter().map(|r| r.receiver.clone()).collect::<Vec<_>>().into();
         file.metrics["test_receivers_passing"] = test_passing.into();
