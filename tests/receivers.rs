@@ -853,6 +853,45 @@ fn label_free_calibration_emulates_the_bank_at_the_receivers_wlan() {
     let cal = |f: &str| aggrate::model::ModelFile::load(&d.join(f)).unwrap().metrics["calibration"].clone();
     let (paper, own) = (cal("paper.json"), cal("own.json"));
     assert_eq!(cal("seen.json")["self_calibration"], own["self_calibration"]);
+    // The same rows as a feature table (which says nothing of its WLAN: the flags do).
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "features",
+            "rx_60mbps.pcapng",
+            "--m",
+            "5",
+            "--context",
+            "1024",
+            "-o",
+            "rx_60mbps.parquet",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let mut v = vec![
+        "-q",
+        "calibrate",
+        "--no-labels",
+        "--bank",
+        "bank.toml",
+        "--neighbours",
+        "3",
+    ];
+    v.extend_from_slice(&[
+        "--mcs",
+        "3",
+        "--nss",
+        "1",
+        "--ip-len",
+        "1500",
+        "rx_60mbps.parquet",
+        "-o",
+        "table.json",
+    ]);
+    let o = aggrate(d, &v);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(cal("table.json")["self_calibration"], own["self_calibration"]);
     assert_eq!(paper["bank_wlan"], "VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets");
     assert_eq!(own["bank_wlan"], "VHT MCS 3, 1 SS, 80 MHz, 1500-byte packets");
     let dist = |c: &serde_json::Value| c["self_calibration"]["runs"][0]["distance"].as_f64().unwrap();
