@@ -831,14 +831,15 @@ fn label_free_calibration_emulates_the_bank_at_the_receivers_wlan() {
         "rx_60mbps.pcapng",
     ];
     simulate(d, &args);
-    let calibrate = |extra: &[&str], out: &str| {
+    let calibrate_on = |input: &str, extra: &[&str], out: &str| {
         // Not quiet: what the bank's WLAN came from is said on stderr.
         let mut v = vec!["calibrate", "--no-labels", "--bank", "bank.toml", "--neighbours", "3"];
         v.extend_from_slice(extra);
-        v.extend_from_slice(&["rx_60mbps.pcapng", "-o", out]);
+        v.extend_from_slice(&[input, "-o", out]);
         let o = aggrate(d, &v);
         (o.status.success(), text(&o).1)
     };
+    let calibrate = |extra: &[&str], out: &str| calibrate_on("rx_60mbps.pcapng", extra, out);
     let (ok, err) = calibrate(&["--mcs", "9", "--nss", "2"], "paper.json");
     assert!(ok, "{err}");
     let (ok, err) = calibrate(&["--mcs", "3", "--nss", "1", "--ip-len", "1500"], "own.json");
@@ -869,28 +870,12 @@ fn label_free_calibration_emulates_the_bank_at_the_receivers_wlan() {
         ],
     );
     assert!(o.status.success(), "{}", text(&o).1);
-    let mut v = vec![
-        "-q",
-        "calibrate",
-        "--no-labels",
-        "--bank",
-        "bank.toml",
-        "--neighbours",
-        "3",
-    ];
-    v.extend_from_slice(&[
-        "--mcs",
-        "3",
-        "--nss",
-        "1",
-        "--ip-len",
-        "1500",
+    let (ok, err) = calibrate_on(
         "rx_60mbps.parquet",
-        "-o",
+        &["--mcs", "3", "--nss", "1", "--ip-len", "1500"],
         "table.json",
-    ]);
-    let o = aggrate(d, &v);
-    assert!(o.status.success(), "{}", text(&o).1);
+    );
+    assert!(ok, "{err}");
     assert_eq!(cal("table.json")["self_calibration"], own["self_calibration"]);
     assert_eq!(paper["bank_wlan"], "VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets");
     assert_eq!(own["bank_wlan"], "VHT MCS 3, 1 SS, 80 MHz, 1500-byte packets");
