@@ -32,17 +32,19 @@ pub(crate) struct BankArgs {
     /// spreads over the bank) keeps the model's own threshold; `inf`: calibrate every capture.
     #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::bank::DEFAULT_MAX_DISTANCE)]
     pub(crate) max_distance: f64,
-    /// The receiver's WLAN, for the bank to be emulated at (default: the bank's, the paper's VHT
-    /// MCS 9): VHT MCS of the access point's frames to it.
+    /// The receiver's WLAN, for the bank to be emulated at: VHT MCS of the access point's
+    /// frames to it (default: `calibrate --no-labels` reads it from sniffer captures' radiotap
+    /// headers, else the bank's, the paper's MCS 9).
     #[arg(long)]
     pub(crate) mcs: Option<u8>,
-    /// The receiver's spatial streams (default: the bank's, 2).
+    /// The receiver's spatial streams (default: from radiotap as --mcs, else the bank's, 2).
     #[arg(long)]
     pub(crate) nss: Option<u8>,
-    /// The receiver's channel width in MHz (default: the bank's, 80).
+    /// The receiver's channel width in MHz (default: from radiotap as --mcs, else the bank's, 80).
     #[arg(long, value_name = "MHZ")]
     pub(crate) bw: Option<u32>,
-    /// IP packet bytes of the receiver's flow (default: the bank's, 1500).
+    /// IP packet bytes of the receiver's flow (default: `calibrate --no-labels` takes the flow's
+    /// most common IP length, else the bank's, 1500).
     #[arg(long, value_name = "BYTES")]
     pub(crate) ip_len: Option<u16>,
 }
