@@ -20,6 +20,7 @@ pub mod capture;
 pub mod dataset;
 pub mod label;
 pub mod model;
+pub mod parallel;
 pub mod phy;
 pub mod pipeline;
 pub mod progress;

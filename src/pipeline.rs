@@ -594,47 +594,17 @@ pub fn load_dataset(
     threads: usize,
     progress: &mut dyn Progress,
 ) -> Result<Loaded, Error> {
-    let threads = threads.clamp(1, inputs.len().max(1));
     progress.start("reading captures", inputs.len() as u64);
-    let one = |g: usize| load_input(&inputs[g], g as u32, spec, filter, keep_going);
-    let mut parts: Vec<(usize, InputRows)> = if threads == 1 {
-        (0..inputs.len())
-            .map(|g| {
-                let r = one(g);
-                progress.inc();
-                (g, r)
-            })
-            .collect()
-    } else {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    let (next, one, tx) = (&next, &one, tx.clone());
-                    sc.spawn(move || loop {
-                        let g = next.fetch_add(1, Ordering::Relaxed);
-                        if g >= inputs.len() {
-                            break;
-                        }
-                        if tx.send((g, one(g))).is_err() {
-                            break;
-                        }
-                    })
-                })
-                .collect();
-            drop(tx);
-            let mut got = Vec::with_capacity(inputs.len());
-            for part in rx {
-                progress.inc();
-                got.push(part);
-            }
-            for h in handles {
-                let _ = h.join();
-            }
-            got
-        })
-    };
+    let mut parts: Vec<(usize, InputRows)> = Vec::with_capacity(inputs.len());
+    crate::parallel::for_each(
+        inputs.len(),
+        threads,
+        |g| load_input(&inputs[g], g as u32, spec, filter, keep_going),
+        |g, part| {
+            progress.inc();
+            parts.push((g, part));
+        },
+    );
     progress.finish();
     if parts.len() != inputs.len() {
         return Err(Error::Worker);

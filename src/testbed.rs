@@ -314,7 +314,7 @@ impl Testbed {
         let base = format!("aggrate-{pid}-{k}");
         // Interface names: at most 15 bytes, unique per testbed (they live in the namespaces).
         let (tx_dev, rx_dev) = (format!("agt{}x{k}", pid % 100_000), format!("agr{}x{k}", pid % 100_000));
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = crate::parallel::all_cores();
         let mut tb = Testbed {
             tx_ns: format!("{base}-tx"),
             rx_ns: format!("{base}-rx"),

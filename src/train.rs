@@ -237,9 +237,7 @@ fn pass_with_loss(
     let n = rows.len();
     let d = data.d;
     let m = d + 1;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .clamp(1, CHUNKS);
+    let threads = crate::parallel::all_cores().clamp(1, CHUNKS);
     let chunk = n.div_ceil(CHUNKS);
     let f = &f;
     // Multiply by 1/σ instead of dividing per row: divisions were ~40 % of a pass.

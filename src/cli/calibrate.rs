@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::train::bank::{build, calibrate_without_labels, parse_manifest, Bank, BankWlan, DEFAULT_BANK};
-use aggrate::wlan::manifest::DatasetManifest;
+use aggrate::train::bank::{build, calibrate_without_labels, parse_manifest, Bank, DEFAULT_BANK};
+use aggrate::wlan::manifest::{DatasetManifest, WlanSettings};
 
 use aggrate::model::ModelFile;
 use aggrate::report::calibration_md;
@@ -51,8 +51,8 @@ pub(crate) struct BankArgs {
 
 impl BankArgs {
     /// The WLAN the flags ask the bank to be emulated at.
-    pub(crate) fn wlan(&self) -> BankWlan {
-        BankWlan {
+    pub(crate) fn wlan(&self) -> WlanSettings {
+        WlanSettings {
             mcs: self.mcs,
             nss: self.nss,
             bw_mhz: self.bw,
@@ -100,7 +100,7 @@ pub(crate) fn load_bank(ui: &Ui, a: &BankArgs, rates: &[f64], spec: &FeatureSpec
         "bank: {} emulated runs ({} rows) from {name} ({}) at {} Mb/s",
         bank.runs.len(),
         bank.data.len(),
-        BankWlan::describe(&manifest),
+        WlanSettings::of(&manifest).describe(),
         rates.iter().map(|r| format!("{r}")).collect::<Vec<_>>().join(", ")
     ));
     Ok(bank)
@@ -216,32 +216,20 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
     Ok(Exit::Ok)
 }
 
-/// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
-fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
-    use aggrate::train::cv::evaluate;
-    let spec = file.spec;
-    let mut files = inputs(&a.inputs, false, &a.kernel)?;
-    files.iter_mut().for_each(|f| f.truth_optional = true);
-    // The bank at the receiver's WLAN: what the flags say, else what the inputs show.
-    let seen = seen_wlan(&files, &a.flow)?;
-    let mut bank_args = a.bank.clone();
+/// `flags` with the WLAN the inputs show (`seen`) wherever the flags leave it open, said on
+/// stderr: the bank is emulated at the receiver's WLAN. MCS, streams and width come together
+/// from radiotap, or not at all.
+fn with_seen_wlan(ui: &Ui, flags: &BankArgs, seen: WlanSettings) -> BankArgs {
+    let mut a = flags.clone();
     let mut said = Vec::new();
-    if bank_args.ip_len.is_none() {
-        if let Some(l) = seen.ip_len.filter(|l| (64..=9000).contains(l)) {
-            bank_args.ip_len = Some(l);
-            said.push(format!("{l}-byte packets (the flow's most common IP length)"));
-        }
+    if let Some(l) = seen.ip_len.filter(|l| a.ip_len.is_none() && (64..=9000).contains(l)) {
+        a.ip_len = Some(l);
+        said.push(format!("{l}-byte packets (the flow's most common IP length)"));
     }
-    if let (Some(mcs), Some(nss)) = (seen.mcs, seen.nss) {
-        if (bank_args.mcs, bank_args.nss, bank_args.bw) == (None, None, None) {
-            bank_args.mcs = Some(mcs);
-            bank_args.nss = Some(nss);
-            bank_args.bw = seen.bw_mhz.map(u32::from);
-            said.push(format!(
-                "VHT MCS {mcs}, {nss} SS{} (the radiotap headers)",
-                seen.bw_mhz.map_or(String::new(), |b| format!(", {b} MHz"))
-            ));
-        }
+    if let (Some(mcs), Some(nss), (None, None, None)) = (seen.mcs, seen.nss, (a.mcs, a.nss, a.bw)) {
+        (a.mcs, a.nss, a.bw) = (Some(mcs), Some(nss), seen.bw_mhz);
+        let only_radio = WlanSettings { ip_len: None, ..seen };
+        said.push(format!("{} (the radiotap headers)", only_radio.describe()));
     }
     if !said.is_empty() {
         ui.info(format!(
@@ -249,18 +237,13 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
             said.join("; ")
         ));
     }
-    if !(a.rate.is_empty() || a.rate.len() == 1 || a.rate.len() == files.len()) {
-        bail!(
-            "--rate: {} rates for {} inputs (give one for all, or one per input)",
-            a.rate.len(),
-            files.len()
-        );
-    }
-    if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-        bail!("--rate {r}: a send rate is a positive number of Mb/s");
-    }
-    let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
-    // Each input's rate: its name's tag, --rate, or its packet rate at 1500 B.
+    a
+}
+
+/// Each input's send rate into its rows: `rates` (one for all, or one per input), else its
+/// name's tag, else its packet rate at `bytes` per packet (said on stderr). A capture too short
+/// to summarise is refused here, naming it.
+fn set_rates(ui: &Ui, rates: &[f64], files: &[Input], data: &mut aggrate::dataset::Dataset, bytes: u16) -> Result<()> {
     let all: Vec<usize> = (0..data.len()).collect();
     for run in data.runs(&all) {
         let g = data.group[run.start] as usize;
@@ -273,7 +256,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
             );
         }
         let tagged = data.rate_mbps[run.start];
-        let rate = if let Some(r) = a.rate.get(if a.rate.len() == 1 { 0 } else { g }) {
+        let rate = if let Some(r) = rates.get(if rates.len() == 1 { 0 } else { g }) {
             *r
         } else if tagged.is_finite() {
             tagged as f64
@@ -286,7 +269,6 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
                     files[g].path.display()
                 );
             }
-            let bytes = bank_args.ip_len.unwrap_or(1500);
             let r = ((run.len() - 1) as f64 * bytes as f64 * 8.0 / secs / 1e6)
                 .round()
                 .max(1.0);
@@ -298,6 +280,28 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         };
         data.rate_mbps[run].iter_mut().for_each(|x| *x = rate as f32);
     }
+    Ok(())
+}
+
+/// `calibrate --no-labels`: the operating point from the emulated bank, by likeness of timing.
+fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) -> Result<Exit> {
+    use aggrate::train::cv::evaluate;
+    let spec = file.spec;
+    let mut files = inputs(&a.inputs, false, &a.kernel)?;
+    files.iter_mut().for_each(|f| f.truth_optional = true);
+    if !(a.rate.is_empty() || a.rate.len() == 1 || a.rate.len() == files.len()) {
+        bail!(
+            "--rate: {} rates for {} inputs (give one for all, or one per input)",
+            a.rate.len(),
+            files.len()
+        );
+    }
+    if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        bail!("--rate {r}: a send rate is a positive number of Mb/s");
+    }
+    let bank_args = with_seen_wlan(ui, &a.bank, seen_wlan(&files, &a.flow)?);
+    let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
+    set_rates(ui, &a.rate, &files, &mut data, bank_args.ip_len.unwrap_or(1500))?;
     let (manifest, bank_name) = bank_manifest(&bank_args)?;
     let (model, cal) = calibrate_without_labels(
         &data,
@@ -309,6 +313,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         &mut Bars::new(ui),
     )
     .with_context(|| format!("calibrating on the bank {bank_name}"))?;
+    let wlan = WlanSettings::of(&manifest).describe();
     // Scores before and after, where the inputs have labels (they were not used above).
     let scores = truth.then(|| {
         (
@@ -324,7 +329,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         serde_json::json!({
             "labels": "none (emulated bank)",
             "bank": bank_name,
-            "bank_wlan": BankWlan::describe(&manifest),
+            "bank_wlan": wlan,
             "self_calibration": cal,
             "scored_with_labels": scores.as_ref().map(|(b, a)| serde_json::json!({"before": b, "after": a})),
         }),
@@ -332,8 +337,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     let mut md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
     md.push_str(&format!(
-        "\nBank: {bank_name}, emulated at {} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n",
-        BankWlan::describe(&manifest)
+        "\nBank: {bank_name}, emulated at {wlan} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n"
     ));
     write_calibrated(ui, &a.output, file, report, &md)
 }

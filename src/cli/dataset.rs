@@ -129,32 +129,21 @@ pub(crate) fn build(
     // one with nothing else running (they are timing measurements).
     let model_idx: Vec<usize> = (0..runs.len()).filter(|&i| kernel_paths[i].is_none()).collect();
     let mut results: Vec<Option<Result<Built1>>> = (0..runs.len()).map(|_| None).collect();
-    let threads = super::all_cores().clamp(1, 8);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done: Vec<(usize, Result<Built1>)> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
-            .map(|_| {
-                let (next, bar, quiet, out, model_idx, runs, checked) =
-                    (&next, &bar, &quiet, &out, &model_idx, &runs, &checked);
-                sc.spawn(move || {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&i) = model_idx.get(k) else { break };
-                        let path = out.join(format!("{}.pcapng", runs[i].name));
-                        mine.push((i, simulate_to(quiet, &checked[i], &path, snaplen)));
-                        bar.set_message(runs[i].name.clone());
-                        bar.inc(1);
-                    }
-                    mine
-                })
-            })
-            .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-    });
-    for (i, r) in done {
-        results[i] = Some(r);
-    }
+    aggrate::parallel::for_each(
+        model_idx.len(),
+        super::all_cores().clamp(1, 8),
+        |k| {
+            let i = model_idx[k];
+            let path = out.join(format!("{}.pcapng", runs[i].name));
+            simulate_to(&quiet, &checked[i], &path, snaplen)
+        },
+        |k, r| {
+            let i = model_idx[k];
+            bar.set_message(runs[i].name.clone());
+            bar.inc(1);
+            results[i] = Some(r);
+        },
+    );
     for (i, k) in kernel_paths.iter().enumerate() {
         let Some(k) = k else { continue };
         bar.set_message(runs[i].name.clone());

@@ -42,7 +42,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     // A model learned on one WLAN misjudges the airtime gaps of another (models/README.md,
     // "Another WLAN"): say so when the inputs show a different one.
-    let trained: Option<super::rows::SeenWlan> = file
+    let trained: Option<super::rows::WlanSettings> = file
         .metrics
         .get("training_wlan")
         .and_then(|v| serde_json::from_value(v.clone()).ok());

@@ -187,10 +187,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
     }
 }
 
-/// Threads for work spread over every core.
-pub(crate) fn all_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+pub(crate) use aggrate::parallel::all_cores;
 
 /// Default output directory helper.
 pub(crate) fn ensure_parent(p: &std::path::Path) -> Result<()> {

@@ -10,6 +10,7 @@ use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 pub(crate) use aggrate::pipeline::Input;
 use aggrate::pipeline::{load_dataset, receiver_from_comment};
+pub(crate) use aggrate::wlan::manifest::WlanSettings;
 
 use super::progress::{Bars, Ui};
 use super::FlowArgs;
@@ -159,64 +160,11 @@ pub(crate) fn load_rows_with_truth(
     Ok((loaded.data, truth))
 }
 
-/// What captures say of the WLAN they were sent over: the most common IP length of the flow
-/// read, and the most common VHT MCS / streams / width of its radiotap headers (sniffer captures
-/// only). `None` where they do not say (feature tables, captures without radiotap).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct SeenWlan {
-    pub(crate) ip_len: Option<u16>,
-    pub(crate) mcs: Option<u8>,
-    pub(crate) nss: Option<u8>,
-    pub(crate) bw_mhz: Option<u16>,
-}
-
-impl SeenWlan {
-    /// Nothing known.
-    pub(crate) fn is_empty(&self) -> bool {
-        *self == SeenWlan::default()
-    }
-
-    /// In words, what is known.
-    pub(crate) fn describe(&self) -> String {
-        let mut v = Vec::new();
-        if let (Some(m), Some(n)) = (self.mcs, self.nss) {
-            v.push(format!("VHT MCS {m}, {n} SS"));
-        }
-        if let Some(b) = self.bw_mhz {
-            v.push(format!("{b} MHz"));
-        }
-        if let Some(l) = self.ip_len {
-            v.push(format!("{l}-byte packets"));
-        }
-        v.join(", ")
-    }
-
-    /// How `other` differs where both are known: MCS, streams or width, or a packet size more
-    /// than 10 % off.
-    pub(crate) fn unlike(&self, other: &SeenWlan) -> Vec<String> {
-        let mut v = Vec::new();
-        let mut differ = |what: &str, a: Option<u32>, b: Option<u32>| {
-            if let (Some(a), Some(b)) = (a, b) {
-                if a != b {
-                    v.push(format!("{what} {b} (trained on {a})"));
-                }
-            }
-        };
-        differ("MCS", self.mcs.map(u32::from), other.mcs.map(u32::from));
-        differ("spatial streams", self.nss.map(u32::from), other.nss.map(u32::from));
-        differ("width MHz", self.bw_mhz.map(u32::from), other.bw_mhz.map(u32::from));
-        if let (Some(a), Some(b)) = (self.ip_len, other.ip_len) {
-            if (a as f64 - b as f64).abs() > 0.1 * a as f64 {
-                v.push(format!("{b}-byte packets (trained on {a})"));
-            }
-        }
-        v
-    }
-}
-
-/// One pass over each capture (the flow `load_rows` will read) for [`SeenWlan`]; feature tables
-/// say nothing and are skipped.
-pub(crate) fn seen_wlan(files: &[Input], flow: &FlowArgs) -> Result<SeenWlan> {
+/// What captures say of the WLAN they were sent over, from one pass over each (the flow
+/// `load_rows` will read): the most common IP length, and the most common VHT MCS / streams /
+/// width of the radiotap headers (sniffer captures only). Feature tables say nothing and are
+/// skipped.
+pub(crate) fn seen_wlan(files: &[Input], flow: &FlowArgs) -> Result<WlanSettings> {
     use aggrate::pipeline::{pick_flow, read_records};
     use aggrate::progress::NoProgress;
     use std::collections::HashMap;
@@ -246,10 +194,10 @@ pub(crate) fn seen_wlan(files: &[Input], flow: &FlowArgs) -> Result<SeenWlan> {
             .map(|(k, _)| k)
     }
     let v = mode(vht);
-    Ok(SeenWlan {
+    Ok(WlanSettings {
         ip_len: mode(ip),
         mcs: v.map(|v| v.0),
         nss: v.map(|v| v.1),
-        bw_mhz: v.and_then(|v| v.2),
+        bw_mhz: v.and_then(|v| v.2).map(u32::from),
     })
 }

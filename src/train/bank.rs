@@ -44,55 +44,6 @@ pub const DEFAULT_K: usize = 20;
 /// 3 the bank's threshold cost more than it gave.
 pub const DEFAULT_MAX_DISTANCE: f64 = 3.0;
 
-/// The receiver's WLAN, for the bank to be emulated at in place of its manifest's `[base]`
-/// (`None`: the manifest's). The gaps inside and between A-MPDUs are the WLAN's airtimes, so a
-/// bank at another MCS or packet size times packets unlike the receiver (models/README.md,
-/// "Another WLAN": 8 → 11 of 11 receivers pass).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct BankWlan {
-    /// VHT MCS of the access point's frames to the receiver.
-    pub mcs: Option<u8>,
-    /// Spatial streams.
-    pub nss: Option<u8>,
-    /// Channel width (MHz).
-    pub bw_mhz: Option<u32>,
-    /// IP packet bytes of the receiver's flow.
-    pub ip_len: Option<u16>,
-}
-
-impl BankWlan {
-    /// Put it into `manifest`'s base (every station and flow), checked before any work: the
-    /// error names the field.
-    pub fn apply(&self, manifest: &mut DatasetManifest) -> Result<(), Error> {
-        let base = &mut manifest.base;
-        for st in &mut base.wlan.stations {
-            st.mcs = self.mcs.unwrap_or(st.mcs);
-            st.nss = self.nss.unwrap_or(st.nss);
-            st.bw_mhz = self.bw_mhz.unwrap_or(st.bw_mhz);
-        }
-        for f in &mut base.flows {
-            f.ip_len = self.ip_len.unwrap_or(f.ip_len);
-        }
-        base.clone().check()?;
-        Ok(())
-    }
-
-    /// The WLAN `manifest`'s bank is emulated at, in words.
-    pub fn describe(manifest: &DatasetManifest) -> String {
-        let ip = manifest.base.flows.first().map_or(0, |f| f.ip_len);
-        match manifest.base.wlan.stations.first() {
-            Some(s) => format!(
-                "{} MCS {}, {} SS, {} MHz, {ip}-byte packets",
-                if s.vht { "VHT" } else { "HT" },
-                s.mcs,
-                s.nss,
-                s.bw_mhz
-            ),
-            None => format!("{ip}-byte packets"),
-        }
-    }
-}
-
 /// How the bank stands in for a receiver: how many runs, and how alike they must be.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Likeness {
@@ -101,6 +52,14 @@ pub struct Likeness {
     /// A capture whose nearest bank run is farther than this keeps the model's own threshold
     /// (`f64::INFINITY`: always calibrate).
     pub max_distance: f64,
+}
+
+impl Likeness {
+    /// Whether a capture whose nearest bank run lies `distance` away is near enough for the bank
+    /// to set its threshold (NaN, no neighbour at all, never is).
+    pub fn admits(&self, distance: f64) -> bool {
+        distance <= self.max_distance
+    }
 }
 
 impl Default for Likeness {
@@ -347,27 +306,15 @@ fn emulate(
     threads: usize,
     done: &mut dyn FnMut(usize, Dataset),
 ) {
-    let threads = threads.clamp(1, idx.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Dataset)>();
-    std::thread::scope(|sc| {
-        for _ in 0..threads {
-            let tx = tx.clone();
-            let next = &next;
-            sc.spawn(move || loop {
-                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&i) = idx.get(k) else { break };
-                let (_, rate, scn) = &jobs[i];
-                if tx.send((i, emulate_rows(scn, *rate, spec))).is_err() {
-                    break;
-                }
-            });
-        }
-        drop(tx);
-        for (i, rows) in rx {
-            done(i, rows);
-        }
-    });
+    crate::parallel::for_each(
+        idx.len(),
+        threads,
+        |k| {
+            let (_, rate, scn) = &jobs[idx[k]];
+            emulate_rows(scn, *rate, spec)
+        },
+        |k, rows| done(idx[k], rows),
+    );
 }
 
 /// Labelled rows of one emulated run's first station, as a capture of it would give: a row per
@@ -468,51 +415,26 @@ pub fn self_calibrate(
     {
         let distance = nearest.first().map_or(f64::NAN, |n| n.1);
         let load = li.map(|li| median_load(run.clone().map(|i| target.row(i)[li]).collect()));
-        // NaN (no neighbour) is never "near".
-        let near = distance <= like.max_distance;
-        let too_far = !near;
-        let neighbours = nearest.iter().map(|&(b, _)| bank.runs[b].receiver.clone()).collect();
-        if too_far {
-            if let Some(x) = load.filter(|x| x.is_finite()) {
-                knots.push([x, 0.0]);
-            }
-            runs.push(SelfRun {
-                rate_mbps: rate,
-                bank_rate_mbps: bank_rate,
-                neighbours,
-                distance,
-                threshold: 0.0,
-                too_far,
-                load,
-            });
-            continue;
-        }
-        let (mut dec, mut y) = (Vec::new(), Vec::new());
-        for &(b, _) in &nearest {
-            if bank.runs[b].rows.is_empty() {
-                return Err(Error::NoRows(bank.runs[b].receiver.clone(), bank.runs[b].rate_mbps));
-            }
-            for i in bank.runs[b].rows.clone() {
-                let d = model.decision(bank.data.row(i));
-                if d.is_nan() {
-                    return Err(Error::NotANumber(i));
-                }
-                dec.push(d);
-                y.push(bank.data.y[i]);
-            }
-        }
-        let (t, _) = best_threshold(&dec, &y).ok_or(Error::NoStarts(rate))?;
+        let too_far = !like.admits(distance);
+        // Too far: the model's own threshold (0) at this load, and nothing in the pool.
+        let threshold = if too_far {
+            0.0
+        } else {
+            let (dec, y) = bank.decisions(&model, &nearest)?;
+            let (t, _) = best_threshold(&dec, &y).ok_or(Error::NoStarts(rate))?;
+            pooled.0.extend(dec);
+            pooled.1.extend(y);
+            t
+        };
         if let Some(x) = load.filter(|x| x.is_finite()) {
-            knots.push([x, t]);
+            knots.push([x, threshold]);
         }
-        pooled.0.extend(dec);
-        pooled.1.extend(y);
         runs.push(SelfRun {
             rate_mbps: rate,
             bank_rate_mbps: bank_rate,
-            neighbours,
+            neighbours: nearest.iter().map(|&(b, _)| bank.runs[b].receiver.clone()).collect(),
             distance,
-            threshold: t,
+            threshold,
             too_far,
             load,
         });
@@ -600,6 +522,26 @@ impl Bank {
         self.runs[r].rows = start..self.data.len();
     }
 
+    /// `model`'s decisions on the rows of the bank runs `nearest`, and their labels.
+    fn decisions(&self, model: &EstimatorModel, nearest: &[(usize, f64)]) -> Result<(Vec<f64>, Vec<bool>), Error> {
+        let (mut dec, mut y) = (Vec::new(), Vec::new());
+        for &(b, _) in nearest {
+            let run = &self.runs[b];
+            if run.rows.is_empty() {
+                return Err(Error::NoRows(run.receiver.clone(), run.rate_mbps));
+            }
+            for i in run.rows.clone() {
+                let d = model.decision(self.data.row(i));
+                if d.is_nan() {
+                    return Err(Error::NotANumber(i));
+                }
+                dec.push(d);
+                y.push(self.data.y[i]);
+            }
+        }
+        Ok((dec, y))
+    }
+
     /// For each run of `target` (at its rows' rate tag), the `k` bank runs nearest it.
     fn matches(&self, target: &Dataset, k: usize) -> Result<Vec<Match>, Error> {
         let all: Vec<usize> = (0..target.len()).collect();
@@ -630,7 +572,7 @@ impl Bank {
         let mut v: Vec<usize> = self
             .matches(target, like.k)?
             .into_iter()
-            .filter(|m| m.nearest.first().is_some_and(|n| n.1 <= like.max_distance))
+            .filter(|m| m.nearest.first().is_some_and(|n| like.admits(n.1)))
             .flat_map(|m| m.nearest.into_iter().map(|(b, _)| b))
             .collect();
         v.sort_unstable();

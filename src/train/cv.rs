@@ -440,37 +440,35 @@ pub fn receiver_cv(
     }
     // Rows of test receivers: out of every training set.
     let test_rows: Vec<usize> = (0..n).filter(|&i| recv_of_row(i).is_some_and(is_test)).collect();
-    // The test receivers share one model and threshold (fitted once, on first use).
-    let mut for_tests: Option<(EstimatorModel, EstimatorModel)> = None;
     // The m = 1 threshold works on feature 0: the newest gap (µs, or its log in a context row;
     // the log is monotone, so the threshold is the same rule).
     let warm = match fit {
         Fitter::Logistic(p) => Some(LogisticCv::new(data, &p)?),
         _ => None,
     };
+    // The model and m = 1 threshold fitted without the rows `out`.
+    let fit_without = |out: &[usize]| -> Result<(EstimatorModel, EstimatorModel), CvError> {
+        let train = RowSet::from_indices(out).complement(n);
+        let model = match &warm {
+            Some(cv) => EstimatorModel::Logistic(cv.without(out)?),
+            None => fit.fit(data, &train)?,
+        };
+        Ok((model, Fitter::Threshold.fit(data, &train)?))
+    };
+    // The test receivers share one model and threshold: every other receiver's rows.
+    let for_tests = if test_rows.is_empty() {
+        None
+    } else {
+        Some(fit_without(&test_rows)?)
+    };
     progress.start("leaving one receiver out", present.len() as u64);
     let mut out = Vec::new();
     for &r in &present {
         let test: Vec<usize> = (0..n).filter(|&i| recv_of_row(i) == Some(r)).collect();
-        let fit_without = |out: &[usize]| -> Result<(EstimatorModel, EstimatorModel), CvError> {
-            let train = RowSet::from_indices(out).complement(n);
-            let model = match &warm {
-                Some(cv) => EstimatorModel::Logistic(cv.without(out)?),
-                None => fit.fit(data, &train)?,
-            };
-            Ok((model, Fitter::Threshold.fit(data, &train)?))
-        };
-        let (model, thr) = if is_test(r) {
-            if for_tests.is_none() {
-                for_tests = Some(fit_without(&test_rows)?);
-            }
-            for_tests.clone().expect("just fitted")
-        } else if test_rows.is_empty() {
-            fit_without(&test)?
-        } else {
-            let mut out = test.clone();
-            out.extend_from_slice(&test_rows);
-            fit_without(&out)?
+        let (model, thr) = match &for_tests {
+            Some(fitted) if is_test(r) => fitted.clone(),
+            // Held out with every test receiver.
+            _ => fit_without(&[&test[..], &test_rows[..]].concat())?,
         };
         let mut held = PerRate::new();
         score(data, &test, &model, n_max, &mut held);
@@ -707,36 +705,20 @@ pub fn svr_stage(
     }
     let folds = contiguous_folds(&rows.group, kf)?;
     progress.start("SVR grid search", grid.len() as u64);
-    // Grid points spread over the cores; results come back over a channel so that progress is
-    // reported from this thread, and are put back in grid order.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    // Grid points spread over the cores; results come back to this thread for the progress
+    // bar and are put back in grid order. A worker that panicked leaves its points empty (an
+    // error below) instead of taking the process down with it.
+    let threads = crate::parallel::all_cores().clamp(1, 8);
     let mut results: Vec<Option<Result<Vec<f64>, Error>>> = (0..grid.len()).map(|_| None).collect();
-    std::thread::scope(|sc| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (rows, folds, tx) = (&rows, &folds, tx.clone());
-                sc.spawn(move || {
-                    for g in (t..grid.len()).step_by(threads) {
-                        let r = cv_predict_svr(&rows.x, rows.d, &rows.target, folds, &grid[g]);
-                        if tx.send((g, r)).is_err() {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect();
-        drop(tx);
-        for (g, r) in rx {
+    crate::parallel::for_each(
+        grid.len(),
+        threads,
+        |g| cv_predict_svr(&rows.x, rows.d, &rows.target, &folds, &grid[g]),
+        |g, r| {
             results[g] = Some(r);
             progress.inc();
-        }
-        // Joined here, a worker that panicked leaves its points empty (an error below) instead
-        // of taking the process down with it.
-        for w in workers {
-            let _ = w.join();
-        }
-    });
+        },
+    );
     progress.finish();
     let rmse = |pred: &[f64]| AggMetrics::from_values(&rows.target, pred).rmse();
     let mut points = Vec::new();

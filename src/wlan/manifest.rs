@@ -337,3 +337,91 @@ impl DatasetManifest {
         Ok(out)
     }
 }
+
+/// The WLAN a flow is sent over, as far as it is known (`None`: not known or not set): what a
+/// model was trained on (`metrics.training_wlan`), what captures show, and what a calibration
+/// bank is emulated at in place of its manifest's `[base]`. The gaps inside and between
+/// A-MPDUs are the WLAN's airtimes, so these numbers decide whether two receivers' timings can
+/// be compared (models/README.md, "Another WLAN").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WlanSettings {
+    /// IP packet bytes of the flow.
+    pub ip_len: Option<u16>,
+    /// VHT MCS of the access point's frames.
+    pub mcs: Option<u8>,
+    /// Spatial streams.
+    pub nss: Option<u8>,
+    /// Channel width (MHz).
+    pub bw_mhz: Option<u32>,
+}
+
+impl WlanSettings {
+    /// The WLAN of `manifest`'s base: its first station and flow.
+    pub fn of(manifest: &DatasetManifest) -> WlanSettings {
+        let st = manifest.base.wlan.stations.first();
+        WlanSettings {
+            ip_len: manifest.base.flows.first().map(|f| f.ip_len),
+            mcs: st.map(|s| s.mcs),
+            nss: st.map(|s| s.nss),
+            bw_mhz: st.map(|s| s.bw_mhz),
+        }
+    }
+
+    /// Nothing known.
+    pub fn is_empty(&self) -> bool {
+        *self == WlanSettings::default()
+    }
+
+    /// Put what is set into `manifest`'s base (every station and flow), checked before any work:
+    /// the error names the field.
+    pub fn apply(&self, manifest: &mut DatasetManifest) -> Result<(), ConfigError> {
+        let base = &mut manifest.base;
+        for st in &mut base.wlan.stations {
+            st.mcs = self.mcs.unwrap_or(st.mcs);
+            st.nss = self.nss.unwrap_or(st.nss);
+            st.bw_mhz = self.bw_mhz.unwrap_or(st.bw_mhz);
+        }
+        for f in &mut base.flows {
+            f.ip_len = self.ip_len.unwrap_or(f.ip_len);
+        }
+        base.clone().check()?;
+        Ok(())
+    }
+
+    /// In words, what is known, e.g. `VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets`.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if let (Some(m), Some(n)) = (self.mcs, self.nss) {
+            v.push(format!("VHT MCS {m}, {n} SS"));
+        }
+        if let Some(b) = self.bw_mhz {
+            v.push(format!("{b} MHz"));
+        }
+        if let Some(l) = self.ip_len {
+            v.push(format!("{l}-byte packets"));
+        }
+        v.join(", ")
+    }
+
+    /// How `other` differs where both are known: MCS, streams or width, or a packet size more
+    /// than 10 % off (`self` is what a model was trained on).
+    pub fn unlike(&self, other: &WlanSettings) -> Vec<String> {
+        let mut v = Vec::new();
+        let mut differ = |what: &str, a: Option<u32>, b: Option<u32>| {
+            if let (Some(a), Some(b)) = (a, b) {
+                if a != b {
+                    v.push(format!("{what} {b} (trained on {a})"));
+                }
+            }
+        };
+        differ("MCS", self.mcs.map(u32::from), other.mcs.map(u32::from));
+        differ("spatial streams", self.nss.map(u32::from), other.nss.map(u32::from));
+        differ("width MHz", self.bw_mhz, other.bw_mhz);
+        if let (Some(a), Some(b)) = (self.ip_len, other.ip_len) {
+            if (a as f64 - b as f64).abs() > 0.1 * a as f64 {
+                v.push(format!("{b}-byte packets (trained on {a})"));
+            }
+        }
+        v
+    }
+}

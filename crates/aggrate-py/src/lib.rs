@@ -402,7 +402,7 @@ impl PyModel {
         };
         let mut manifest = parse_manifest(bank.unwrap_or(DEFAULT_BANK))
             .map_err(|e| PyValueError::new_err(format!("bank manifest: {e}")))?;
-        let wlan = aggrate::train::bank::BankWlan {
+        let wlan = aggrate::wlan::manifest::WlanSettings {
             mcs,
             nss,
             bw_mhz: bw,
@@ -432,7 +432,7 @@ impl PyModel {
         }
         let spec = self.file.spec;
         let model = &self.file.model;
-        let threads = std::thread::available_parallelism().map_or(1, |v| v.get());
+        let threads = aggrate::parallel::all_cores();
         let (model, cal) = py
             .detach(|| calibrate_without_labels(&data, model, &spec, &manifest, like, threads, &mut NoProgress))
             .map_err(|e| model_err(chain(&e)))?;
