@@ -303,9 +303,15 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     }
     if self_calibrated {
         let n = verdicts.iter().filter(|v| v.self_calibrated_pass == Some(true)).count();
+        let mut wlans: Vec<&str> = reports.iter().filter_map(|r| r.bank_wlan.as_deref()).collect();
+        wlans.dedup();
+        let at = match wlans[..] {
+            [w] => format!(" (the bank emulated at {w})"),
+            _ => String::new(),
+        };
         s.push_str(&format!(
             "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
-             whose packet timing is most like each of its captures (`aggrate calibrate --no-labels`), and \
+             whose packet timing is most like each of its captures{at} (`aggrate calibrate --no-labels`), and \
              scored on all its rows — the `self-calibrated` lines — **{n} of {} pass**.\n\n",
             verdicts.len()
         ));
@@ -327,8 +333,14 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     if self_calibrated {
         lines.push((3, "self-calibrated"));
     }
+    // Banks of more than one WLAN in this table: say on each self-calibrated line which one.
+    let mixed_banks = reports.windows(2).any(|w| w[0].bank_wlan != w[1].bank_wlan);
     for (r, v) in reports.iter().zip(&verdicts) {
         for &(k, label) in &lines {
+            let label = match (&r.bank_wlan, k == 3 && mixed_banks) {
+                (Some(w), true) => format!("{label} ({w})"),
+                _ => label.to_string(),
+            };
             s.push_str(&format!(
                 "| {} | {label} |",
                 if k == 0 { r.receiver.as_str() } else { "" }
@@ -693,16 +705,19 @@ mod receiver_tests {
         let reps = vec![
             ReceiverReport {
                 test: false,
+                bank_wlan: None,
                 receiver: "good".into(),
                 per_rate: vec![rate(100.0, 0.995, 0.99), rate(600.0, 0.2, 0.9)],
             },
             ReceiverReport {
                 test: false,
+                bank_wlan: None,
                 receiver: "lossy".into(),
                 per_rate: vec![rate(100.0, 0.95, 0.97)],
             },
             ReceiverReport {
                 test: false,
+                bank_wlan: None,
                 receiver: "low".into(),
                 per_rate: vec![rate(400.0, 0.975, 0.99), rate(500.0, 0.96, 0.965)],
             },
@@ -757,6 +772,21 @@ mod receiver_tests {
             .nth(4)
             .unwrap()
             .ends_with(",0.99,0.985,2.5"));
+        // The bank's WLAN: in the paragraph when one for the table, on each line when several.
+        for r in &mut reps {
+            r.bank_wlan = Some("MCS 9".into());
+        }
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("captures (the bank emulated at MCS 9) (`aggrate"), "{md}");
+        assert!(md.contains("|  | self-calibrated | – |"), "{md}");
+        reps[2].bank_wlan = Some("MCS 7".into());
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(!md.contains("the bank emulated at"), "{md}");
+        assert!(
+            md.contains("|  | self-calibrated (MCS 7) | – | 0.985 / 0.990 |"),
+            "{md}"
+        );
+        assert!(md.contains("|  | self-calibrated (MCS 9) | – |"), "{md}");
     }
 }
 

@@ -34,6 +34,26 @@ stations = [{ vht = true, mcs = 9, nss = 2, bw_mhz = 80, short_gi = true }]
 arrival = { kind = "cbr" }
 "#;
 
+/// The phone preset on another WLAN (MCS 7, 1000-byte packets), named apart from `MANIFEST`'s
+/// receivers.
+const OTHER_WLAN: &str = r#"
+name = "other"
+seed = 41
+packets = 3000
+train_rates_mbps = [200]
+
+[[receivers]]
+preset = "phone"
+name = "mcs7-phone"
+
+[base.wlan]
+stations = [{ vht = true, mcs = 7, nss = 2, bw_mhz = 80, short_gi = true }]
+
+[[base.flows]]
+arrival = { kind = "cbr" }
+ip_len = 1000
+"#;
+
 /// A receive path in none of the training draws: per-MPDU hand-off released at 120 µs timer
 /// ticks.
 const UNSEEN_RECEIVER: &str = r#"stages = [
@@ -244,6 +264,36 @@ fn train_holds_out_whole_receivers() {
     assert!(m.training.captures.iter().all(|c| !c.contains("usb")));
     let md = std::fs::read_to_string(dir.path().join("tout/threshold_m1.test.receivers.md")).unwrap();
     assert!(md.contains("in no training set") && md.contains("| usb |"), "{md}");
+    // A test receiver on another WLAN (MCS 7, 1000-byte packets): its bank is emulated at the
+    // WLAN its captures show, the training receivers' at theirs, and the reports say which.
+    std::fs::write(dir.path().join("other.toml"), OTHER_WLAN).unwrap();
+    let o = aggrate(dir.path(), &["-q", "dataset", "build", "other.toml", "--out", "other"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let (ok, err) = with(&["other"], &self_cal);
+    assert!(ok, "{err}");
+    let (trained, tested) = (
+        read("threshold_m1.receivers.json"),
+        read("threshold_m1.test.receivers.json"),
+    );
+    assert_eq!(names(&tested), ["mcs7-phone"]);
+    let wlan = |v: &serde_json::Value| v["bank_wlan"].as_str().unwrap().to_string();
+    assert_eq!(
+        wlan(&tested["receivers"][0]),
+        "VHT MCS 7, 2 SS, 80 MHz, 1000-byte packets"
+    );
+    for r in trained["receivers"].as_array().unwrap() {
+        assert_eq!(wlan(r), "VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets", "{r}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("tout/threshold_m1.test.receivers.md")).unwrap();
+    assert!(
+        md.contains("(the bank emulated at VHT MCS 7, 2 SS, 80 MHz, 1000-byte packets)"),
+        "{md}"
+    );
+    let md = std::fs::read_to_string(dir.path().join("tout/threshold_m1.receivers.md")).unwrap();
+    assert!(
+        md.contains("(the bank emulated at VHT MCS 9, 2 SS, 80 MHz, 1500-byte packets)"),
+        "{md}"
+    );
     // A test receiver that is also trained on, and --test without --group-by receiver: refused.
     let (ok, err) = with(&[others[0]], &["--group-by", "receiver"]);
     assert!(!ok && err.contains("receiver phone is in the training data"), "{err}");

@@ -70,7 +70,7 @@ impl BankArgs {
 }
 
 /// The bank's manifest (`--bank`, or the embedded one) and a name for messages.
-fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
+pub(crate) fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
     if a.neighbours == 0 {
         bail!("--neighbours 0: at least one bank receiver must set each threshold");
     }
@@ -220,6 +220,19 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
 /// stderr: the bank is emulated at the receiver's WLAN. MCS, streams and width come together
 /// from radiotap, or not at all.
 fn with_seen_wlan(ui: &Ui, flags: &BankArgs, seen: WlanSettings) -> BankArgs {
+    let (a, said) = bank_wlan(flags, seen);
+    if !said.is_empty() {
+        ui.info(format!(
+            "bank WLAN from the inputs: {} (else give --mcs / --nss / --bw / --ip-len)",
+            said.join("; ")
+        ));
+    }
+    a
+}
+
+/// [`with_seen_wlan`] without a word: the flags with what the inputs show, and what was taken
+/// from them, in words.
+pub(crate) fn bank_wlan(flags: &BankArgs, seen: WlanSettings) -> (BankArgs, Vec<String>) {
     let mut a = flags.clone();
     let mut said = Vec::new();
     if let Some(l) = seen.ip_len.filter(|l| a.ip_len.is_none() && (64..=9000).contains(l)) {
@@ -231,13 +244,7 @@ fn with_seen_wlan(ui: &Ui, flags: &BankArgs, seen: WlanSettings) -> BankArgs {
         let only_radio = WlanSettings { ip_len: None, ..seen };
         said.push(format!("{} (the radiotap headers)", only_radio.describe()));
     }
-    if !said.is_empty() {
-        ui.info(format!(
-            "bank WLAN from the inputs: {} (else give --mcs / --nss / --bw / --ip-len)",
-            said.join("; ")
-        ));
-    }
-    a
+    (a, said)
 }
 
 /// Each input's send rate into its rows: `rates` (one for all, or one per input), else its

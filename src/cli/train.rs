@@ -11,6 +11,7 @@ use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::report::mean_std;
 use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, SvrStage};
 use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
+use aggrate::wlan::manifest::WlanSettings;
 
 use super::progress::{Bars, Ui};
 pub(crate) use super::rows::{inputs, load_rows, Input};
@@ -73,7 +74,9 @@ pub(crate) struct TrainArgs {
     pub(crate) calibrate: Option<f64>,
     /// With --group-by receiver: also calibrate each held-out model *without* that receiver's
     /// labels, on the emulated receivers that time packets most like it (`aggrate calibrate
-    /// --no-labels`), and score it on all its rows.
+    /// --no-labels`), and score it on all its rows. The bank is emulated at each receiver's
+    /// WLAN as its captures show it (one bank per WLAN; the --mcs/--nss/--bw/--ip-len flags
+    /// override it for all).
     #[arg(long)]
     pub(crate) self_calibrate: bool,
     /// With --group-by receiver: test receivers, in no training set at all (dataset folders or
@@ -419,23 +422,18 @@ fn receiver_run(
         }
     }
     ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
-    let bank = if a.self_calibrate {
-        let mut rates: Vec<f64> = data
-            .rate_mbps
-            .iter()
-            .map(|&r| r as f64)
-            .filter(|r| r.is_finite())
-            .collect();
-        rates.sort_unstable_by(f64::total_cmp);
-        rates.dedup();
-        Some(super::calibrate::load_bank(ui, &a.bank, &rates, spec)?)
+    let banks = if a.self_calibrate {
+        Some(receiver_banks(ui, a, spec, files, &receiver_of_group, &names, data)?)
     } else {
         None
     };
     let calibrations = aggrate::train::cv::HeldOutCalibrations {
         spec,
         share: a.calibrate,
-        bank: bank.as_ref().map(|b| (b, a.bank.likeness())),
+        bank: banks.as_ref().map(|(banks, of)| aggrate::train::cv::ReceiverBanks {
+            of_receiver: of.iter().map(|&b| (&banks[b].0, banks[b].1.describe())).collect(),
+            like: a.bank.likeness(),
+        }),
     };
     let reports = receiver_cv(
         data,
@@ -544,6 +542,76 @@ fn receiver_run(
         list(&written)
     ));
     Ok(Exit::Ok)
+}
+
+/// A self-calibration bank and the WLAN it was emulated at.
+type WlanBank = (aggrate::train::bank::Bank, WlanSettings);
+
+/// `--self-calibrate`: the banks to calibrate on, one per WLAN the receivers' captures show
+/// (the flags first, then each receiver's flow's packet size and radiotap VHT settings, as
+/// `calibrate --no-labels` reads them), each emulated at the send rates of its receivers' rows;
+/// and per receiver (by index), its bank's index.
+fn receiver_banks(
+    ui: &Ui,
+    a: &TrainArgs,
+    spec: &FeatureSpec,
+    files: &[Input],
+    receiver_of_group: &[u32],
+    names: &[String],
+    data: &Dataset,
+) -> Result<(Vec<WlanBank>, Vec<usize>)> {
+    use super::calibrate::{bank_manifest, bank_wlan, load_bank, BankArgs};
+    // Distinct WLANs in first-seen order: the flags that emulate each and its receivers.
+    let mut wlans: Vec<(WlanSettings, BankArgs, Vec<&str>)> = Vec::new();
+    let mut of = Vec::with_capacity(names.len());
+    for (r, name) in names.iter().enumerate() {
+        let mine: Vec<Input> = files
+            .iter()
+            .zip(receiver_of_group)
+            .filter(|(_, &g)| g as usize == r)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let (args, _) = bank_wlan(&a.bank, super::rows::seen_wlan(&mine, &a.flow)?);
+        let (manifest, _) = bank_manifest(&args).with_context(|| format!("the bank for receiver {name}'s WLAN"))?;
+        let wlan = WlanSettings::of(&manifest);
+        let i = match wlans.iter().position(|(w, _, _)| *w == wlan) {
+            Some(i) => i,
+            None => {
+                wlans.push((wlan, args, Vec::new()));
+                wlans.len() - 1
+            }
+        };
+        wlans[i].2.push(name);
+        of.push(i);
+    }
+    // Each bank's rates: those of its receivers' rows.
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); wlans.len()];
+    for (&g, &rate) in data.group.iter().zip(&data.rate_mbps) {
+        let bank = receiver_of_group.get(g as usize).map(|&r| of[r as usize]);
+        if let (Some(b), true) = (bank, rate.is_finite()) {
+            rates[b].push(rate as f64);
+        }
+    }
+    for r in &mut rates {
+        r.sort_unstable_by(f64::total_cmp);
+        r.dedup();
+    }
+    if wlans.len() > 1 {
+        for (w, _, rs) in &wlans {
+            ui.info(format!(
+                "self-calibration bank at {} for {} receivers: {}",
+                w.describe(),
+                rs.len(),
+                rs.join(", ")
+            ));
+        }
+    }
+    let banks = wlans
+        .into_iter()
+        .zip(&rates)
+        .map(|((w, args, _), rates)| Ok((load_bank(ui, &args, rates, spec)?, w)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((banks, of))
 }
 
 /// The (C, γ, ε) grid from the flags, each point checked.

@@ -354,16 +354,28 @@ pub struct ReceiverRate {
 }
 
 /// Calibrations of each held-out model that [`receiver_cv`] scores besides the model itself.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct HeldOutCalibrations<'a> {
     /// The rows' feature layout.
     pub spec: &'a FeatureSpec,
     /// Calibrate on the first share of each of the receiver's captures, with its labels
     /// ([`ReceiverRate::calibrated`]).
     pub share: Option<f64>,
-    /// Calibrate on this bank's receivers nearest each capture, without the receiver's
+    /// Calibrate on the bank's receivers nearest each capture, without the receiver's
     /// labels ([`ReceiverRate::self_calibrated`]).
-    pub bank: Option<(&'a super::bank::Bank, super::bank::Likeness)>,
+    pub bank: Option<ReceiverBanks<'a>>,
+}
+
+/// The banks label-free calibration uses in [`receiver_cv`]: one per receiver (by index; a
+/// receiver past the end is not self-calibrated), emulated at that receiver's WLAN, with the
+/// WLAN in words for the report ([`ReceiverReport::bank_wlan`]). Receivers of one WLAN share a
+/// bank.
+#[derive(Clone, Debug)]
+pub struct ReceiverBanks<'a> {
+    /// Per receiver: its bank and the bank's WLAN.
+    pub of_receiver: Vec<(&'a super::bank::Bank, String)>,
+    /// How near a bank receiver must be.
+    pub like: super::bank::Likeness,
 }
 
 impl ReceiverRate {
@@ -382,6 +394,9 @@ pub struct ReceiverReport {
     /// receiver that is not one (`train --test`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub test: bool,
+    /// The WLAN the bank it was self-calibrated on was emulated at (with self-calibration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bank_wlan: Option<String>,
     /// Per send rate.
     pub per_rate: Vec<ReceiverRate>,
 }
@@ -484,8 +499,13 @@ pub fn receiver_cv(
             },
             None => None,
         };
-        let (self_calibrated, distances) = match calibrate.and_then(|c| c.bank.map(|b| (c.spec, b))) {
-            Some((spec, (bank, like))) => {
+        let bank = calibrate.and_then(|c| {
+            let b = c.bank.as_ref()?;
+            let (bank, wlan) = b.of_receiver.get(r as usize)?;
+            Some((c.spec, *bank, wlan, b.like))
+        });
+        let (self_calibrated, distances) = match bank {
+            Some((spec, bank, _, like)) => {
                 let (m, c) = super::bank::self_calibrate(&sub, &model, spec, bank, like)?;
                 let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
                 (Some(evaluate(&sub, &m, spec).rates), d)
@@ -535,6 +555,7 @@ pub fn receiver_cv(
         out.push(ReceiverReport {
             receiver: names[r as usize].clone(),
             test: is_test(r),
+            bank_wlan: bank.map(|(_, _, w, _)| w.clone()),
             per_rate,
         });
         progress.inc();
