@@ -1006,3 +1006,73 @@ fn eval_warns_when_the_captures_wlan_is_not_the_models() {
     assert!(err.contains("these captures are MCS 5 (trained on 9)"), "{err}");
     assert_eq!(unlike, serde_json::json!(["MCS 5 (trained on 9)"]));
 }
+
+/// `train --like`: tailored to one receiver without its labels. With that receiver's own
+/// captures as the target, it is the nearest training receiver (distance 0); its rows are all
+/// kept and the others' thinned to one in --like-weight; the model file says what was chosen.
+#[test]
+fn train_like_weights_the_receivers_that_time_packets_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let mut usb: Vec<String> = std::fs::read_dir(dir.path().join("rx"))
+        .unwrap()
+        .map(|e| format!("rx/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|f| f.contains("_usb_") && f.ends_with(".pcapng"))
+        .collect();
+    usb.sort();
+    assert_eq!(usb.len(), 2);
+    let train = |out: &str, data: &[&str], extra: &[&str]| {
+        let mut args = vec![
+            "-q",
+            "train",
+            "--model",
+            "logistic",
+            "--m",
+            "5",
+            "--folds",
+            "2",
+            "-o",
+            out,
+            "--dataset",
+        ];
+        args.extend_from_slice(data);
+        args.extend_from_slice(extra);
+        let o = aggrate(dir.path(), &args);
+        (o.status.success(), text(&o).1)
+    };
+    let rows = |out: &str| {
+        aggrate::model::ModelFile::load(&dir.path().join(out).join("logistic_m5_sigma.json"))
+            .unwrap()
+            .training
+            .rows
+    };
+    let usb_refs: Vec<&str> = usb.iter().map(String::as_str).collect();
+    assert!(train("all", &["rx"], &[]).0);
+    assert!(train("usb", &usb_refs, &[]).0);
+    let mut like = vec!["--like-receivers", "1", "--like-weight", "4", "--like"];
+    like.extend_from_slice(&usb_refs);
+    let (ok, err) = train("like", &["rx"], &like);
+    assert!(ok, "{err}");
+    let m = aggrate::model::ModelFile::load(&dir.path().join("like/logistic_m5_sigma.json")).unwrap();
+    let chosen = &m.metrics["like"];
+    assert_eq!(chosen["receivers"].as_array().unwrap().len(), 1, "{chosen}");
+    assert_eq!(chosen["receivers"][0]["receiver"], "usb", "{chosen}");
+    assert!(
+        chosen["receivers"][0]["distance"].as_f64().unwrap().abs() < 1e-9,
+        "{chosen}"
+    );
+    assert_eq!(chosen["weight"], 4);
+    // usb's rows whole, one in four of each of the 6 other captures' (from its first).
+    let (all, own) = (rows("all"), rows("usb"));
+    let others = all - own;
+    let kept = rows("like") - own;
+    assert!((others / 4..=others / 4 + 6).contains(&kept), "{kept} of {others}");
+    // Refused before any work: with --group-by receiver, and a zero weight.
+    let (ok, err) = train("x", &["rx"], &[&["--group-by", "receiver"][..], &like[..]].concat());
+    assert!(
+        !ok && err.contains("--like") && err.contains("--group-by receiver"),
+        "{err}"
+    );
+    let (ok, err) = train("x", &["rx"], &[&like[..], &["--like-weight", "0"]].concat());
+    assert!(!ok && err.contains("--like-weight"), "{err}");
+}

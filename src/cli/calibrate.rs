@@ -250,7 +250,13 @@ pub(crate) fn bank_wlan(flags: &BankArgs, seen: WlanSettings) -> (BankArgs, Vec<
 /// Each input's send rate into its rows: `rates` (one for all, or one per input), else its
 /// name's tag, else its packet rate at `bytes` per packet (said on stderr). A capture too short
 /// to summarise is refused here, naming it.
-fn set_rates(ui: &Ui, rates: &[f64], files: &[Input], data: &mut aggrate::dataset::Dataset, bytes: u16) -> Result<()> {
+pub(crate) fn set_rates(
+    ui: &Ui,
+    rates: &[f64],
+    files: &[Input],
+    data: &mut aggrate::dataset::Dataset,
+    bytes: u16,
+) -> Result<()> {
     let all: Vec<usize> = (0..data.len()).collect();
     for run in data.runs(&all) {
         let g = data.group[run.start] as usize;

@@ -85,6 +85,19 @@ pub(crate) struct TrainArgs {
     /// CV, in a table of their own (`<model>.test.receivers.*`).
     #[arg(long, num_args = 1.., value_name = "DATASET")]
     pub(crate) test: Vec<PathBuf>,
+    /// Tailor the model to one receiver without its labels: captures of that receiver (its own
+    /// captures, or dataset folders; a few seconds at each rate it will see, rate in the name
+    /// `_<rate>mbps` or taken from the packet rate). The training receivers whose captures time
+    /// packets most like these (--like-receivers of them) weigh --like-weight times as much as
+    /// the others, whose rows are thinned to one in --like-weight.
+    #[arg(long, num_args = 1.., value_name = "CAPTURE")]
+    pub(crate) like: Vec<PathBuf>,
+    /// With --like: how many of the nearest training receivers weigh more.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) like_receivers: usize,
+    /// With --like: how much more (the other receivers keep one row in this many).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) like_weight: usize,
     #[command(flatten)]
     pub(crate) bank: super::calibrate::BankArgs,
     /// Estimator.
@@ -225,6 +238,14 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if a.self_calibrate && a.group_by != GroupBy::Receiver {
         bail!("--self-calibrate scores held-out receivers: it needs --group-by receiver");
     }
+    if !a.like.is_empty() && (a.group_by == GroupBy::Receiver || a.model == ModelKind::Svr) {
+        bail!(
+            "--like tailors one per-packet model to one receiver: not with --group-by receiver, nor for the slot SVR"
+        );
+    }
+    if !a.like.is_empty() && (a.like_receivers == 0 || a.like_weight == 0) {
+        bail!("--like-receivers and --like-weight are at least 1");
+    }
     if !a.test.is_empty() && a.group_by != GroupBy::Receiver {
         bail!("--test scores receivers never trained on, beside the held-out ones: it needs --group-by receiver");
     }
@@ -281,6 +302,12 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         data.len(),
         data.y.iter().filter(|y| **y).count()
     ));
+    let (data, like) = if a.like.is_empty() {
+        (data, None)
+    } else {
+        let (d, l) = like_selection(ui, &a, &spec, &files, data)?;
+        (d, Some(l))
+    };
     let how = match a.model {
         ModelKind::Logistic | ModelKind::Svr => Fitter::Logistic(params),
         ModelKind::Svm => Fitter::Svm(svm),
@@ -345,6 +372,9 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     );
     file.metrics =
         serde_json::json!({ "cv_folds": a.folds, "f1_mean": f1_mean, "f1_std": f1_std, "accuracy_mean": acc_mean });
+    if let Some(l) = like {
+        file.metrics["like"] = l;
+    }
     note_training_wlan(&mut file, &files, &a.flow)?;
     if let Some(st) = &slot_stage {
         file.metrics["slot_rmse"] = st.svr_rmse.into();
@@ -542,6 +572,74 @@ fn receiver_run(
         list(&written)
     ));
     Ok(Exit::Ok)
+}
+
+/// `--like`: the training rows weighted towards the receivers that time packets most like the
+/// `--like` captures (label-free: [`aggrate::train::bank::rank_receivers`]) — every row of the
+/// `--like-receivers` nearest, one in `--like-weight` of the others' — and what was chosen, for
+/// the model file (`metrics.like`).
+fn like_selection(
+    ui: &Ui,
+    a: &TrainArgs,
+    spec: &FeatureSpec,
+    files: &[Input],
+    data: Dataset,
+) -> Result<(Dataset, serde_json::Value)> {
+    use aggrate::train::bank::{rank_receivers, Bank};
+    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
+    let (names, receiver_of_group) = aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
+        anyhow::anyhow!(
+            "{}: which receiver? --like weights training receivers: give a dataset folder whose manifest.json \
+             names each run's receiver, or captures written by aggrate simulate/dataset build",
+            files[i].path.display()
+        )
+    })?;
+    let mut mine = inputs(&a.like, false, &[])?;
+    mine.iter_mut().for_each(|f| f.truth_optional = true);
+    let mut target = load_rows(ui, &mine, spec, &a.flow).context("--like")?;
+    let bytes = super::rows::seen_wlan(&mine, &a.flow)?.ip_len.unwrap_or(1500);
+    super::calibrate::set_rates(ui, &[], &mine, &mut target, bytes)?;
+    let bank = Bank::of_captures(&data, &receiver_of_group, &names);
+    let ranked = rank_receivers(&bank, &target).context("--like: ranking the training receivers")?;
+    let near: Vec<&(String, f64)> = ranked.iter().take(a.like_receivers).collect();
+    let is_near: Vec<bool> = names.iter().map(|n| near.iter().any(|(m, _)| m == n)).collect();
+    let w = a.like_weight;
+    // Every row of a near receiver; one in `w` of each other capture's, from its first.
+    let mut keep = Vec::new();
+    let mut since = 0usize;
+    let mut group = u32::MAX;
+    for i in 0..data.len() {
+        if data.group[i] != group {
+            group = data.group[i];
+            since = 0;
+        }
+        let near = receiver_of_group
+            .get(group as usize)
+            .is_some_and(|&r| is_near[r as usize]);
+        if near || since.is_multiple_of(w) {
+            keep.push(i);
+        }
+        since += 1;
+    }
+    ui.info(format!(
+        "--like: the {} training receivers nearest {} capture(s): {}; the other {}'s rows thinned to 1 in {w}: \
+         {} of {} rows",
+        near.len(),
+        mine.len(),
+        near.iter()
+            .map(|(n, d)| format!("{n} ({d:.2})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        names.len() - near.len(),
+        keep.len(),
+        data.len()
+    ));
+    let report = serde_json::json!({
+        "captures": mine.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
+        "receivers": near.iter().map(|(n, d)| serde_json::json!({"receiver": n, "distance": d})).collect::<Vec<_>>(),
+        "weight": w,
+    });
+    Ok((data.select(&keep), report))
 }
 
 /// A self-calibration bank and the WLAN it was emulated at.

@@ -472,6 +472,45 @@ pub fn self_calibrate(
     ))
 }
 
+/// The receivers of `bank` ranked by how alike they time packets to `target`'s captures,
+/// without labels: for each run of `target`, every receiver's nearest run at the bank rate
+/// nearest the run's ([`Bank::nearest`]: [`GapStats`] standardised by their spread there), and
+/// per receiver the mean of those distances over `target`'s runs — nearest first. A receiver
+/// missing at some run's rate is ranked by the runs it has, after every receiver seen at all of
+/// them. `train --like` weights its training receivers so.
+pub fn rank_receivers(bank: &Bank, target: &Dataset) -> Result<Vec<(String, f64)>, Error> {
+    let matches = bank.matches(target, bank.runs.len())?;
+    // Per receiver: (sum of distances, runs of target it was seen at).
+    let mut by: Vec<(String, f64, usize)> = Vec::new();
+    for m in &matches {
+        let mut seen: Vec<&str> = Vec::new();
+        // `nearest` is sorted: a receiver's first run is its nearest at this rate.
+        for &(b, d) in &m.nearest {
+            let name = bank.runs[b].receiver.as_str();
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            match by.iter_mut().find(|e| e.0 == name) {
+                Some(e) => {
+                    e.1 += d;
+                    e.2 += 1;
+                }
+                None => by.push((name.to_string(), d, 1)),
+            }
+        }
+    }
+    let runs = matches.len();
+    let mut out: Vec<(String, f64, usize)> = by.into_iter().map(|(n, s, c)| (n, s / c as f64, c)).collect();
+    out.sort_by(|a, b| {
+        b.2.min(runs)
+            .cmp(&a.2.min(runs))
+            .then(a.1.total_cmp(&b.1))
+            .then(a.0.cmp(&b.0))
+    });
+    Ok(out.into_iter().map(|(n, d, _)| (n, d)).collect())
+}
+
 /// The whole label-free calibration: [`summarise`] `manifest`'s bank at the rates of `target`'s
 /// runs, emulate with rows only the runs that will lend theirs ([`Bank::neighbours_of`],
 /// [`Bank::fill`]: memory for `k` runs per capture), and [`self_calibrate`].
@@ -540,6 +579,35 @@ impl Bank {
             }
         }
         Ok((dec, y))
+    }
+
+    /// A bank of labelled captures already read — no emulation, no rows kept: one run per run of
+    /// `data` (a capture at one rate), named by its receiver (`receiver_of_group[group]` into
+    /// `names`). Runs too short to summarise are left out. For [`rank_receivers`].
+    pub fn of_captures(data: &Dataset, receiver_of_group: &[u32], names: &[String]) -> Bank {
+        let all: Vec<usize> = (0..data.len()).collect();
+        let runs = data
+            .runs(&all)
+            .into_iter()
+            .filter_map(|run| {
+                let stats = GapStats::of(&data.host[run.clone()])?;
+                let name = receiver_of_group
+                    .get(data.group[run.start] as usize)
+                    .and_then(|&r| names.get(r as usize))?;
+                Some(BankRun {
+                    receiver: name.clone(),
+                    rate_mbps: data.rate_mbps[run.start] as f64,
+                    stats,
+                    rows: 0..0,
+                    job: 0,
+                })
+            })
+            .filter(|r| r.rate_mbps.is_finite())
+            .collect();
+        Bank {
+            runs,
+            ..Bank::default()
+        }
     }
 
     /// For each run of `target` (at its rows' rate tag), the `k` bank runs nearest it.
@@ -908,5 +976,52 @@ preset = "laptop"
         let (at, nn) = bank.nearest(120.0, &s, 5).unwrap();
         assert_eq!((at, nn.len()), (100.0, 1));
         assert!(Bank::default().nearest(100.0, &s, 1).is_none());
+    }
+
+    /// Captures as rows: one run per (gaps, group, rate), host times from `times`.
+    fn captures(runs: &[(Vec<u64>, u32, f32)]) -> Dataset {
+        let mut d = Dataset::new(1);
+        for (gaps, group, rate) in runs {
+            for t in times(gaps) {
+                d.push_at(t, &[0.0], false, *group, *rate, 1);
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn receivers_rank_by_how_alike_they_time_packets() {
+        let pattern = |a: u64, b: u64| -> Vec<u64> { (0..200).map(|i| if i % 4 == 0 { b } else { a }).collect() };
+        // Three receivers at 100 and 300 Mb/s (groups 0–5); "slow" has no 100 Mb/s capture.
+        let train = captures(&[
+            (pattern(5, 80), 0, 100.0),
+            (pattern(5, 80), 1, 300.0),
+            (pattern(20, 200), 2, 100.0),
+            (pattern(20, 200), 3, 300.0),
+            (pattern(40, 400), 4, 300.0),
+            (pattern(40, 400)[..10].to_vec(), 5, 300.0), // too short to summarise: left out
+        ]);
+        let names: Vec<String> = ["fast", "mid", "slow"].map(String::from).to_vec();
+        let of_group = [0, 0, 1, 1, 2, 2];
+        let bank = Bank::of_captures(&train, &of_group, &names);
+        assert_eq!(bank.runs.len(), 5);
+        assert_eq!(bank.runs[4].receiver, "slow");
+        // The target times packets like "mid" at both rates: mid first at distance 0; slow,
+        // seen at one of the two rates only, after fast whatever its distance.
+        let target = captures(&[(pattern(20, 200), 0, 100.0), (pattern(20, 200), 1, 300.0)]);
+        let ranked = rank_receivers(&bank, &target).unwrap();
+        let order: Vec<&str> = ranked.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(order, ["mid", "fast", "slow"]);
+        assert!(ranked[0].1.abs() < 1e-9, "{ranked:?}");
+        assert!(ranked[1].1 > 0.0);
+        // Like "slow" at 300 Mb/s: slow first.
+        let target = captures(&[(pattern(41, 390), 0, 300.0)]);
+        assert_eq!(rank_receivers(&bank, &target).unwrap()[0].0, "slow");
+        // A target capture too short to summarise is an error naming the run.
+        let short = captures(&[(pattern(20, 200)[..10].to_vec(), 0, 300.0)]);
+        assert!(matches!(
+            rank_receivers(&bank, &short),
+            Err(Error::ShortRun { run: 0, .. })
+        ));
     }
 }
