@@ -227,6 +227,10 @@ pub struct ReceiverVerdict {
     /// emulated bank) in its place (when every judged rate has such a score).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub self_calibrated_pass: Option<bool>,
+    /// Both hold with the held-out model tailored to the receiver without its labels in its
+    /// place (when every judged rate has such a score).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tailored_pass: Option<bool>,
 }
 
 /// Verdicts per receiver.
@@ -254,6 +258,7 @@ pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &Recei
                 pass,
                 calibrated_pass: holds_with(|p| p.calibrated),
                 self_calibrated_pass: holds_with(|p| p.self_calibrated),
+                tailored_pass: holds_with(|p| p.tailored),
             }
         })
         .collect()
@@ -273,6 +278,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     let passing = verdicts.iter().filter(|v| v.pass).count();
     let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
     let self_calibrated = verdicts.iter().any(|v| v.self_calibrated_pass.is_some());
+    let tailored = verdicts.iter().any(|v| v.tailored_pass.is_some());
     let how = if !reports.is_empty() && reports.iter().all(|r| r.test) {
         "Receivers in no training set (`--test`): each cell is `held-out / own` F1 — the model trained on every \
          training receiver (none of these), then the same kind trained on this receiver alone (its own \
@@ -316,6 +322,15 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             verdicts.len()
         ));
     }
+    if tailored {
+        let n = verdicts.iter().filter(|v| v.tailored_pass == Some(true)).count();
+        s.push_str(&format!(
+            "With the held-out model fitted again tailored to the receiver *without* its labels — the \
+             training receivers whose captures time packets most like its captures weigh more (`aggrate \
+             train --like`) — and scored on all its rows — the `tailored` lines — **{n} of {} pass**.\n\n",
+            verdicts.len()
+        ));
+    }
     s.push_str("| receiver | model |");
     for r in &rates {
         s.push_str(&format!(" {r} Mb/s |"));
@@ -325,13 +340,16 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         s.push_str(" --- |");
     }
     s.push_str(" --- | --- |\n");
-    // Lines per receiver: 0 model, 1 m = 1, 2 calibrated, 3 self-calibrated.
+    // Lines per receiver: 0 model, 1 m = 1, 2 calibrated, 3 self-calibrated, 4 tailored.
     let mut lines: Vec<(usize, &str)> = vec![(0, "model"), (1, "m = 1")];
     if calibrated {
         lines.push((2, "calibrated"));
     }
     if self_calibrated {
         lines.push((3, "self-calibrated"));
+    }
+    if tailored {
+        lines.push((4, "tailored"));
     }
     // Banks of more than one WLAN in this table: say on each self-calibrated line which one.
     let mixed_banks = reports.windows(2).any(|w| w[0].bank_wlan != w[1].bank_wlan);
@@ -352,7 +370,8 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
                             0 => (Some(p.held_out.f1), p.own.f1),
                             1 => (Some(p.threshold_held_out.f1), p.threshold_own.f1),
                             2 => (p.calibrated.map(|c| c.f1), p.own.f1),
-                            _ => (p.self_calibrated.map(|c| c.f1), p.own.f1),
+                            3 => (p.self_calibrated.map(|c| c.f1), p.own.f1),
+                            _ => (p.tailored.map(|c| c.f1), p.own.f1),
                         };
                         match h {
                             Some(h) => s.push_str(&format!(" {h:.3} / {o:.3} |")),
@@ -367,6 +386,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
                 0 => s.push_str(&format!(" {:+.3} | {} |\n", v.worst_loss, yes(v.pass))),
                 2 => s.push_str(&format!(" | {} |\n", v.calibrated_pass.map_or("–", yes))),
                 3 => s.push_str(&format!(" | {} |\n", v.self_calibrated_pass.map_or("–", yes))),
+                4 => s.push_str(&format!(" | {} |\n", v.tailored_pass.map_or("–", yes))),
                 _ => s.push_str(" | |\n"),
             }
         }
@@ -377,12 +397,12 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
 /// One CSV line per receiver and rate.
 pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     let mut s = String::from(
-        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1,self_calibration_distance\n",
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1,self_calibration_distance,tailored_f1\n",
     );
     for r in reports {
         for p in &r.per_rate {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 r.receiver,
                 p.rate_mbps,
                 p.rows,
@@ -397,7 +417,8 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
                 p.loss(),
                 p.calibrated.map_or(String::new(), |c| c.f1.to_string()),
                 p.self_calibrated.map_or(String::new(), |c| c.f1.to_string()),
-                p.self_calibration_distance.map_or(String::new(), |d| d.to_string())
+                p.self_calibration_distance.map_or(String::new(), |d| d.to_string()),
+                p.tailored.map_or(String::new(), |c| c.f1.to_string())
             ));
         }
     }
@@ -697,6 +718,7 @@ mod receiver_tests {
             calibrated: None,
             self_calibrated: None,
             self_calibration_distance: None,
+            tailored: None,
         }
     }
 
@@ -748,7 +770,7 @@ mod receiver_tests {
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
-        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,"));
+        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,"));
         assert!(v.iter().all(|v| v.self_calibrated_pass.is_none()) && !md.contains("self-calibrated"));
         // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
         reps[1].per_rate[0].self_calibrated = sc(0.965);
@@ -765,13 +787,13 @@ mod receiver_tests {
             md.contains("|  | self-calibrated | – | 0.985 / 0.990 | 0.960 / 0.965 | – |"),
             "{md}"
         );
-        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,"));
+        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,,"));
         reps[2].per_rate[0].self_calibration_distance = Some(2.5);
         assert!(receivers_csv(&reps)
             .lines()
             .nth(4)
             .unwrap()
-            .ends_with(",0.99,0.985,2.5"));
+            .ends_with(",0.99,0.985,2.5,"));
         // The bank's WLAN: in the paragraph when one for the table, on each line when several.
         for r in &mut reps {
             r.bank_wlan = Some("MCS 9".into());
@@ -787,6 +809,18 @@ mod receiver_tests {
             "{md}"
         );
         assert!(md.contains("|  | self-calibrated (MCS 9) | – |"), "{md}");
+        // Tailored scores: their own verdict, line and column.
+        assert!(receiver_verdicts(&reps, &ReceiverCriteria::default())
+            .iter()
+            .all(|v| v.tailored_pass.is_none()));
+        reps[1].per_rate[0].tailored = sc(0.955);
+        let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
+        assert_eq!(v[1].tailored_pass, Some(false), "0.955 < 0.97 − 0.01");
+        assert_eq!(v[0].tailored_pass, None);
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("the `tailored` lines — **0 of 3 pass**"), "{md}");
+        assert!(md.contains("|  | tailored | 0.955 / 0.970 |"), "{md}");
+        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.955"));
     }
 }
 

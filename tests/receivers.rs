@@ -1075,4 +1075,72 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     );
     let (ok, err) = train("x", &["rx"], &[&like[..], &["--like-weight", "0"]].concat());
     assert!(!ok && err.contains("--like-weight"), "{err}");
+    // Leave one receiver out with each held-out model tailored too. Tailored on every other
+    // receiver at weight 1, it trains on the held-out model's very rows: the same scores.
+    let loro = |out: &str, k: &str, w: &str| {
+        let args = [
+            "-q",
+            "train",
+            "--dataset",
+            "rx",
+            "--model",
+            "threshold",
+            "--group-by",
+            "receiver",
+            "--own-folds",
+            "2",
+            "--like-held-out",
+            "--like-receivers",
+            k,
+            "--like-weight",
+            w,
+            "-o",
+            out,
+        ];
+        let o = aggrate(dir.path(), &args);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rep: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(out).join("threshold_m1.receivers.json")).unwrap(),
+        )
+        .unwrap();
+        rep
+    };
+    let same = loro("t_all", "3", "1");
+    let mut scored = 0;
+    for r in same["receivers"].as_array().unwrap() {
+        for p in r["per_rate"].as_array().unwrap() {
+            assert_eq!(p["tailored"]["f1"], p["held_out"]["f1"], "{p}");
+            scored += 1;
+        }
+    }
+    assert_eq!(scored, 8);
+    let one = loro("t_one", "1", "4");
+    for v in one["verdicts"].as_array().unwrap() {
+        assert!(v["tailored_pass"].is_boolean(), "{v}");
+    }
+    let f1s: Vec<f64> = one["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["per_rate"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["tailored"]["f1"].as_f64().unwrap())
+        })
+        .collect();
+    assert!(f1s.len() == 8 && f1s.iter().all(|f| (0.0..=1.0).contains(f)), "{f1s:?}");
+    let md = std::fs::read_to_string(dir.path().join("t_one/threshold_m1.receivers.md")).unwrap();
+    assert!(
+        md.contains("the `tailored` lines") && md.contains("|  | tailored |"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(dir.path().join("t_one/threshold_m1.receivers.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",tailored_f1"), "{csv}");
+    let (ok, err) = train("x", &["rx"], &["--like-held-out"]);
+    assert!(
+        !ok && err.contains("--like-held-out") && err.contains("--group-by receiver"),
+        "{err}"
+    );
 }

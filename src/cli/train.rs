@@ -92,6 +92,10 @@ pub(crate) struct TrainArgs {
     /// the others, whose rows are thinned to one in --like-weight.
     #[arg(long, num_args = 1.., value_name = "CAPTURE")]
     pub(crate) like: Vec<PathBuf>,
+    /// With --group-by receiver: also fit each held-out receiver's model tailored to it as
+    /// --like would (ranked by its captures' timing, not its labels), and score it.
+    #[arg(long)]
+    pub(crate) like_held_out: bool,
     /// With --like: how many of the nearest training receivers weigh more.
     #[arg(long, default_value_t = 8)]
     pub(crate) like_receivers: usize,
@@ -243,7 +247,10 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
             "--like tailors one per-packet model to one receiver: not with --group-by receiver, nor for the slot SVR"
         );
     }
-    if !a.like.is_empty() && (a.like_receivers == 0 || a.like_weight == 0) {
+    if a.like_held_out && a.group_by != GroupBy::Receiver {
+        bail!("--like-held-out tailors held-out receivers' models: it needs --group-by receiver");
+    }
+    if (!a.like.is_empty() || a.like_held_out) && (a.like_receivers == 0 || a.like_weight == 0) {
         bail!("--like-receivers and --like-weight are at least 1");
     }
     if !a.test.is_empty() && a.group_by != GroupBy::Receiver {
@@ -464,6 +471,10 @@ fn receiver_run(
             of_receiver: of.iter().map(|&b| (&banks[b].0, banks[b].1.describe())).collect(),
             like: a.bank.likeness(),
         }),
+        tailor: a.like_held_out.then_some(aggrate::train::cv::Tailor {
+            receivers: a.like_receivers,
+            weight: a.like_weight,
+        }),
     };
     let reports = receiver_cv(
         data,
@@ -473,7 +484,7 @@ fn receiver_run(
         a.own_folds,
         spec.n_max,
         how,
-        (a.calibrate.is_some() || a.self_calibrate).then_some(&calibrations),
+        (a.calibrate.is_some() || a.self_calibrate || a.like_held_out).then_some(&calibrations),
         &mut Bars::new(ui),
     )?;
     let mut bars = Bars::new(ui);
@@ -604,23 +615,16 @@ fn like_selection(
     let near: Vec<&(String, f64)> = ranked.iter().take(a.like_receivers).collect();
     let is_near: Vec<bool> = names.iter().map(|n| near.iter().any(|(m, _)| m == n)).collect();
     let w = a.like_weight;
-    // Every row of a near receiver; one in `w` of each other capture's, from its first.
-    let mut keep = Vec::new();
-    let mut since = 0usize;
-    let mut group = u32::MAX;
-    for i in 0..data.len() {
-        if data.group[i] != group {
-            group = data.group[i];
-            since = 0;
-        }
-        let near = receiver_of_group
-            .get(group as usize)
-            .is_some_and(|&r| is_near[r as usize]);
-        if near || since.is_multiple_of(w) {
-            keep.push(i);
-        }
-        since += 1;
-    }
+    let tailor = aggrate::train::cv::Tailor {
+        receivers: a.like_receivers,
+        weight: w,
+    };
+    let all: Vec<usize> = (0..data.len()).collect();
+    let keep = tailor.keep(&data, &all, |i| {
+        receiver_of_group
+            .get(data.group[i] as usize)
+            .is_some_and(|&r| is_near[r as usize])
+    });
     ui.info(format!(
         "--like: the {} training receivers nearest {} capture(s): {}; the other {}'s rows thinned to 1 in {w}: \
          {} of {} rows",

@@ -351,6 +351,11 @@ pub struct ReceiverRate {
     /// [`super::bank::Bank::nearest`]), with `self_calibrated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_calibration_distance: Option<f64>,
+    /// The model fitted without this receiver but tailored to it without its labels: the
+    /// training receivers that time packets most like it weigh more ([`Tailor`], `train
+    /// --like`), scored on all its rows (when asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tailored: Option<Score>,
 }
 
 /// Calibrations of each held-out model that [`receiver_cv`] scores besides the model itself.
@@ -364,6 +369,41 @@ pub struct HeldOutCalibrations<'a> {
     /// Calibrate on the bank's receivers nearest each capture, without the receiver's
     /// labels ([`ReceiverRate::self_calibrated`]).
     pub bank: Option<ReceiverBanks<'a>>,
+    /// Fit each held-out model again tailored to the receiver ([`ReceiverRate::tailored`]).
+    pub tailor: Option<Tailor>,
+}
+
+/// How a model is tailored to one receiver without its labels (`train --like`): of the
+/// training receivers ranked by likeness ([`super::bank::rank_receivers`]), every row of the
+/// `receivers` nearest and one in `weight` of each other capture's (from its first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tailor {
+    /// Nearest receivers kept whole (≥ 1).
+    pub receivers: usize,
+    /// Their weight: the others keep one row in this many (≥ 1).
+    pub weight: usize,
+}
+
+impl Tailor {
+    /// Of `rows` (row indices, contiguous per capture), those kept: `near(row)` whole, the
+    /// others one in `weight` per capture run from its first.
+    pub fn keep(&self, data: &Dataset, rows: &[usize], near: impl Fn(usize) -> bool) -> Vec<usize> {
+        let w = self.weight.max(1);
+        let mut keep = Vec::with_capacity(rows.len());
+        let mut since = 0usize;
+        let mut prev: Option<usize> = None;
+        for &i in rows {
+            if prev.is_none_or(|p| !data.same_run(p, i)) {
+                since = 0;
+            }
+            prev = Some(i);
+            if near(i) || since.is_multiple_of(w) {
+                keep.push(i);
+            }
+            since += 1;
+        }
+        keep
+    }
 }
 
 /// The banks label-free calibration uses in [`receiver_cv`]: one per receiver (by index; a
@@ -476,6 +516,10 @@ pub fn receiver_cv(
     } else {
         Some(fit_without(&test_rows)?)
     };
+    // Every capture's gap summary, to rank receivers by likeness (tailored fits only).
+    let like_bank = calibrate
+        .and_then(|c| c.tailor)
+        .map(|_| super::bank::Bank::of_captures(data, receiver_of_group, names));
     progress.start("leaving one receiver out", present.len() as u64);
     let mut out = Vec::new();
     for &r in &present {
@@ -511,6 +555,27 @@ pub fn receiver_cv(
                 (Some(evaluate(&sub, &m, spec).rates), d)
             }
             None => (None, Vec::new()),
+        };
+        let tailored = match (calibrate.and_then(|c| c.tailor), &like_bank) {
+            (Some(t), Some(lb)) => {
+                let ranked = super::bank::rank_receivers(lb, &sub)?;
+                // Nearest first, among the receivers this one's model may train on.
+                let near: Vec<u32> = ranked
+                    .iter()
+                    .filter_map(|(name, _)| names.iter().position(|n| n == name).map(|i| i as u32))
+                    .filter(|&o| o != r && !is_test(o))
+                    .take(t.receivers.max(1))
+                    .collect();
+                let pool: Vec<usize> = (0..n)
+                    .filter(|&i| recv_of_row(i).is_some_and(|o| o != r && !is_test(o)))
+                    .collect();
+                let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
+                let m = fit.fit(data, &RowSet::from_indices(&keep))?;
+                let mut liked = PerRate::new();
+                score(data, &test, &m, n_max, &mut liked);
+                Some(liked)
+            }
+            _ => None,
         };
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
@@ -549,6 +614,7 @@ pub fn receiver_cv(
                         .filter(|(r, _)| r == rate)
                         .map(|&(_, d)| d)
                         .min_by(f64::total_cmp),
+                    tailored: tailored.as_ref().map(get),
                 }
             })
             .collect();
