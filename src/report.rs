@@ -728,18 +728,21 @@ mod receiver_tests {
             ReceiverReport {
                 test: false,
                 bank_wlan: None,
+                tailored_from: Vec::new(),
                 receiver: "good".into(),
                 per_rate: vec![rate(100.0, 0.995, 0.99), rate(600.0, 0.2, 0.9)],
             },
             ReceiverReport {
                 test: false,
                 bank_wlan: None,
+                tailored_from: Vec::new(),
                 receiver: "lossy".into(),
                 per_rate: vec![rate(100.0, 0.95, 0.97)],
             },
             ReceiverReport {
                 test: false,
                 bank_wlan: None,
+                tailored_from: Vec::new(),
                 receiver: "low".into(),
                 per_rate: vec![rate(400.0, 0.975, 0.99), rate(500.0, 0.96, 0.965)],
             },

@@ -1077,7 +1077,7 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     assert!(!ok && err.contains("--like-weight"), "{err}");
     // Leave one receiver out with each held-out model tailored too. Tailored on every other
     // receiver at weight 1, it trains on the held-out model's very rows: the same scores.
-    let loro = |out: &str, k: &str, w: &str| {
+    let loro = |out: &str, k: &str, w: &str, d: &str| {
         let args = [
             "-q",
             "train",
@@ -1096,6 +1096,8 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
             w,
             "-o",
             out,
+            "--like-max-distance",
+            d,
         ];
         let o = aggrate(dir.path(), &args);
         assert!(o.status.success(), "{}", text(&o).1);
@@ -1105,7 +1107,7 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         .unwrap();
         rep
     };
-    let same = loro("t_all", "3", "1");
+    let same = loro("t_all", "3", "1", "inf");
     let mut scored = 0;
     for r in same["receivers"].as_array().unwrap() {
         for p in r["per_rate"].as_array().unwrap() {
@@ -1114,7 +1116,16 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         }
     }
     assert_eq!(scored, 8);
-    let one = loro("t_one", "1", "4");
+    // Too far to tailor on (no receiver lies at distance 0 from another): the held-out model
+    // stands, and the receivers it would have weighted are named.
+    let far = loro("t_far", "2", "4", "0");
+    for r in far["receivers"].as_array().unwrap() {
+        assert_eq!(r["tailored_from"].as_array().unwrap().len(), 2, "{r}");
+        for p in r["per_rate"].as_array().unwrap() {
+            assert_eq!(p["tailored"]["f1"], p["held_out"]["f1"], "{p}");
+        }
+    }
+    let one = loro("t_one", "1", "4", "inf");
     for v in one["verdicts"].as_array().unwrap() {
         assert!(v["tailored_pass"].is_boolean(), "{v}");
     }
@@ -1138,6 +1149,16 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     );
     let csv = std::fs::read_to_string(dir.path().join("t_one/threshold_m1.receivers.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",tailored_f1"), "{csv}");
+    // --like too far: trained on every row alike, said in the model file.
+    let mut far_args = vec!["--like-receivers", "2", "--like-max-distance", "0", "--like"];
+    far_args.extend_from_slice(&usb_refs);
+    let (ok, err) = train("far", &["rx"], &far_args);
+    assert!(ok, "{err}");
+    let m = aggrate::model::ModelFile::load(&dir.path().join("far/logistic_m5_sigma.json")).unwrap();
+    assert_eq!(m.metrics["like"]["too_far"], true, "{}", m.metrics["like"]);
+    assert_eq!(rows("far"), all);
+    let (ok, err) = train("x", &["rx"], &[&like[..], &["--like-max-distance", "NaN"]].concat());
+    assert!(!ok && err.contains("--like-max-distance"), "{err}");
     let (ok, err) = train("x", &["rx"], &["--like-held-out"]);
     assert!(
         !ok && err.contains("--like-held-out") && err.contains("--group-by receiver"),

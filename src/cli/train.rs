@@ -102,6 +102,10 @@ pub(crate) struct TrainArgs {
     /// With --like: how much more (the other receivers keep one row in this many).
     #[arg(long, default_value_t = 5)]
     pub(crate) like_weight: usize,
+    /// With --like: tailor only when the chosen receivers lie this near on average (each gap
+    /// summary number in spreads, as `calibrate --max-distance`); farther, train as usual.
+    #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::cv::DEFAULT_TAILOR_MAX_DISTANCE)]
+    pub(crate) like_max_distance: f64,
     #[command(flatten)]
     pub(crate) bank: super::calibrate::BankArgs,
     /// Estimator.
@@ -252,6 +256,12 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     }
     if (!a.like.is_empty() || a.like_held_out) && (a.like_receivers == 0 || a.like_weight == 0) {
         bail!("--like-receivers and --like-weight are at least 1");
+    }
+    if a.like_max_distance.is_nan() || a.like_max_distance < 0.0 {
+        bail!(
+            "--like-max-distance {}: a distance is ≥ 0 (inf: no limit)",
+            a.like_max_distance
+        );
     }
     if !a.test.is_empty() && a.group_by != GroupBy::Receiver {
         bail!("--test scores receivers never trained on, beside the held-out ones: it needs --group-by receiver");
@@ -471,10 +481,7 @@ fn receiver_run(
             of_receiver: of.iter().map(|&b| (&banks[b].0, banks[b].1.describe())).collect(),
             like: a.bank.likeness(),
         }),
-        tailor: a.like_held_out.then_some(aggrate::train::cv::Tailor {
-            receivers: a.like_receivers,
-            weight: a.like_weight,
-        }),
+        tailor: a.like_held_out.then_some(a.tailor()),
     };
     let reports = receiver_cv(
         data,
@@ -585,6 +592,17 @@ fn receiver_run(
     Ok(Exit::Ok)
 }
 
+impl TrainArgs {
+    /// How `--like` / `--like-held-out` tailor a model.
+    fn tailor(&self) -> aggrate::train::cv::Tailor {
+        aggrate::train::cv::Tailor {
+            receivers: self.like_receivers,
+            weight: self.like_weight,
+            max_distance: self.like_max_distance,
+        }
+    }
+}
+
 /// `--like`: the training rows weighted towards the receivers that time packets most like the
 /// `--like` captures (label-free: [`aggrate::train::bank::rank_receivers`]) — every row of the
 /// `--like-receivers` nearest, one in `--like-weight` of the others' — and what was chosen, for
@@ -615,10 +633,23 @@ fn like_selection(
     let near: Vec<&(String, f64)> = ranked.iter().take(a.like_receivers).collect();
     let is_near: Vec<bool> = names.iter().map(|n| near.iter().any(|(m, _)| m == n)).collect();
     let w = a.like_weight;
-    let tailor = aggrate::train::cv::Tailor {
-        receivers: a.like_receivers,
-        weight: w,
-    };
+    let tailor = a.tailor();
+    let distances: Vec<f64> = near.iter().map(|n| n.1).collect();
+    if !tailor.admits(&distances) {
+        ui.warn(format!(
+            "--like: the {} nearest training receivers lie {:.2} away on average, farther than --like-max-distance \
+             {}: training on every receiver alike",
+            near.len(),
+            distances.iter().sum::<f64>() / distances.len().max(1) as f64,
+            a.like_max_distance
+        ));
+        let report = serde_json::json!({
+            "captures": mine.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
+            "receivers": near.iter().map(|(n, d)| serde_json::json!({"receiver": n, "distance": d})).collect::<Vec<_>>(),
+            "too_far": true,
+        });
+        return Ok((data, report));
+    }
     let all: Vec<usize> = (0..data.len()).collect();
     let keep = tailor.keep(&data, &all, |i| {
         receiver_of_group

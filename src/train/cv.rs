@@ -376,15 +376,30 @@ pub struct HeldOutCalibrations<'a> {
 /// How a model is tailored to one receiver without its labels (`train --like`): of the
 /// training receivers ranked by likeness ([`super::bank::rank_receivers`]), every row of the
 /// `receivers` nearest and one in `weight` of each other capture's (from its first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The receivers chosen are too far from the target when their mean distance exceeds
+/// `max_distance`; then the model is not tailored (the plain fit stands).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tailor {
     /// Nearest receivers kept whole (≥ 1).
     pub receivers: usize,
     /// Their weight: the others keep one row in this many (≥ 1).
     pub weight: usize,
+    /// Farthest mean distance of the chosen receivers at which to tailor (`f64::INFINITY`:
+    /// always).
+    pub max_distance: f64,
 }
 
+/// [`Tailor::max_distance`] unless told otherwise: chosen leave one receiver out on
+/// `datasets/receivers.toml` (models/README.md).
+pub const DEFAULT_TAILOR_MAX_DISTANCE: f64 = 2.5;
+
 impl Tailor {
+    /// Whether receivers whose distances to the target are `d` are near enough to tailor on
+    /// (their mean within [`Tailor::max_distance`]; none, or NaN, never).
+    pub fn admits(&self, d: &[f64]) -> bool {
+        !d.is_empty() && d.iter().sum::<f64>() / d.len() as f64 <= self.max_distance
+    }
+
     /// Of `rows` (row indices, contiguous per capture), those kept: `near(row)` whole, the
     /// others one in `weight` per capture run from its first.
     pub fn keep(&self, data: &Dataset, rows: &[usize], near: impl Fn(usize) -> bool) -> Vec<usize> {
@@ -437,6 +452,10 @@ pub struct ReceiverReport {
     /// The WLAN the bank it was self-calibrated on was emulated at (with self-calibration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bank_wlan: Option<String>,
+    /// The training receivers its tailored model weighted, with their distance to it (nearest
+    /// first; with [`HeldOutCalibrations::tailor`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tailored_from: Vec<(String, f64)>,
     /// Per send rate.
     pub per_rate: Vec<ReceiverRate>,
 }
@@ -556,26 +575,33 @@ pub fn receiver_cv(
             }
             None => (None, Vec::new()),
         };
-        let tailored = match (calibrate.and_then(|c| c.tailor), &like_bank) {
+        let (tailored, tailored_from) = match (calibrate.and_then(|c| c.tailor), &like_bank) {
             (Some(t), Some(lb)) => {
                 let ranked = super::bank::rank_receivers(lb, &sub)?;
                 // Nearest first, among the receivers this one's model may train on.
-                let near: Vec<u32> = ranked
+                let chosen: Vec<(u32, f64)> = ranked
                     .iter()
-                    .filter_map(|(name, _)| names.iter().position(|n| n == name).map(|i| i as u32))
-                    .filter(|&o| o != r && !is_test(o))
+                    .filter_map(|(name, d)| names.iter().position(|n| n == name).map(|i| (i as u32, *d)))
+                    .filter(|&(o, _)| o != r && !is_test(o))
                     .take(t.receivers.max(1))
                     .collect();
-                let pool: Vec<usize> = (0..n)
-                    .filter(|&i| recv_of_row(i).is_some_and(|o| o != r && !is_test(o)))
-                    .collect();
-                let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
-                let m = fit.fit(data, &RowSet::from_indices(&keep))?;
-                let mut liked = PerRate::new();
-                score(data, &test, &m, n_max, &mut liked);
-                Some(liked)
+                let near: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+                let from = chosen.iter().map(|&(o, d)| (names[o as usize].clone(), d)).collect();
+                if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
+                    // Too far to tailor on: the held-out model stands.
+                    (Some(held.clone()), from)
+                } else {
+                    let pool: Vec<usize> = (0..n)
+                        .filter(|&i| recv_of_row(i).is_some_and(|o| o != r && !is_test(o)))
+                        .collect();
+                    let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
+                    let m = fit.fit(data, &RowSet::from_indices(&keep))?;
+                    let mut liked = PerRate::new();
+                    score(data, &test, &m, n_max, &mut liked);
+                    (Some(liked), from)
+                }
             }
-            _ => None,
+            _ => (None, Vec::new()),
         };
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
@@ -622,6 +648,7 @@ pub fn receiver_cv(
             receiver: names[r as usize].clone(),
             test: is_test(r),
             bank_wlan: bank.map(|(_, _, w, _)| w.clone()),
+            tailored_from,
             per_rate,
         });
         progress.inc();
@@ -846,6 +873,32 @@ pub fn svr_stage(
 mod tests {
     use super::*;
     use crate::train::LogisticParams;
+
+    #[test]
+    fn a_tailor_keeps_near_rows_whole_and_thins_the_others_per_capture() {
+        let mut d = Dataset::new(1);
+        // Captures (groups) 0 and 1 of 5 rows each, capture 2 of 3 rows.
+        for (g, n) in [(0u32, 5), (1, 5), (2, 3)] {
+            for _ in 0..n {
+                d.push(&[0.0], false, g, 100.0, 1);
+            }
+        }
+        let t = Tailor {
+            receivers: 1,
+            weight: 2,
+            max_distance: 1.0,
+        };
+        let all: Vec<usize> = (0..d.len()).collect();
+        // Capture 1 near: whole; 0 and 2 from their first row, every second.
+        let keep = t.keep(&d, &all, |i| d.group[i] == 1);
+        assert_eq!(keep, [0, 2, 4, 5, 6, 7, 8, 9, 10, 12]);
+        // A subset of rows: the count restarts at each capture it reaches.
+        assert_eq!(t.keep(&d, &[1, 2, 3, 11, 12], |_| false), [1, 3, 11]);
+        // Near enough on average, or not; nothing chosen or NaN: never.
+        assert!(t.admits(&[0.5, 1.5]));
+        assert!(!t.admits(&[0.5, 1.6]));
+        assert!(!t.admits(&[]) && !t.admits(&[f64::NAN]));
+    }
 
     #[test]
     fn receiver_groups_name_each_receiver_once_in_first_seen_order() {
