@@ -376,6 +376,7 @@ pub struct HeldOutCalibrations<'a> {
 /// How a model is tailored to one receiver without its labels (`train --like`): of the
 /// training receivers ranked by likeness ([`super::bank::rank_receivers`]), every row of the
 /// `receivers` nearest and one in `weight` of each other capture's (from its first).
+///
 /// The receivers chosen are too far from the target when their mean distance exceeds
 /// `max_distance`; then the model is not tailored (the plain fit stands).
 #[derive(Clone, Copy, Debug, PartialEq)]
