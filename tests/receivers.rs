@@ -1149,6 +1149,65 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     );
     let csv = std::fs::read_to_string(dir.path().join("t_one/threshold_m1.receivers.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",tailored_f1"), "{csv}");
+    // A sniffer capture joined with the receiver's kernel log stands for the receiver's own
+    // capture (--like-kernel); the sniffer's own times do not.
+    std::fs::write(dir.path().join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
+    for rate in ["200", "500"] {
+        for (kind, recv) in [("own", ["--receiver", "unseen.toml"]), ("sniff", ["--noise", "none"])] {
+            let name = format!("{kind}_{rate}mbps.pcapng");
+            let mut args = vec!["--rate-mbps", rate, "--duration", "0.3", "--seed", "11", "-o", &name];
+            args.extend(recv);
+            simulate(dir.path(), &args);
+        }
+        write_log(
+            &dir.path().join(format!("own_{rate}.csv")),
+            &seq_log(&dir.path().join(format!("own_{rate}mbps.pcapng"))),
+        );
+    }
+    let chosen = |out: &str, extra: &[&str]| -> Vec<(String, f64)> {
+        let mut args = vec!["--like-receivers", "2", "--like-max-distance", "inf"];
+        args.extend_from_slice(extra);
+        let (ok, err) = train(out, &["rx"], &args);
+        assert!(ok, "{err}");
+        let m = aggrate::model::ModelFile::load(&dir.path().join(out).join("logistic_m5_sigma.json")).unwrap();
+        m.metrics["like"]["receivers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["receiver"].as_str().unwrap().to_string(),
+                    r["distance"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let own = chosen("l_own", &["--like", "own_200mbps.pcapng", "own_500mbps.pcapng"]);
+    let joined = chosen(
+        "l_joined",
+        &[
+            "--like",
+            "sniff_200mbps.pcapng",
+            "sniff_500mbps.pcapng",
+            "--like-kernel",
+            "own_200.csv",
+            "own_500.csv",
+        ],
+    );
+    let sniff = chosen("l_sniff", &["--like", "sniff_200mbps.pcapng", "sniff_500mbps.pcapng"]);
+    assert_eq!(own.len(), 2);
+    for (a, b) in own.iter().zip(&joined) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() < 0.05, "{own:?} vs {joined:?}");
+    }
+    assert!(
+        own.iter()
+            .zip(&sniff)
+            .any(|(a, b)| a.0 != b.0 || (a.1 - b.1).abs() > 0.5),
+        "{own:?} vs {sniff:?}"
+    );
+    let (ok, err) = train("x", &["rx"], &["--like-kernel", "own_200.csv"]);
+    assert!(!ok && err.contains("--like-kernel"), "{err}");
     // --like too far: trained on every row alike, said in the model file.
     let mut far_args = vec!["--like-receivers", "2", "--like-max-distance", "0", "--like"];
     far_args.extend_from_slice(&usb_refs);

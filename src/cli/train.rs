@@ -92,6 +92,10 @@ pub(crate) struct TrainArgs {
     /// the others, whose rows are thinned to one in --like-weight.
     #[arg(long, num_args = 1.., value_name = "CAPTURE")]
     pub(crate) like: Vec<PathBuf>,
+    /// With --like: that receiver's kernel receive times to join to the --like captures (sniffer
+    /// captures then), as --kernel does for the training captures.
+    #[arg(long, num_args = 1.., value_name = "LOG")]
+    pub(crate) like_kernel: Vec<PathBuf>,
     /// With --group-by receiver: also fit each held-out receiver's model tailored to it as
     /// --like would (ranked by its captures' timing, not its labels), and score it.
     #[arg(long)]
@@ -256,6 +260,9 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     }
     if (!a.like.is_empty() || a.like_held_out) && (a.like_receivers == 0 || a.like_weight == 0) {
         bail!("--like-receivers and --like-weight are at least 1");
+    }
+    if !a.like_kernel.is_empty() && a.like.is_empty() {
+        bail!("--like-kernel joins receive times to the --like captures: give them with --like");
     }
     if a.like_max_distance.is_nan() || a.like_max_distance < 0.0 {
         bail!(
@@ -623,7 +630,7 @@ fn like_selection(
             files[i].path.display()
         )
     })?;
-    let mut mine = inputs(&a.like, false, &[])?;
+    let mut mine = inputs(&a.like, false, &a.like_kernel)?;
     mine.iter_mut().for_each(|f| f.truth_optional = true);
     let mut target = load_rows(ui, &mine, spec, &a.flow).context("--like")?;
     let bytes = super::rows::seen_wlan(&mine, &a.flow)?.ip_len.unwrap_or(1500);
