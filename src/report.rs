@@ -279,6 +279,12 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
     let self_calibrated = verdicts.iter().any(|v| v.self_calibrated_pass.is_some());
     let tailored = verdicts.iter().any(|v| v.tailored_pass.is_some());
+    // The WLANs the self-calibration banks were emulated at: one for the table is said once,
+    // several on each self-calibrated line.
+    let mut bank_wlans: Vec<&str> = reports.iter().filter_map(|r| r.bank_wlan.as_deref()).collect();
+    bank_wlans.sort_unstable();
+    bank_wlans.dedup();
+    let mixed_banks = bank_wlans.len() > 1;
     let how = if !reports.is_empty() && reports.iter().all(|r| r.test) {
         "Receivers in no training set (`--test`): each cell is `held-out / own` F1 — the model trained on every \
          training receiver (none of these), then the same kind trained on this receiver alone (its own \
@@ -309,9 +315,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     }
     if self_calibrated {
         let n = verdicts.iter().filter(|v| v.self_calibrated_pass == Some(true)).count();
-        let mut wlans: Vec<&str> = reports.iter().filter_map(|r| r.bank_wlan.as_deref()).collect();
-        wlans.dedup();
-        let at = match wlans[..] {
+        let at = match bank_wlans[..] {
             [w] => format!(" (the bank emulated at {w})"),
             _ => String::new(),
         };
@@ -351,8 +355,6 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     if tailored {
         lines.push((4, "tailored"));
     }
-    // Banks of more than one WLAN in this table: say on each self-calibrated line which one.
-    let mixed_banks = reports.windows(2).any(|w| w[0].bank_wlan != w[1].bank_wlan);
     for (r, v) in reports.iter().zip(&verdicts) {
         for &(k, label) in &lines {
             let label = match (&r.bank_wlan, k == 3 && mixed_banks) {

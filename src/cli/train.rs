@@ -454,14 +454,7 @@ fn receiver_run(
     how: Fitter,
 ) -> Result<Exit> {
     use aggrate::report::{receiver_verdicts, receivers_md, ReceiverCriteria};
-    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
-    let (names, receiver_of_group) = aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
-        anyhow::anyhow!(
-            "{}: which receiver? --group-by receiver needs a dataset folder whose manifest.json names each run's \
-             receiver (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
-            files[i].path.display()
-        )
-    })?;
+    let (names, receiver_of_group) = receivers_of(files, "--group-by receiver")?;
     let mut test = vec![false; names.len()];
     for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
         test[r as usize] = true;
@@ -520,14 +513,7 @@ fn receiver_run(
     let passing = verdicts.iter().filter(|v| v.pass).count();
     let test_verdicts = receiver_verdicts(&tests, &criteria);
     let test_passing = test_verdicts.iter().filter(|v| v.pass).count();
-    let mut rates_seen: Vec<f64> = trained_rows
-        .iter()
-        .map(|&i| data.rate_mbps[i])
-        .filter(|r| !r.is_nan())
-        .map(|r| r as f64)
-        .collect();
-    rates_seen.sort_by(|x, y| x.total_cmp(y));
-    rates_seen.dedup();
+    let rates_seen = distinct_rates(trained_rows.iter().map(|&i| data.rate_mbps[i]));
     let mut file = ModelFile::new(
         *spec,
         final_model,
@@ -599,6 +585,27 @@ fn receiver_run(
     Ok(Exit::Ok)
 }
 
+/// The inputs' receivers as [`aggrate::train::cv::receiver_groups`] gives them; an input that
+/// names none is refused, naming it and what (`why`) needed it.
+fn receivers_of(files: &[Input], why: &str) -> Result<(Vec<String>, Vec<u32>)> {
+    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
+    aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
+        anyhow::anyhow!(
+            "{}: which receiver? {why} needs a dataset folder whose manifest.json names each run's receiver \
+             (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
+            files[i].path.display()
+        )
+    })
+}
+
+/// The distinct finite send rates among `rates`, ascending.
+fn distinct_rates(rates: impl Iterator<Item = f32>) -> Vec<f64> {
+    let mut v: Vec<f64> = rates.filter(|r| r.is_finite()).map(f64::from).collect();
+    v.sort_unstable_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
 impl TrainArgs {
     /// How `--like` / `--like-held-out` tailor a model.
     fn tailor(&self) -> aggrate::train::cv::Tailor {
@@ -622,14 +629,7 @@ fn like_selection(
     data: Dataset,
 ) -> Result<(Dataset, serde_json::Value)> {
     use aggrate::train::bank::{rank_receivers, Bank};
-    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
-    let (names, receiver_of_group) = aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
-        anyhow::anyhow!(
-            "{}: which receiver? --like weights training receivers: give a dataset folder whose manifest.json \
-             names each run's receiver, or captures written by aggrate simulate/dataset build",
-            files[i].path.display()
-        )
-    })?;
+    let (names, receiver_of_group) = receivers_of(files, "--like")?;
     let mut mine = inputs(&a.like, false, &a.like_kernel)?;
     mine.iter_mut().for_each(|f| f.truth_optional = true);
     let mut target = load_rows(ui, &mine, spec, &a.flow).context("--like")?;
@@ -642,19 +642,19 @@ fn like_selection(
     let w = a.like_weight;
     let tailor = a.tailor();
     let distances: Vec<f64> = near.iter().map(|n| n.1).collect();
+    let mut report = serde_json::json!({
+        "captures": mine.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
+        "receivers": near.iter().map(|(n, d)| serde_json::json!({"receiver": n, "distance": d})).collect::<Vec<_>>(),
+    });
     if !tailor.admits(&distances) {
         ui.warn(format!(
             "--like: the {} nearest training receivers lie {:.2} away on average, farther than --like-max-distance \
              {}: training on every receiver alike",
             near.len(),
-            distances.iter().sum::<f64>() / distances.len().max(1) as f64,
+            aggrate::train::cv::mean_distance(&distances),
             a.like_max_distance
         ));
-        let report = serde_json::json!({
-            "captures": mine.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
-            "receivers": near.iter().map(|(n, d)| serde_json::json!({"receiver": n, "distance": d})).collect::<Vec<_>>(),
-            "too_far": true,
-        });
+        report["too_far"] = true.into();
         return Ok((data, report));
     }
     let all: Vec<usize> = (0..data.len()).collect();
@@ -676,11 +676,7 @@ fn like_selection(
         keep.len(),
         data.len()
     ));
-    let report = serde_json::json!({
-        "captures": mine.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
-        "receivers": near.iter().map(|(n, d)| serde_json::json!({"receiver": n, "distance": d})).collect::<Vec<_>>(),
-        "weight": w,
-    });
+    report["weight"] = w.into();
     Ok((data.select(&keep), report))
 }
 
@@ -725,17 +721,16 @@ fn receiver_banks(
         of.push(i);
     }
     // Each bank's rates: those of its receivers' rows.
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); wlans.len()];
-    for (&g, &rate) in data.group.iter().zip(&data.rate_mbps) {
-        let bank = receiver_of_group.get(g as usize).map(|&r| of[r as usize]);
-        if let (Some(b), true) = (bank, rate.is_finite()) {
-            rates[b].push(rate as f64);
-        }
-    }
-    for r in &mut rates {
-        r.sort_unstable_by(f64::total_cmp);
-        r.dedup();
-    }
+    let bank_of_row = |i: usize| receiver_of_group.get(data.group[i] as usize).map(|&r| of[r as usize]);
+    let rates: Vec<Vec<f64>> = (0..wlans.len())
+        .map(|b| {
+            distinct_rates(
+                (0..data.len())
+                    .filter(|&i| bank_of_row(i) == Some(b))
+                    .map(|i| data.rate_mbps[i]),
+            )
+        })
+        .collect();
     if wlans.len() > 1 {
         for (w, _, rs) in &wlans {
             ui.info(format!(

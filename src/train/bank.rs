@@ -500,14 +500,9 @@ pub fn rank_receivers(bank: &Bank, target: &Dataset) -> Result<Vec<(String, f64)
             }
         }
     }
-    let runs = matches.len();
+    // Seen at more of the target's runs first (at most one per run), then nearer.
     let mut out: Vec<(String, f64, usize)> = by.into_iter().map(|(n, s, c)| (n, s / c as f64, c)).collect();
-    out.sort_by(|a, b| {
-        b.2.min(runs)
-            .cmp(&a.2.min(runs))
-            .then(a.1.total_cmp(&b.1))
-            .then(a.0.cmp(&b.0))
-    });
+    out.sort_by(|a, b| b.2.cmp(&a.2).then(a.1.total_cmp(&b.1)).then(a.0.cmp(&b.0)));
     Ok(out.into_iter().map(|(n, d, _)| (n, d)).collect())
 }
 

@@ -394,11 +394,16 @@ pub struct Tailor {
 /// `datasets/receivers.toml` (models/README.md).
 pub const DEFAULT_TAILOR_MAX_DISTANCE: f64 = 2.5;
 
+/// The mean of distances (NaN for none).
+pub fn mean_distance(d: &[f64]) -> f64 {
+    d.iter().sum::<f64>() / d.len() as f64
+}
+
 impl Tailor {
     /// Whether receivers whose distances to the target are `d` are near enough to tailor on
     /// (their mean within [`Tailor::max_distance`]; none, or NaN, never).
     pub fn admits(&self, d: &[f64]) -> bool {
-        !d.is_empty() && d.iter().sum::<f64>() / d.len() as f64 <= self.max_distance
+        mean_distance(d) <= self.max_distance
     }
 
     /// Of `rows` (row indices, contiguous per capture), those kept: `near(row)` whole, the
