@@ -219,18 +219,32 @@ pub struct ReceiverVerdict {
     pub worst_floor: Option<f64>,
     /// Both criteria hold.
     pub pass: bool,
-    /// Both hold with the calibrated held-out model in place of the held-out one (when every
-    /// judged rate has a calibrated score).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub calibrated_pass: Option<bool>,
-    /// Both hold with the held-out model calibrated without the receiver's labels (on the
-    /// emulated bank) in its place (when every judged rate has such a score).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub self_calibrated_pass: Option<bool>,
-    /// Both hold with the held-out model tailored to the receiver without its labels in its
-    /// place (when every judged rate has such a score).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tailored_pass: Option<bool>,
+    /// Per variant of the held-out model ([`Variant`]): whether both hold with its score in the
+    /// held-out one's place — for the variants scored at every judged rate. In JSON a field
+    /// each, `<variant>_pass` (`calibrated_pass`, `tailored_pass`, …).
+    #[serde(flatten, serialize_with = "passes_as_fields")]
+    pub passes: std::collections::BTreeMap<Variant, bool>,
+}
+
+impl ReceiverVerdict {
+    /// Whether the receiver passes with variant `v` in the held-out model's place (None: `v` was
+    /// not scored at every judged rate).
+    pub fn passes_with(&self, v: Variant) -> Option<bool> {
+        self.passes.get(&v).copied()
+    }
+}
+
+/// [`ReceiverVerdict::passes`] as `<variant>_pass` fields.
+fn passes_as_fields<S: serde::Serializer>(
+    passes: &std::collections::BTreeMap<Variant, bool>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(passes.len()))?;
+    for (v, pass) in passes {
+        m.serialize_entry(&format!("{}_pass", v.key()), pass)?;
+    }
+    m.end()
 }
 
 /// Verdicts per receiver.
@@ -246,19 +260,23 @@ pub fn receiver_verdicts(reports: &[crate::train::cv::ReceiverReport], c: &Recei
                 .map(|p| p.held_out.f1)
                 .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
             let pass = judged.iter().all(|p| c.holds(p.held_out.f1, p.own.f1));
-            // Whether the criteria hold with another score in the held-out one's place.
-            let holds_with = |get: fn(&crate::train::cv::ReceiverRate) -> Option<crate::train::cv::Score>| {
-                (!judged.is_empty() && judged.iter().all(|p| get(p).is_some()))
-                    .then(|| judged.iter().all(|p| c.holds(get(p).map_or(0.0, |s| s.f1), p.own.f1)))
-            };
+            // Whether the criteria hold with a variant's score in the held-out one's place.
+            let passes = Variant::ALL
+                .into_iter()
+                .filter(|&v| !judged.is_empty() && judged.iter().all(|p| p.variant(v).is_some()))
+                .map(|v| {
+                    let holds = judged
+                        .iter()
+                        .all(|p| c.holds(p.variant(v).map_or(0.0, |s| s.f1), p.own.f1));
+                    (v, holds)
+                })
+                .collect();
             ReceiverVerdict {
                 receiver: r.receiver.clone(),
                 worst_loss: if worst_loss.is_finite() { worst_loss } else { 0.0 },
                 worst_floor,
                 pass,
-                calibrated_pass: holds_with(|p| p.calibrated),
-                self_calibrated_pass: holds_with(|p| p.self_calibrated),
-                tailored_pass: holds_with(|p| p.tailored),
+                passes,
             }
         })
         .collect()
@@ -276,9 +294,11 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
     rates.dedup();
     let verdicts = receiver_verdicts(reports, c);
     let passing = verdicts.iter().filter(|v| v.pass).count();
-    let calibrated = verdicts.iter().any(|v| v.calibrated_pass.is_some());
-    let self_calibrated = verdicts.iter().any(|v| v.self_calibrated_pass.is_some());
-    let tailored = verdicts.iter().any(|v| v.tailored_pass.is_some());
+    // The variants some receiver has a verdict with: a paragraph and a line each.
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|&v| verdicts.iter().any(|x| x.passes_with(v).is_some()))
+        .collect();
     // The WLANs the self-calibration banks were emulated at: one for the table is said once,
     // several on each self-calibrated line.
     let mut bank_wlans: Vec<&str> = reports.iter().filter_map(|r| r.bank_wlan.as_deref()).collect();
@@ -304,34 +324,33 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         c.floor_if,
         verdicts.len()
     );
-    if calibrated {
-        let n = verdicts.iter().filter(|v| v.calibrated_pass == Some(true)).count();
-        s.push_str(&format!(
-            "With the held-out model calibrated on the first part of each of the receiver's captures \
-             (`aggrate calibrate`: it uses that receiver's labels) and scored on the rest — the `calibrated` \
-             lines, `held-out calibrated / own` — **{n} of {} pass**.\n\n",
-            verdicts.len()
-        ));
-    }
-    if self_calibrated {
-        let n = verdicts.iter().filter(|v| v.self_calibrated_pass == Some(true)).count();
+    for &v in &variants {
+        let n = verdicts.iter().filter(|x| x.passes_with(v) == Some(true)).count();
         let at = match bank_wlans[..] {
-            [w] => format!(" (the bank emulated at {w})"),
+            [w] if v.uses_bank() => format!(" (the bank emulated at {w})"),
             _ => String::new(),
         };
+        let what = match v {
+            Variant::Calibrated => "With the held-out model calibrated on the first part of each of the receiver's \
+                 captures (`aggrate calibrate`: it uses that receiver's labels) and scored on the rest"
+                .to_string(),
+            Variant::SelfCalibrated => format!(
+                "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
+                 whose packet timing is most like each of its captures{at} (`aggrate calibrate --no-labels`), \
+                 and scored on all its rows"
+            ),
+            Variant::Tailored => "With the held-out model fitted again tailored to the receiver *without* its \
+                 labels — the training receivers whose captures time packets most like its captures weigh \
+                 more (`aggrate train --like`) — and scored on all its rows"
+                .to_string(),
+            Variant::TailoredSelfCalibrated => format!(
+                "With the tailored model then calibrated without labels on the emulated receivers most like \
+                 each capture{at} (both label-free steps, one after the other) and scored on all its rows"
+            ),
+        };
         s.push_str(&format!(
-            "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
-             whose packet timing is most like each of its captures{at} (`aggrate calibrate --no-labels`), and \
-             scored on all its rows — the `self-calibrated` lines — **{n} of {} pass**.\n\n",
-            verdicts.len()
-        ));
-    }
-    if tailored {
-        let n = verdicts.iter().filter(|v| v.tailored_pass == Some(true)).count();
-        s.push_str(&format!(
-            "With the held-out model fitted again tailored to the receiver *without* its labels — the \
-             training receivers whose captures time packets most like its captures weigh more (`aggrate \
-             train --like`) — and scored on all its rows — the `tailored` lines — **{n} of {} pass**.\n\n",
+            "{what} — the `{}` lines — **{n} of {} pass**.\n\n",
+            v.label(),
             verdicts.len()
         ));
     }
@@ -344,67 +363,70 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         s.push_str(" --- |");
     }
     s.push_str(" --- | --- |\n");
-    // Lines per receiver: 0 model, 1 m = 1, 2 calibrated, 3 self-calibrated, 4 tailored.
-    let mut lines: Vec<(usize, &str)> = vec![(0, "model"), (1, "m = 1")];
-    if calibrated {
-        lines.push((2, "calibrated"));
+    /// A line of the table: the model, the m = 1 threshold or a variant.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Line {
+        Model,
+        Threshold,
+        Variant(Variant),
     }
-    if self_calibrated {
-        lines.push((3, "self-calibrated"));
-    }
-    if tailored {
-        lines.push((4, "tailored"));
-    }
+    let lines: Vec<Line> = [Line::Model, Line::Threshold]
+        .into_iter()
+        .chain(variants.iter().map(|&v| Line::Variant(v)))
+        .collect();
+    let yes = |p: bool| if p { "yes" } else { "**no**" };
     for (r, v) in reports.iter().zip(&verdicts) {
-        for &(k, label) in &lines {
-            let label = match (&r.bank_wlan, k == 3 && mixed_banks) {
-                (Some(w), true) => format!("{label} ({w})"),
-                _ => label.to_string(),
+        for &line in &lines {
+            let (first, label) = match line {
+                Line::Model => (r.receiver.as_str(), "model".to_string()),
+                Line::Threshold => ("", "m = 1".to_string()),
+                Line::Variant(x) => match (&r.bank_wlan, x.uses_bank() && mixed_banks) {
+                    (Some(w), true) => ("", format!("{} ({w})", x.label())),
+                    _ => ("", x.label().to_string()),
+                },
             };
-            s.push_str(&format!(
-                "| {} | {label} |",
-                if k == 0 { r.receiver.as_str() } else { "" }
-            ));
+            s.push_str(&format!("| {first} | {label} |"));
             for rate in &rates {
-                match r.per_rate.iter().find(|p| p.rate_mbps == *rate) {
-                    Some(p) => {
-                        let (h, o) = match k {
-                            0 => (Some(p.held_out.f1), p.own.f1),
-                            1 => (Some(p.threshold_held_out.f1), p.threshold_own.f1),
-                            2 => (p.calibrated.map(|c| c.f1), p.own.f1),
-                            3 => (p.self_calibrated.map(|c| c.f1), p.own.f1),
-                            _ => (p.tailored.map(|c| c.f1), p.own.f1),
-                        };
-                        match h {
-                            Some(h) => s.push_str(&format!(" {h:.3} / {o:.3} |")),
-                            None => s.push_str(" – |"),
-                        }
-                    }
+                let cell = r
+                    .per_rate
+                    .iter()
+                    .find(|p| p.rate_mbps == *rate)
+                    .and_then(|p| match line {
+                        Line::Model => Some((p.held_out.f1, p.own.f1)),
+                        Line::Threshold => Some((p.threshold_held_out.f1, p.threshold_own.f1)),
+                        Line::Variant(x) => p.variant(x).map(|c| (c.f1, p.own.f1)),
+                    });
+                match cell {
+                    Some((h, o)) => s.push_str(&format!(" {h:.3} / {o:.3} |")),
                     None => s.push_str(" – |"),
                 }
             }
-            let yes = |p: bool| if p { "yes" } else { "**no**" };
-            match k {
-                0 => s.push_str(&format!(" {:+.3} | {} |\n", v.worst_loss, yes(v.pass))),
-                2 => s.push_str(&format!(" | {} |\n", v.calibrated_pass.map_or("–", yes))),
-                3 => s.push_str(&format!(" | {} |\n", v.self_calibrated_pass.map_or("–", yes))),
-                4 => s.push_str(&format!(" | {} |\n", v.tailored_pass.map_or("–", yes))),
-                _ => s.push_str(" | |\n"),
+            match line {
+                Line::Model => s.push_str(&format!(" {:+.3} | {} |\n", v.worst_loss, yes(v.pass))),
+                Line::Threshold => s.push_str(" | |\n"),
+                Line::Variant(x) => s.push_str(&format!(" | {} |\n", v.passes_with(x).map_or("–", yes))),
             }
         }
     }
     s
 }
 
-/// One CSV line per receiver and rate.
+/// One CSV line per receiver and rate: the held-out model's, own CV's and the m = 1 threshold's
+/// scores, then a `<variant>_f1` column per [`Variant`] (empty where not scored) and the
+/// self-calibration bank's distance.
 pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     let mut s = String::from(
-        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss,calibrated_f1,self_calibrated_f1,self_calibration_distance,tailored_f1\n",
+        "receiver,rate_mbps,rows,held_out_f1,held_out_precision,held_out_recall,own_f1,own_precision,own_recall,threshold_held_out_f1,threshold_own_f1,loss",
     );
+    for v in Variant::ALL {
+        s.push_str(&format!(",{}_f1", v.key()));
+    }
+    s.push_str(",self_calibration_distance\n");
+    let opt = |x: Option<f64>| x.map_or(String::new(), |x| x.to_string());
     for r in reports {
         for p in &r.per_rate {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.receiver,
                 p.rate_mbps,
                 p.rows,
@@ -417,11 +439,11 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
                 p.threshold_held_out.f1,
                 p.threshold_own.f1,
                 p.loss(),
-                p.calibrated.map_or(String::new(), |c| c.f1.to_string()),
-                p.self_calibrated.map_or(String::new(), |c| c.f1.to_string()),
-                p.self_calibration_distance.map_or(String::new(), |d| d.to_string()),
-                p.tailored.map_or(String::new(), |c| c.f1.to_string())
             ));
+            for v in Variant::ALL {
+                s.push_str(&format!(",{}", opt(p.variant(v).map(|c| c.f1))));
+            }
+            s.push_str(&format!(",{}\n", opt(p.self_calibration_distance)));
         }
     }
     s
@@ -717,10 +739,8 @@ mod receiver_tests {
             own: sc(own),
             threshold_held_out: sc(0.5),
             threshold_own: sc(0.6),
-            calibrated: None,
-            self_calibrated: None,
+            variants: Default::default(),
             self_calibration_distance: None,
-            tailored: None,
         }
     }
 
@@ -758,47 +778,66 @@ mod receiver_tests {
         assert!(md.contains("1 of 3 receivers pass"), "{md}");
         assert!(md.contains("| good | model | 0.995 / 0.990 |"), "{md}");
         assert_eq!(receivers_csv(&reps).lines().count(), 1 + 5);
-        assert!(v.iter().all(|v| v.calibrated_pass.is_none()) && !md.contains("calibrated"));
+        assert!(v.iter().all(|v| v.passes.is_empty()) && !md.contains("calibrated"));
         // Calibrated scores judged like held-out ones: "lossy" passes calibrated, "low" (one
         // judged rate without a calibrated score) has no calibrated verdict.
         let mut reps = reps;
-        let sc = |f1| Some(Score { f1, ..Score::default() });
-        reps[0].per_rate[0].calibrated = sc(0.97);
-        reps[0].per_rate[1].calibrated = sc(0.1);
-        reps[1].per_rate[0].calibrated = sc(0.975);
-        reps[2].per_rate[0].calibrated = sc(0.99);
+        let sc = |f1| Score { f1, ..Score::default() };
+        reps[0].per_rate[0].variants.insert(Variant::Calibrated, sc(0.97));
+        reps[0].per_rate[1].variants.insert(Variant::Calibrated, sc(0.1));
+        reps[1].per_rate[0].variants.insert(Variant::Calibrated, sc(0.975));
+        reps[2].per_rate[0].variants.insert(Variant::Calibrated, sc(0.99));
         let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
-        assert_eq!(v[0].calibrated_pass, Some(false), "0.97 < 0.98 with own 0.99: too far");
-        assert_eq!(v[1].calibrated_pass, Some(true));
-        assert_eq!(v[2].calibrated_pass, None);
+        assert_eq!(
+            v[0].passes_with(Variant::Calibrated),
+            Some(false),
+            "0.97 < 0.98 with own 0.99: too far"
+        );
+        assert_eq!(v[1].passes_with(Variant::Calibrated), Some(true));
+        assert_eq!(v[2].passes_with(Variant::Calibrated), None);
         assert!(!v[1].pass, "the held-out verdict is unchanged");
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
-        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,"));
-        assert!(v.iter().all(|v| v.self_calibrated_pass.is_none()) && !md.contains("self-calibrated"));
+        assert!(
+            receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,,"),
+            "calibrated, then three empty variants and no distance"
+        );
+        assert!(v.iter().all(|v| v.passes_with(Variant::SelfCalibrated).is_none()) && !md.contains("self-calibrated"));
         // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
-        reps[1].per_rate[0].self_calibrated = sc(0.965);
-        reps[2].per_rate[0].self_calibrated = sc(0.985);
-        reps[2].per_rate[1].self_calibrated = sc(0.96);
+        reps[1].per_rate[0].variants.insert(Variant::SelfCalibrated, sc(0.965));
+        reps[2].per_rate[0].variants.insert(Variant::SelfCalibrated, sc(0.985));
+        reps[2].per_rate[1].variants.insert(Variant::SelfCalibrated, sc(0.96));
         let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
-        assert_eq!(v[0].self_calibrated_pass, None, "no self-calibrated score at 100 Mb/s");
-        assert_eq!(v[1].self_calibrated_pass, Some(true), "0.965 is within 0.01 of 0.97");
-        assert_eq!(v[2].self_calibrated_pass, Some(true));
-        assert_eq!(v[1].calibrated_pass, Some(true), "the labelled verdict is unchanged");
+        assert_eq!(
+            v[0].passes_with(Variant::SelfCalibrated),
+            None,
+            "no self-calibrated score at 100 Mb/s"
+        );
+        assert_eq!(
+            v[1].passes_with(Variant::SelfCalibrated),
+            Some(true),
+            "0.965 is within 0.01 of 0.97"
+        );
+        assert_eq!(v[2].passes_with(Variant::SelfCalibrated), Some(true));
+        assert_eq!(
+            v[1].passes_with(Variant::Calibrated),
+            Some(true),
+            "the labelled verdict is unchanged"
+        );
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("the `self-calibrated` lines — **2 of 3 pass**"), "{md}");
         assert!(
             md.contains("|  | self-calibrated | – | 0.985 / 0.990 | 0.960 / 0.965 | – |"),
             "{md}"
         );
-        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,,"));
+        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,,,"));
         reps[2].per_rate[0].self_calibration_distance = Some(2.5);
         assert!(receivers_csv(&reps)
             .lines()
             .nth(4)
             .unwrap()
-            .ends_with(",0.99,0.985,2.5,"));
+            .ends_with(",0.99,0.985,,,2.5"));
         // The bank's WLAN: in the paragraph when one for the table, on each line when several.
         for r in &mut reps {
             r.bank_wlan = Some("MCS 9".into());
@@ -817,15 +856,55 @@ mod receiver_tests {
         // Tailored scores: their own verdict, line and column.
         assert!(receiver_verdicts(&reps, &ReceiverCriteria::default())
             .iter()
-            .all(|v| v.tailored_pass.is_none()));
-        reps[1].per_rate[0].tailored = sc(0.955);
+            .all(|v| v.passes_with(Variant::Tailored).is_none()));
+        reps[1].per_rate[0].variants.insert(Variant::Tailored, sc(0.955));
         let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
-        assert_eq!(v[1].tailored_pass, Some(false), "0.955 < 0.97 − 0.01");
-        assert_eq!(v[0].tailored_pass, None);
+        assert_eq!(v[1].passes_with(Variant::Tailored), Some(false), "0.955 < 0.97 − 0.01");
+        assert_eq!(v[0].passes_with(Variant::Tailored), None);
         let md = receivers_md("t", &reps, &ReceiverCriteria::default());
         assert!(md.contains("the `tailored` lines — **0 of 3 pass**"), "{md}");
         assert!(md.contains("|  | tailored | 0.955 / 0.970 |"), "{md}");
-        assert!(receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.955"));
+        assert!(receivers_csv(&reps)
+            .lines()
+            .nth(3)
+            .unwrap()
+            .ends_with(",0.975,0.965,0.955,,"));
+        // Both label-free steps: a line after the tailored one, named with its bank's WLAN when
+        // the table mixes WLANs, and the next column.
+        reps[1].per_rate[0]
+            .variants
+            .insert(Variant::TailoredSelfCalibrated, sc(0.972));
+        let v = receiver_verdicts(&reps, &ReceiverCriteria::default());
+        assert_eq!(v[1].passes_with(Variant::TailoredSelfCalibrated), Some(true));
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(
+            md.contains("the `tailored, self-calibrated` lines — **1 of 3 pass**"),
+            "{md}"
+        );
+        let tailored_at = md.find("|  | tailored | 0.955").unwrap();
+        let stacked_at = md
+            .find("|  | tailored, self-calibrated (MCS 9) | 0.972 / 0.970 | – |")
+            .unwrap();
+        assert!(stacked_at > tailored_at, "{md}");
+        assert!(receivers_csv(&reps)
+            .lines()
+            .nth(3)
+            .unwrap()
+            .ends_with(",0.975,0.965,0.955,0.972,"));
+        let header = receivers_csv(&reps).lines().next().unwrap().to_string();
+        assert!(header.ends_with(
+            ",loss,calibrated_f1,self_calibrated_f1,tailored_f1,tailored_self_calibrated_f1,self_calibration_distance"
+        ));
+        // JSON: a field per variant, in the rate and in the verdict.
+        let rate = serde_json::to_value(&reps[1].per_rate[0]).unwrap();
+        assert_eq!(rate["tailored_self_calibrated"]["f1"], 0.972);
+        assert_eq!(rate["self_calibrated"]["f1"], 0.965);
+        assert!(rate.get("variants").is_none(), "{rate}");
+        let verdict = serde_json::to_value(&v[1]).unwrap();
+        assert_eq!(verdict["calibrated_pass"], true);
+        assert_eq!(verdict["tailored_pass"], false);
+        assert_eq!(verdict["tailored_self_calibrated_pass"], true);
+        assert!(serde_json::to_value(&v[0]).unwrap().get("tailored_pass").is_none());
     }
 }
 
@@ -860,7 +939,7 @@ fn write_file(dir: &Path, file: &str, bytes: Vec<u8>) -> Result<PathBuf, WriteEr
     Ok(p)
 }
 
-use crate::train::cv::{RateReport, ReceiverReport, SlotRateReport, SvrStage};
+use crate::train::cv::{RateReport, ReceiverReport, SlotRateReport, SvrStage, Variant};
 
 /// `NAME.report.json`, `.report.md`, `.per_rate.csv`, the F1-per-rate PNG and, with the slot
 /// SVR's stage, `.slots.csv` and its two PNGs, in `dir`; returns the paths.

@@ -1077,8 +1077,8 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     assert!(!ok && err.contains("--like-weight"), "{err}");
     // Leave one receiver out with each held-out model tailored too. Tailored on every other
     // receiver at weight 1, it trains on the held-out model's very rows: the same scores.
-    let loro = |out: &str, k: &str, w: &str, d: &str| {
-        let args = [
+    let loro = |out: &str, k: &str, w: &str, d: &str, extra: &[&str]| {
+        let mut args = vec![
             "-q",
             "train",
             "--dataset",
@@ -1099,6 +1099,7 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
             "--like-max-distance",
             d,
         ];
+        args.extend_from_slice(extra);
         let o = aggrate(dir.path(), &args);
         assert!(o.status.success(), "{}", text(&o).1);
         let rep: serde_json::Value = serde_json::from_str(
@@ -1107,25 +1108,34 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         .unwrap();
         rep
     };
-    let same = loro("t_all", "3", "1", "inf");
+    // With label-free calibration as well (a small bank for speed), the tailored model is
+    // self-calibrated too: the same model, so the same score as the held-out one's.
+    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 6\n";
+    std::fs::write(dir.path().join("bank.toml"), bank).unwrap();
+    let self_cal = ["--self-calibrate", "--bank", "bank.toml", "--neighbours", "2"];
+    let same = loro("t_all", "3", "1", "inf", &self_cal);
     let mut scored = 0;
     for r in same["receivers"].as_array().unwrap() {
         for p in r["per_rate"].as_array().unwrap() {
             assert_eq!(p["tailored"]["f1"], p["held_out"]["f1"], "{p}");
+            assert!(p["self_calibrated"]["f1"].is_f64(), "{p}");
+            assert_eq!(p["tailored_self_calibrated"]["f1"], p["self_calibrated"]["f1"], "{p}");
             scored += 1;
         }
     }
     assert_eq!(scored, 8);
+    let md = std::fs::read_to_string(dir.path().join("t_all/threshold_m1.receivers.md")).unwrap();
+    assert!(md.contains("|  | tailored, self-calibrated |"), "{md}");
     // Too far to tailor on (no receiver lies at distance 0 from another): the held-out model
     // stands, and the receivers it would have weighted are named.
-    let far = loro("t_far", "2", "4", "0");
+    let far = loro("t_far", "2", "4", "0", &[]);
     for r in far["receivers"].as_array().unwrap() {
         assert_eq!(r["tailored_from"].as_array().unwrap().len(), 2, "{r}");
         for p in r["per_rate"].as_array().unwrap() {
             assert_eq!(p["tailored"]["f1"], p["held_out"]["f1"], "{p}");
         }
     }
-    let one = loro("t_one", "1", "4", "inf");
+    let one = loro("t_one", "1", "4", "inf", &[]);
     for v in one["verdicts"].as_array().unwrap() {
         assert!(v["tailored_pass"].is_boolean(), "{v}");
     }
@@ -1148,7 +1158,17 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         "{md}"
     );
     let csv = std::fs::read_to_string(dir.path().join("t_one/threshold_m1.receivers.csv")).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",tailored_f1"), "{csv}");
+    let header = csv.lines().next().unwrap();
+    assert!(header.contains(",tailored_f1,"), "{csv}");
+    let col = header.split(',').position(|c| c == "tailored_f1").unwrap();
+    assert!(
+        csv.lines().skip(1).all(|l| !l.split(',').nth(col).unwrap().is_empty()),
+        "{csv}"
+    );
+    assert!(
+        !md.contains("tailored, self-calibrated"),
+        "no bank, no stacked line: {md}"
+    );
     // A sniffer capture joined with the receiver's kernel log stands for the receiver's own
     // capture (--like-kernel); the sniffer's own times do not.
     std::fs::write(dir.path().join("unseen.toml"), UNSEEN_RECEIVER).unwrap();

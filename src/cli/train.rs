@@ -97,7 +97,8 @@ pub(crate) struct TrainArgs {
     #[arg(long, num_args = 1.., value_name = "LOG")]
     pub(crate) like_kernel: Vec<PathBuf>,
     /// With --group-by receiver: also fit each held-out receiver's model tailored to it as
-    /// --like would (ranked by its captures' timing, not its labels), and score it.
+    /// --like would (ranked by its captures' timing, not its labels), and score it (with
+    /// --self-calibrate, also the tailored model self-calibrated: both steps stacked).
     #[arg(long)]
     pub(crate) like_held_out: bool,
     /// With --like: how many of the nearest training receivers weigh more.

@@ -338,24 +338,71 @@ pub struct ReceiverRate {
     pub threshold_held_out: Score,
     /// The m = 1 threshold on this receiver alone (own CV).
     pub threshold_own: Score,
-    /// The held-out model calibrated on the first share of each of this receiver's captures
-    /// ([`crate::train::calibrate`]), scored on the rest of them (when asked for).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibrated: Option<Score>,
-    /// The held-out model calibrated without this receiver's labels, on the emulated receivers
-    /// that time packets most like it ([`crate::train::bank`]), scored on all its rows (when
-    /// asked for).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub self_calibrated: Option<Score>,
-    /// How far this rate's capture lies from the bank (its nearest bank run's distance,
-    /// [`super::bank::Bank::nearest`]), with `self_calibrated`.
+    /// Variants of the held-out model scored beside it (when asked for: [`HeldOutCalibrations`]),
+    /// each on the rows its [`Variant`] says. In JSON each is a field of its own
+    /// (`calibrated`, `self_calibrated`, …).
+    #[serde(flatten)]
+    pub variants: BTreeMap<Variant, Score>,
+    /// How far this rate's capture lies from the self-calibration bank (its nearest bank run's
+    /// distance, [`super::bank::Bank::nearest`]), with [`Variant::SelfCalibrated`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_calibration_distance: Option<f64>,
-    /// The model fitted without this receiver but tailored to it without its labels: the
-    /// training receivers that time packets most like it weigh more ([`Tailor`], `train
-    /// --like`), scored on all its rows (when asked for).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tailored: Option<Score>,
+}
+
+/// A variant of the held-out model that [`receiver_cv`] scores beside it, to show what a step
+/// that needs no retraining on the receiver's labels buys (or, for `Calibrated`, what a short
+/// labelled stretch buys). Variants are reported in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// Calibrated on the first share of each of the receiver's captures ([`crate::train::calibrate`],
+    /// with its labels), scored on the rest of them.
+    Calibrated,
+    /// Calibrated without the receiver's labels, on the emulated receivers that time packets
+    /// most like it ([`crate::train::bank`]), scored on all its rows.
+    SelfCalibrated,
+    /// Fitted again without the receiver but tailored to it without its labels: the training
+    /// receivers that time packets most like it weigh more ([`Tailor`], `train --like`), scored
+    /// on all its rows.
+    Tailored,
+    /// The tailored model, then self-calibrated on the bank: whether the two label-free steps
+    /// add up.
+    TailoredSelfCalibrated,
+}
+
+impl Variant {
+    /// Every variant, in report order.
+    pub const ALL: [Variant; 4] = [
+        Variant::Calibrated,
+        Variant::SelfCalibrated,
+        Variant::Tailored,
+        Variant::TailoredSelfCalibrated,
+    ];
+
+    /// Its name in reports' lines ("self-calibrated").
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::Calibrated => "calibrated",
+            Variant::SelfCalibrated => "self-calibrated",
+            Variant::Tailored => "tailored",
+            Variant::TailoredSelfCalibrated => "tailored, self-calibrated",
+        }
+    }
+
+    /// Its name in CSV columns and JSON fields ("self_calibrated").
+    pub fn key(self) -> &'static str {
+        match self {
+            Variant::Calibrated => "calibrated",
+            Variant::SelfCalibrated => "self_calibrated",
+            Variant::Tailored => "tailored",
+            Variant::TailoredSelfCalibrated => "tailored_self_calibrated",
+        }
+    }
+
+    /// Whether it is set on an emulated bank (whose WLAN the report names).
+    pub fn uses_bank(self) -> bool {
+        matches!(self, Variant::SelfCalibrated | Variant::TailoredSelfCalibrated)
+    }
 }
 
 /// Calibrations of each held-out model that [`receiver_cv`] scores besides the model itself.
@@ -364,12 +411,13 @@ pub struct HeldOutCalibrations<'a> {
     /// The rows' feature layout.
     pub spec: &'a FeatureSpec,
     /// Calibrate on the first share of each of the receiver's captures, with its labels
-    /// ([`ReceiverRate::calibrated`]).
+    /// ([`Variant::Calibrated`]).
     pub share: Option<f64>,
     /// Calibrate on the bank's receivers nearest each capture, without the receiver's
-    /// labels ([`ReceiverRate::self_calibrated`]).
+    /// labels ([`Variant::SelfCalibrated`]).
     pub bank: Option<ReceiverBanks<'a>>,
-    /// Fit each held-out model again tailored to the receiver ([`ReceiverRate::tailored`]).
+    /// Fit each held-out model again tailored to the receiver ([`Variant::Tailored`]; with
+    /// `bank` also [`Variant::TailoredSelfCalibrated`]).
     pub tailor: Option<Tailor>,
 }
 
@@ -443,6 +491,11 @@ impl ReceiverRate {
     /// What not having seen the receiver cost (own-CV F1 − held-out F1; negative: nothing).
     pub fn loss(&self) -> f64 {
         self.own.f1 - self.held_out.f1
+    }
+
+    /// The score of a variant of the held-out model, if it was scored here.
+    pub fn variant(&self, v: Variant) -> Option<Score> {
+        self.variants.get(&v).copied()
     }
 }
 
@@ -573,14 +626,21 @@ pub fn receiver_cv(
             let (bank, wlan) = b.of_receiver.get(r as usize)?;
             Some((c.spec, *bank, wlan, b.like))
         });
-        let (self_calibrated, distances) = match bank {
-            Some((spec, bank, _, like)) => {
-                let (m, c) = super::bank::self_calibrate(&sub, &model, spec, bank, like)?;
-                let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
-                (Some(evaluate(&sub, &m, spec).rates), d)
+        // Self-calibrated on the bank: the model, its per-rate scores and the captures'
+        // distances to the bank.
+        let self_calibrate = |m: &EstimatorModel| -> Result<_, CvError> {
+            match bank {
+                Some((spec, bank, _, like)) => {
+                    let (m, c) = super::bank::self_calibrate(&sub, m, spec, bank, like)?;
+                    let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
+                    Ok(Some((evaluate(&sub, &m, spec).rates, d)))
+                }
+                None => Ok(None),
             }
-            None => (None, Vec::new()),
         };
+        let (self_calibrated, distances) = self_calibrate(&model)?.unzip();
+        // Tailored: the model fitted again with the receivers nearest this one weighing more,
+        // or the held-out model when they lie too far.
         let (tailored, tailored_from) = match (calibrate.and_then(|c| c.tailor), &like_bank) {
             (Some(t), Some(lb)) => {
                 let ranked = super::bank::rank_receivers(lb, &sub)?;
@@ -593,21 +653,28 @@ pub fn receiver_cv(
                     .collect();
                 let near: Vec<u32> = chosen.iter().map(|c| c.0).collect();
                 let from = chosen.iter().map(|&(o, d)| (names[o as usize].clone(), d)).collect();
-                if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
+                let m = if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
                     // Too far to tailor on: the held-out model stands.
-                    (Some(held.clone()), from)
+                    model.clone()
                 } else {
                     let pool: Vec<usize> = (0..n)
                         .filter(|&i| recv_of_row(i).is_some_and(|o| o != r && !is_test(o)))
                         .collect();
                     let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
-                    let m = fit.fit(data, &RowSet::from_indices(&keep))?;
-                    let mut liked = PerRate::new();
-                    score(data, &test, &m, n_max, &mut liked);
-                    (Some(liked), from)
-                }
+                    fit.fit(data, &RowSet::from_indices(&keep))?
+                };
+                (Some(m), from)
             }
             _ => (None, Vec::new()),
+        };
+        let tailored_scores = tailored.as_ref().map(|m| {
+            let mut liked = PerRate::new();
+            score(data, &test, m, n_max, &mut liked);
+            liked
+        });
+        let tailored_self_calibrated = match &tailored {
+            Some(m) => self_calibrate(m)?.map(|(rates, _)| rates),
+            None => None,
         };
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
@@ -638,15 +705,25 @@ pub fn receiver_cv(
                     own: get(&own),
                     threshold_held_out: get(&held_thr),
                     threshold_own: get(&own_thr),
-                    calibrated: at_rate(calibrated.as_deref(), *rate),
-                    self_calibrated: at_rate(self_calibrated.as_deref(), *rate),
+                    variants: [
+                        (Variant::Calibrated, at_rate(calibrated.as_deref(), *rate)),
+                        (Variant::SelfCalibrated, at_rate(self_calibrated.as_deref(), *rate)),
+                        (Variant::Tailored, tailored_scores.as_ref().map(get)),
+                        (
+                            Variant::TailoredSelfCalibrated,
+                            at_rate(tailored_self_calibrated.as_deref(), *rate),
+                        ),
+                    ]
+                    .into_iter()
+                    .filter_map(|(v, s)| Some((v, s?)))
+                    .collect(),
                     // The nearest of the rate's captures (one per rate in a receivers dataset).
                     self_calibration_distance: distances
                         .iter()
+                        .flatten()
                         .filter(|(r, _)| r == rate)
                         .map(|&(_, d)| d)
                         .min_by(f64::total_cmp),
-                    tailored: tailored.as_ref().map(get),
                 }
             })
             .collect();
