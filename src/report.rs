@@ -7,6 +7,7 @@
 pub mod plot;
 pub mod sweep;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -223,7 +224,7 @@ pub struct ReceiverVerdict {
     /// held-out one's place — for the variants scored at every judged rate. In JSON a field
     /// each, `<variant>_pass` (`calibrated_pass`, `tailored_pass`, …).
     #[serde(flatten, serialize_with = "passes_as_fields")]
-    pub passes: std::collections::BTreeMap<Variant, bool>,
+    pub passes: BTreeMap<Variant, bool>,
 }
 
 impl ReceiverVerdict {
@@ -235,10 +236,7 @@ impl ReceiverVerdict {
 }
 
 /// [`ReceiverVerdict::passes`] as `<variant>_pass` fields.
-fn passes_as_fields<S: serde::Serializer>(
-    passes: &std::collections::BTreeMap<Variant, bool>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+fn passes_as_fields<S: serde::Serializer>(passes: &BTreeMap<Variant, bool>, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(Some(passes.len()))?;
     for (v, pass) in passes {
@@ -1066,12 +1064,14 @@ pub fn write_receiver_reports(
 }
 
 /// Held-out F1 per rate of the model and of the m = 1 threshold: the mean over receivers and the
-/// worst receiver, in one figure.
+/// worst receiver, in one figure, with the model's own-CV mean (the yardstick) and the mean of
+/// each variant of the held-out model that was scored ([`Variant`]).
 pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Result<PathBuf, WriteError> {
     use plot::Series;
-    /// Rate, held-out F1 of the model and of the threshold, over receivers.
-    type AtRate = (f64, Vec<f64>, Vec<f64>);
-    let mut by_rate: std::collections::BTreeMap<i64, AtRate> = std::collections::BTreeMap::new();
+    /// Rate, then over receivers the held-out F1 of the model and of the threshold, own-CV F1,
+    /// and each variant's F1 (where scored).
+    type AtRate = (f64, Vec<f64>, Vec<f64>, Vec<f64>, BTreeMap<Variant, Vec<f64>>);
+    let mut by_rate: BTreeMap<i64, AtRate> = BTreeMap::new();
     for r in reports {
         for p in &r.per_rate {
             if !p.rate_mbps.is_finite() {
@@ -1079,14 +1079,22 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
             }
             let e = by_rate
                 .entry((p.rate_mbps * 1000.0) as i64)
-                .or_insert((p.rate_mbps, Vec::new(), Vec::new()));
+                .or_insert_with(|| (p.rate_mbps, Vec::new(), Vec::new(), Vec::new(), BTreeMap::new()));
             e.1.push(p.held_out.f1);
             e.2.push(p.threshold_held_out.f1);
+            e.3.push(p.own.f1);
+            for (v, sc) in &p.variants {
+                e.4.entry(*v).or_default().push(sc.f1);
+            }
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let series = |f: &dyn Fn(&AtRate) -> f64| by_rate.values().map(|e| (e.0, f(e))).collect::<Vec<_>>();
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| by_rate.values().any(|e| e.4.contains_key(v)))
+        .collect();
     let png = dir.join(format!("{name}.receivers.png"));
     let (model, which) = match name.strip_suffix(".test") {
         Some(m) if reports.iter().all(|r| r.test) => (m, "receivers in no training set"),
@@ -1102,7 +1110,20 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
             Series::new("m = 1 threshold, mean", series(&|e| mean(&e.2))),
             Series::new(format!("{model}, worst receiver"), series(&|e| min(&e.1))),
             Series::new("m = 1 threshold, worst receiver", series(&|e| min(&e.2))),
-        ],
+        ]
+        .into_iter()
+        // The yardstick, and what the label-free (or labelled) steps make of the model.
+        .chain(std::iter::once(Series::new(
+            format!("{model}, own CV, mean"),
+            series(&|e| mean(&e.3)),
+        )))
+        .chain(variants.into_iter().map(|v| {
+            Series::new(
+                format!("{model}, {}, mean", v.label()),
+                series(&|e| e.4.get(&v).map_or(f64::NAN, |f| mean(f))),
+            )
+        }))
+        .collect::<Vec<_>>(),
         Some((0.0, 1.0)),
     )?;
     Ok(png)
