@@ -5,8 +5,9 @@
 //! [`Testbed::create`] makes two namespaces (`aggrate-<pid>-<k>-tx`, `…-rx`), a veth pair
 //! between them and addresses, and applies a [`KernelPath`]: GRO on/off (which also turns the
 //! veth's NAPI on), threaded NAPI, RPS to the receiving CPU, the NAPI hrtimer deferral
-//! (`gro_flush_timeout`, `napi_defer_hard_irqs`), busy polling on the receiving socket, and a
-//! CPU burner pinned to the receiving CPU. [`Testbed::replay`] sends one UDP datagram per MPDU at
+//! (`gro_flush_timeout`, `napi_defer_hard_irqs`), busy polling on the receiving socket, a
+//! CPU burner pinned to the receiving CPU, and a serialising hop before the host (a token-bucket
+//! shaper on the sending veth, as a USB or SDIO bus spaces a frame's packets). [`Testbed::replay`] sends one UDP datagram per MPDU at
 //! its scheduled time (A-MPDUs back to back, MPDU by MPDU through the PPDU, or released at timer
 //! ticks: [`schedule`]) and records the kernel's receive timestamps (`SO_TIMESTAMPNS`). Dropping
 //! the testbed stops the burner and deletes both namespaces (the veth goes with them), also when
@@ -14,7 +15,7 @@
 //!
 //! Edge code: it runs `ip`, `ethtool` and writes sysfs, reads the real clock (sender schedule,
 //! like [`crate::wlan::live`]) and is not deterministic by nature. Needs root (CAP_NET_ADMIN)
-//! and iproute2; GRO switching needs `ethtool`.
+//! and iproute2; GRO switching needs `ethtool`, shaping `tc` with the `tbf` qdisc.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -60,6 +61,13 @@ pub struct KernelPath {
     pub per_mpdu: bool,
     /// UDP payload bytes per datagram (≥ 4; 1472 = 1500-byte IP packets).
     pub payload_bytes: u16,
+    /// A serialising hop between the radio and the host (a USB or SDIO bus, a slower link):
+    /// the sending veth shapes to this rate (Mbit/s of frames; 0 = off) with a token bucket
+    /// (`tc qdisc … tbf`), so packets of one A-MPDU leave at least one frame's time apart.
+    pub shape_mbps: u32,
+    /// The token bucket's depth (bytes; 0: two frames): how many back-to-back frames pass
+    /// unshaped after the hop has been idle.
+    pub shape_burst_bytes: u32,
 }
 
 impl Default for KernelPath {
@@ -76,6 +84,8 @@ impl Default for KernelPath {
             tick_us: 0,
             per_mpdu: false,
             payload_bytes: 1472,
+            shape_mbps: 0,
+            shape_burst_bytes: 0,
         }
     }
 }
@@ -83,6 +93,7 @@ impl Default for KernelPath {
 impl std::str::FromStr for KernelPath {
     type Err = Error;
     /// From a comma list such as `gro,threaded,rps,burner,busy=50,flush=50,defer=2,tick=250,per-mpdu`
+    /// or `shape=700,burst=6056`
     /// (`veth` or an empty string: the defaults). The name is the list itself.
     fn from_str(s: &str) -> Result<KernelPath, Error> {
         let mut p = KernelPath {
@@ -115,12 +126,14 @@ impl std::str::FromStr for KernelPath {
                 "defer" => p.defer_hard_irqs = num("defer_hard_irqs")?,
                 "tick" => p.tick_us = num("tick_us")?,
                 "payload" => p.payload_bytes = num("payload_bytes")?.min(u16::MAX as u32) as u16,
+                "shape" => p.shape_mbps = num("shape_mbps")?,
+                "burst" => p.shape_burst_bytes = num("shape_burst_bytes")?,
                 _ => {
                     return Err(Error::Setting {
                         field: "veth",
                         value: item.to_string(),
                         allowed:
-                            "gro, threaded, rps, burner, per-mpdu, busy=µs, flush=µs, defer=N, tick=µs, payload=bytes",
+                            "gro, threaded, rps, burner, per-mpdu, busy=µs, flush=µs, defer=N, tick=µs, payload=bytes, shape=Mbit/s, burst=bytes",
                     })
                 }
             }
@@ -131,6 +144,20 @@ impl std::str::FromStr for KernelPath {
 }
 
 impl KernelPath {
+    /// Bytes of one datagram's Ethernet frame (UDP payload + UDP, IPv4 and Ethernet headers).
+    pub fn frame_bytes(&self) -> u32 {
+        self.payload_bytes as u32 + 42
+    }
+
+    /// The shaping token bucket's depth in bytes (the default: two frames).
+    pub fn shape_burst(&self) -> u32 {
+        if self.shape_burst_bytes > 0 {
+            self.shape_burst_bytes
+        } else {
+            2 * self.frame_bytes()
+        }
+    }
+
     /// Check the numbers.
     pub fn check(&self) -> Result<(), Error> {
         let bad = |field: &'static str, value: String, allowed: &'static str| Error::Setting { field, value, allowed };
@@ -152,6 +179,27 @@ impl KernelPath {
         }
         if self.defer_hard_irqs > 1000 {
             return Err(bad("defer_hard_irqs", self.defer_hard_irqs.to_string(), "0..=1000"));
+        }
+        if self.shape_mbps > 100_000 {
+            return Err(bad(
+                "shape_mbps",
+                self.shape_mbps.to_string(),
+                "0..=100000 Mbit/s (0 = off)",
+            ));
+        }
+        if self.shape_burst_bytes > 0 && !(self.frame_bytes()..=16 << 20).contains(&self.shape_burst_bytes) {
+            return Err(bad(
+                "shape_burst_bytes",
+                self.shape_burst_bytes.to_string(),
+                "0 (two frames) or from one frame (payload + 42 bytes) to 16 MiB",
+            ));
+        }
+        if self.shape_burst_bytes > 0 && self.shape_mbps == 0 {
+            return Err(bad(
+                "shape_mbps",
+                "0".into(),
+                "a rate when the bucket's depth (burst) is given",
+            ));
         }
         if (self.gro_flush_timeout_us > 0 || self.defer_hard_irqs > 0 || self.threaded_napi || self.busy_poll_us > 0)
             && !self.gro
@@ -377,6 +425,18 @@ impl Testbed {
                 let _ = sched_setaffinity(Pid::from_raw(pid), &set);
             }
         }
+        if path.shape_mbps > 0 {
+            // The hop before the host: the sender's veth dequeues at the shaped rate. The
+            // queue holds 4 MiB, far more than a run backs up below its rate.
+            let (rate, burst) = (format!("{}mbit", path.shape_mbps), path.shape_burst().to_string());
+            run(
+                "ip",
+                &[
+                    "netns", "exec", &txn, "tc", "qdisc", "add", "dev", &tx_dev, "root", "tbf", "rate", &rate, "burst",
+                    &burst, "limit", "4194304",
+                ],
+            )?;
+        }
         let feature = run("ip", &["netns", "exec", &rxn, "ethtool", "-k", &rx_dev])
             .ok()
             .and_then(|s| {
@@ -392,6 +452,9 @@ impl Testbed {
             "gro_flush_timeout_ns": ns_read(&rxn, &format!("{sys}/gro_flush_timeout")),
             "napi_defer_hard_irqs": ns_read(&rxn, &format!("{sys}/napi_defer_hard_irqs")),
             "napi_threads": napi_threads(&rx_dev).len(),
+            "tx_qdisc": run("ip", &["netns", "exec", &txn, "tc", "qdisc", "show", "dev", &tx_dev])
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
             "tx_cpu": tb.tx_cpu,
             "rx_cpu": tb.rx_cpu,
         });
@@ -683,6 +746,16 @@ mod tests {
             "threaded NAPI needs GRO on a veth"
         );
         assert!("gro,warp".parse::<KernelPath>().is_err());
+        let p: KernelPath = "shape=700,burst=6056".parse().unwrap();
+        assert_eq!(
+            (p.shape_mbps, p.shape_burst(), p.name.as_str()),
+            (700, 6056, "veth-shape-700-burst-6056")
+        );
+        let p: KernelPath = "shape=1000".parse().unwrap();
+        assert_eq!(p.shape_burst(), 2 * 1514, "two 1500-byte IP packets' frames by default");
+        for bad in ["burst=6056", "shape=700,burst=100", "shape=200000", "shape=fast"] {
+            assert!(bad.parse::<KernelPath>().is_err(), "{bad}");
+        }
         let toml_text = "name = \"g\"\ngro = true\nthreaded_napi = true\ncpu_burner = true\n";
         let p: KernelPath = toml::from_str(toml_text).unwrap();
         assert!(p.check().is_ok() && p.cpu_burner);

@@ -80,7 +80,9 @@ pub(crate) struct SimulateArgs {
     pub(crate) kernel_replay: bool,
     /// Replay through a veth pair between two network namespaces (root) with these receive-path
     /// settings: a comma list of gro, threaded, rps, burner, per-mpdu, busy=µs, flush=µs,
-    /// defer=N, tick=µs, payload=bytes (`veth` for the defaults). Implies --kernel-replay.
+    /// defer=N, tick=µs, payload=bytes, shape=Mbit/s (a token-bucket shaper before the host, as
+    /// a USB or SDIO bus), burst=bytes (its depth) (`veth` for the defaults). Implies
+    /// --kernel-replay.
     #[arg(long, conflicts_with = "kernel_path")]
     pub(crate) veth: Option<String>,
     /// As --veth, with the settings from a TOML file (testbed::KernelPath fields).

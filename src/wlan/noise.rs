@@ -6,6 +6,7 @@
 //! | stage | mechanism |
 //! | --- | --- |
 //! | [`PerMpduHandoff`] | MPDUs reach the host as they are decoded, during the PPDU, not at its end |
+//! | [`Bus`] | a serialising hop between radio and host (USB, SDIO): one packet after another, each taking its transfer time |
 //! | [`TimerTick`] | the driver (USB bus intervals, polling drivers) delivers only at timer ticks, with slack |
 //! | [`Interrupt`] | interrupt moderation (fixed `rx-usecs`, or adaptive to the packet rate) and interrupt latency |
 //! | [`Napi`] | NAPI polling: a poll budget with a pause when it runs out, GRO-style batch hand-off |
@@ -17,7 +18,7 @@
 //! | rate adaptation | lives in the emulator ([`super::config::RateAdaptation`]): MCS changes between A-MPDUs |
 //!
 //! The stages compose in the order packets meet them, whatever their order in the list: radio
-//! hand-off → timer ticks → interrupt → NAPI poll (thread wake-up, contention, stalls, per-packet
+//! hand-off → bus → timer ticks → interrupt → NAPI poll (thread wake-up, contention, stalls, per-packet
 //! cost, GRO batches) → kernel timestamp → socket queue → app. Per packet, with `r` the time it is
 //! ready for the host:
 //!
@@ -88,6 +89,24 @@ pub struct PerMpduHandoff {
 impl Default for PerMpduHandoff {
     fn default() -> Self {
         PerMpduHandoff { preamble_us: 40.0 }
+    }
+}
+
+/// A serialising hop between the radio and the host — a USB or SDIO bus, a slower link: packets
+/// cross it one after another in arrival order, each taking `per_packet_us` (its frame's
+/// transfer time: 12.1 µs for a 1514-byte frame at 1 Gbit/s). A packet ready at `r` leaves at
+/// `max(r, when the previous one left) + per_packet_us`, so an A-MPDU's packets leave that far
+/// apart and, near the bus's rate, a backlog closes the gaps between A-MPDUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bus {
+    /// Transfer time per packet (µs, > 0).
+    pub per_packet_us: f64,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Bus { per_packet_us: 12.0 }
     }
 }
 
@@ -284,6 +303,8 @@ impl Default for SocketQueue {
 pub enum Stage {
     /// See [`PerMpduHandoff`].
     PerMpduHandoff(PerMpduHandoff),
+    /// See [`Bus`].
+    Bus(Bus),
     /// See [`TimerTick`].
     TimerTick(TimerTick),
     /// See [`Interrupt`].
@@ -307,6 +328,7 @@ impl Stage {
     pub fn kind(&self) -> &'static str {
         match self {
             Stage::PerMpduHandoff(_) => "per_mpdu_handoff",
+            Stage::Bus(_) => "bus",
             Stage::TimerTick(_) => "timer_tick",
             Stage::Interrupt(_) => "interrupt",
             Stage::Napi(_) => "napi",
@@ -348,6 +370,7 @@ pub struct NoiseError {
 pub struct ValidReceivePath {
     path: ReceivePath,
     handoff: Option<PerMpduHandoff>,
+    bus: Option<Bus>,
     tick: Option<TimerTick>,
     irq: Interrupt,
     napi: Napi,
@@ -407,6 +430,13 @@ impl ReceivePath {
                         "1..=1000000 µs",
                     ));
                 }
+                Stage::Bus(b) if !(b.per_packet_us > 0.0 && b.per_packet_us <= 1e5) => {
+                    return Err(err(
+                        "bus.per_packet_us".into(),
+                        b.per_packet_us.to_string(),
+                        "> 0 and at most 100000 µs",
+                    ));
+                }
                 Stage::Napi(n) if n.budget == 0 => {
                     return Err(err("napi.budget".into(), "0".into(), "at least 1 packet"));
                 }
@@ -435,6 +465,7 @@ impl ReceivePath {
         }
         let mut v = ValidReceivePath {
             handoff: None,
+            bus: None,
             tick: None,
             irq: Interrupt {
                 latency_us: 0.0,
@@ -461,6 +492,7 @@ impl ReceivePath {
         for s in self.stages {
             match s {
                 Stage::PerMpduHandoff(x) => v.handoff = Some(x),
+                Stage::Bus(x) => v.bus = Some(x),
                 Stage::TimerTick(x) => v.tick = Some(x),
                 Stage::Interrupt(x) => v.irq = x,
                 Stage::Napi(x) => v.napi = x,
@@ -478,6 +510,7 @@ impl ReceivePath {
 fn stage_numbers(s: &Stage) -> Vec<(&'static str, f64)> {
     match s {
         Stage::PerMpduHandoff(x) => vec![("preamble_us", x.preamble_us)],
+        Stage::Bus(x) => vec![("per_packet_us", x.per_packet_us)],
         Stage::TimerTick(x) => vec![("period_us", x.period_us), ("slack_us", x.slack_us)],
         Stage::Interrupt(x) => vec![
             ("rx_usecs", x.rx_usecs),
@@ -684,6 +717,13 @@ pub struct RandomReceiver {
     pub app_us: Range,
     /// App wake-up (µs).
     pub app_wake_us: Range,
+    /// P(a serialising bus between radio and host). 0 by default, so that datasets made before
+    /// it draw the very same receivers; drawn last, so that turning it on adds a bus to some
+    /// receivers and leaves every other stage of every receiver as it was.
+    pub p_bus: f64,
+    /// The bus's transfer time per packet (µs, log-uniform; for 1514-byte frames 4 µs ≈ 3 Gbit/s,
+    /// 18 µs ≈ 670 Mbit/s).
+    pub bus_per_packet_us: Range,
 }
 
 impl Default for RandomReceiver {
@@ -722,6 +762,8 @@ impl Default for RandomReceiver {
             socket_limit: [256.0, 4096.0],
             app_us: [0.5, 5.0],
             app_wake_us: [3.0, 40.0],
+            p_bus: 0.0,
+            bus_per_packet_us: [4.0, 18.0],
         }
     }
 }
@@ -767,6 +809,7 @@ impl RandomReceiver {
             ("p_heavy_tail", self.p_heavy_tail),
             ("p_socket", self.p_socket),
             ("p_app_stamp", self.p_app_stamp),
+            ("p_bus", self.p_bus),
         ];
         for (f, p) in ps {
             if !(0.0..=1.0).contains(&p) {
@@ -794,6 +837,7 @@ impl RandomReceiver {
             ("socket_limit", self.socket_limit),
             ("app_us", self.app_us),
             ("app_wake_us", self.app_wake_us),
+            ("bus_per_packet_us", self.bus_per_packet_us),
         ];
         for (f, r) in ranges {
             if !(r[0].is_finite() && r[1].is_finite() && r[0] >= 0.0 && r[0] <= r[1]) {
@@ -816,6 +860,13 @@ impl RandomReceiver {
         }
         if self.tail_alpha[0] <= 1.05 {
             return Err(err("tail_alpha", format!("{:?}", self.tail_alpha), "shapes > 1.05"));
+        }
+        if self.bus_per_packet_us[0] <= 0.0 || self.bus_per_packet_us[1] > 1e5 {
+            return Err(err(
+                "bus_per_packet_us",
+                format!("{:?}", self.bus_per_packet_us),
+                "times > 0 and at most 100000 µs",
+            ));
         }
         if self.budgets.contains(&0) {
             return Err(err("budgets", format!("{:?}", self.budgets), "budgets >= 1"));
@@ -894,6 +945,13 @@ impl RandomReceiver {
                 stamp_at_app: rng.random_bool(self.p_app_stamp),
             }));
         }
+        // Last, so that the draws above do not depend on p_bus (see its docs). Not drawn at all
+        // when off: the RNG is left as it was.
+        if self.p_bus > 0.0 && rng.random_bool(self.p_bus) {
+            st.push(Stage::Bus(Bus {
+                per_packet_us: log_uni(rng, self.bus_per_packet_us),
+            }));
+        }
         ReceivePath::new(name, st)
     }
 }
@@ -914,6 +972,8 @@ pub struct Receiver<R: Rng> {
     load_mpps: f64,
     tick: Option<(u64, Duration)>,
     ready: Vec<Ts>,
+    /// When the bus has carried the last packet it was given.
+    bus_free: Ts,
     group: Vec<usize>,
     socket_reads: VecDeque<Ts>,
     app_free: Ts,
@@ -951,6 +1011,7 @@ impl<R: Rng> Receiver<R> {
             load_mpps: 0.0,
             tick: None,
             ready: Vec::new(),
+            bus_free: Ts::ZERO,
             group: Vec::new(),
             socket_reads: VecDeque::new(),
             app_free: Ts::ZERO,
@@ -1087,6 +1148,13 @@ impl<R: Rng> NoiseModel for Receiver<R> {
                     ppdu.start + Duration::from_nanos((pre + (dur - pre) * (k + 1) as f64 / mpdus as f64) as u64)
                 }
                 None => ppdu.end,
+            };
+            let r = match &self.p.bus {
+                Some(b) => {
+                    self.bus_free = r.max(self.bus_free) + us(b.per_packet_us);
+                    self.bus_free
+                }
+                None => r,
             };
             let r = self.tick(r);
             self.ready.push(r);
@@ -1410,10 +1478,65 @@ mod tests {
             .flat_map(|s| rr.draw("x", &mut ChaCha8Rng::seed_from_u64(s)).stages)
             .map(|s| s.kind())
             .collect();
-        assert_eq!(kinds.len(), 9, "every stage kind is drawn sometimes: {kinds:?}");
+        assert_eq!(
+            kinds.len(),
+            9,
+            "every stage kind but the bus (off by default) is drawn sometimes: {kinds:?}"
+        );
+        assert!(!kinds.contains("bus"));
         for s in 0..200u64 {
             rr.draw("x", &mut ChaCha8Rng::seed_from_u64(s)).check().unwrap();
         }
+        // Turning the bus on adds it to some receivers and leaves every other stage as drawn.
+        let with_bus = RandomReceiver {
+            p_bus: 0.5,
+            ..RandomReceiver::default()
+        };
+        with_bus.check().unwrap();
+        let mut buses = 0;
+        for s in 0..200u64 {
+            let plain = rr.draw("x", &mut ChaCha8Rng::seed_from_u64(s)).stages;
+            let mut bused = with_bus.draw("x", &mut ChaCha8Rng::seed_from_u64(s)).stages;
+            if let Some(Stage::Bus(b)) = bused.last() {
+                assert!((4.0..=18.0).contains(&b.per_packet_us), "{b:?}");
+                bused.pop();
+                buses += 1;
+            }
+            assert_eq!(plain, bused, "seed {s}");
+        }
+        assert!((60..=140).contains(&buses), "{buses} of 200 with p_bus = 0.5");
+    }
+
+    #[test]
+    fn a_bus_spaces_packets_and_its_backlog_closes_the_gaps_between_ampdus() {
+        // 12 µs per packet; interrupt at once, 1 µs each. PPDU ends at 100 µs with 3 packets:
+        // they leave the bus at 112, 124, 136 µs, each finding the poll idle (+1 µs).
+        let bus = || Stage::Bus(Bus { per_packet_us: 12.0 });
+        let mut r = rx(vec![bus(), irq(0.0, 0.0), cost(1.0)]);
+        assert_eq!(run(&mut r, ppdu(0, 100, 3)), vec![113_000, 125_000, 137_000]);
+        // The next PPDU ends at 130 µs, before the bus is free (136): its packets wait and leave
+        // at 148 and 160 — 12 µs after the last one, the same as inside an A-MPDU.
+        assert_eq!(run(&mut r, ppdu(110, 130, 2)), vec![149_000, 161_000]);
+        // With the bus idle again, a gap survives: PPDU at 400 µs leaves at 412.
+        assert_eq!(run(&mut r, ppdu(300, 400, 1)), vec![413_000]);
+        // Per-MPDU hand-off first, then the bus: MPDUs ready at 140 and 240 µs (preamble 40 µs
+        // of a 0–240 µs PPDU), each crossing in 12 µs.
+        let mut r = rx(vec![
+            Stage::PerMpduHandoff(PerMpduHandoff { preamble_us: 40.0 }),
+            bus(),
+            irq(0.0, 0.0),
+            cost(1.0),
+        ]);
+        assert_eq!(run(&mut r, ppdu(0, 240, 2)), vec![153_000, 253_000]);
+        let e = ReceivePath::new("p", vec![Stage::Bus(Bus { per_packet_us: 0.0 })])
+            .check()
+            .unwrap_err();
+        assert_eq!(e.field, "bus.per_packet_us");
+        let bad = RandomReceiver {
+            bus_per_packet_us: [0.0, 5.0],
+            ..RandomReceiver::default()
+        };
+        assert_eq!(bad.check().unwrap_err().field, "bus_per_packet_us");
     }
 
     #[test]
