@@ -6,10 +6,11 @@
 //! between them and addresses, and applies a [`KernelPath`]: GRO on/off (which also turns the
 //! veth's NAPI on), threaded NAPI, RPS to the receiving CPU, the NAPI hrtimer deferral
 //! (`gro_flush_timeout`, `napi_defer_hard_irqs`), busy polling on the receiving socket, a
-//! CPU burner pinned to the receiving CPU, and a serialising hop before the host (a token-bucket
-//! shaper on the sending veth, as a USB or SDIO bus spaces a frame's packets). [`Testbed::replay`] sends one UDP datagram per MPDU at
-//! its scheduled time (A-MPDUs back to back, MPDU by MPDU through the PPDU, or released at timer
-//! ticks: [`schedule`]) and records the kernel's receive timestamps (`SO_TIMESTAMPNS`). Dropping
+//! CPU burner pinned to the receiving CPU, and a serialising hop before the host (a
+//! token-bucket shaper on the sending veth, as a USB or SDIO bus spaces a frame's packets).
+//! [`Testbed::replay`] sends one UDP datagram per MPDU at its scheduled time (A-MPDUs back to
+//! back, MPDU by MPDU through the PPDU, or released at timer ticks: [`schedule`]) and records
+//! the kernel's receive timestamps (`SO_TIMESTAMPNS`). Dropping
 //! the testbed stops the burner and deletes both namespaces (the veth goes with them), also when
 //! a panic unwinds; [`cleanup_stale`] removes namespaces left by a process that was killed.
 //!

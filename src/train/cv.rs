@@ -350,8 +350,8 @@ pub struct ReceiverRate {
 }
 
 /// A variant of the held-out model that [`receiver_cv`] scores beside it, to show what a step
-/// that needs no retraining on the receiver's labels buys (or, for `Calibrated`, what a short
-/// labelled stretch buys). Variants are reported in this order.
+/// that needs none of the receiver's labels buys (or, for `Calibrated`, what a short labelled
+/// stretch buys). Variants are reported in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Variant {
@@ -626,8 +626,8 @@ pub fn receiver_cv(
             let (bank, wlan) = b.of_receiver.get(r as usize)?;
             Some((c.spec, *bank, wlan, b.like))
         });
-        // Self-calibrated on the bank: the model, its per-rate scores and the captures'
-        // distances to the bank.
+        // A model self-calibrated on the bank: its per-rate scores, and the captures' distances
+        // to the bank.
         let self_calibrate = |m: &EstimatorModel| -> Result<_, CvError> {
             match bank {
                 Some((spec, bank, _, like)) => {
