@@ -341,6 +341,11 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
                  labels — the training receivers whose captures time packets most like its captures weigh \
                  more (`aggrate train --like`) — and scored on all its rows"
                 .to_string(),
+            Variant::SelfCalibratedOnTraining => "With the held-out model calibrated *without* the receiver's \
+                 labels on the *training* receivers whose packet timing is most like each of its captures \
+                 (measured receivers, real kernel paths among them, instead of an emulated bank) and scored on \
+                 all its rows"
+                .to_string(),
             Variant::TailoredSelfCalibrated => format!(
                 "With the tailored model then calibrated without labels on the emulated receivers most like \
                  each capture{at} (both label-free steps, one after the other) and scored on all its rows"
@@ -798,8 +803,8 @@ mod receiver_tests {
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
         assert!(
-            receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,,"),
-            "calibrated, then three empty variants and no distance"
+            receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,,,"),
+            "calibrated, then four empty variants and no distance"
         );
         assert!(v.iter().all(|v| v.passes_with(Variant::SelfCalibrated).is_none()) && !md.contains("self-calibrated"));
         // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
@@ -829,13 +834,17 @@ mod receiver_tests {
             md.contains("|  | self-calibrated | – | 0.985 / 0.990 | 0.960 / 0.965 | – |"),
             "{md}"
         );
-        assert!(receivers_csv(&reps).lines().nth(4).unwrap().ends_with(",0.99,0.985,,,"));
+        assert!(receivers_csv(&reps)
+            .lines()
+            .nth(4)
+            .unwrap()
+            .ends_with(",0.99,0.985,,,,"));
         reps[2].per_rate[0].self_calibration_distance = Some(2.5);
         assert!(receivers_csv(&reps)
             .lines()
             .nth(4)
             .unwrap()
-            .ends_with(",0.99,0.985,,,2.5"));
+            .ends_with(",0.99,0.985,,,,2.5"));
         // The bank's WLAN: in the paragraph when one for the table, on each line when several.
         for r in &mut reps {
             r.bank_wlan = Some("MCS 9".into());
@@ -866,7 +875,7 @@ mod receiver_tests {
             .lines()
             .nth(3)
             .unwrap()
-            .ends_with(",0.975,0.965,0.955,,"));
+            .ends_with(",0.975,0.965,0.955,,,"));
         // Both label-free steps: a line after the tailored one, named with its bank's WLAN when
         // the table mixes WLANs, and the next column.
         reps[1].per_rate[0]
@@ -888,10 +897,10 @@ mod receiver_tests {
             .lines()
             .nth(3)
             .unwrap()
-            .ends_with(",0.975,0.965,0.955,0.972,"));
+            .ends_with(",0.975,0.965,0.955,0.972,,"));
         let header = receivers_csv(&reps).lines().next().unwrap().to_string();
         assert!(header.ends_with(
-            ",loss,calibrated_f1,self_calibrated_f1,tailored_f1,tailored_self_calibrated_f1,self_calibration_distance"
+            ",loss,calibrated_f1,self_calibrated_f1,tailored_f1,tailored_self_calibrated_f1,self_calibrated_on_training_f1,self_calibration_distance"
         ));
         // JSON: a field per variant, in the rate and in the verdict.
         let rate = serde_json::to_value(&reps[1].per_rate[0]).unwrap();

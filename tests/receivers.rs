@@ -1137,9 +1137,24 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
             assert_eq!(p["tailored"]["f1"], p["held_out"]["f1"], "{p}");
         }
     }
-    let one = loro("t_one", "1", "4", "inf", &[]);
+    // With calibration on the training receivers as well (each held-out receiver's own rows
+    // never among them).
+    let one = loro(
+        "t_one",
+        "1",
+        "4",
+        "inf",
+        &["--self-calibrate-on-training", "--training-neighbours", "1"],
+    );
     for v in one["verdicts"].as_array().unwrap() {
         assert!(v["tailored_pass"].is_boolean(), "{v}");
+        assert!(v["self_calibrated_on_training_pass"].is_boolean(), "{v}");
+    }
+    for r in one["receivers"].as_array().unwrap() {
+        for p in r["per_rate"].as_array().unwrap() {
+            let f1 = p["self_calibrated_on_training"]["f1"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&f1), "{p}");
+        }
     }
     let f1s: Vec<f64> = one["receivers"]
         .as_array()
@@ -1170,6 +1185,12 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     assert!(
         !md.contains("tailored, self-calibrated"),
         "no bank, no stacked line: {md}"
+    );
+    assert!(md.contains("|  | self-calibrated on training receivers |"), "{md}");
+    let (ok, err) = train("x", &["rx"], &["--self-calibrate-on-training"]);
+    assert!(
+        !ok && err.contains("--self-calibrate-on-training") && err.contains("--group-by receiver"),
+        "{err}"
     );
     // A sniffer capture joined with the receiver's kernel log stands for the receiver's own
     // capture (--like-kernel); the sniffer's own times do not.

@@ -101,6 +101,15 @@ pub(crate) struct TrainArgs {
     /// --self-calibrate, also the tailored model self-calibrated: both steps stacked).
     #[arg(long)]
     pub(crate) like_held_out: bool,
+    /// With --group-by receiver: also calibrate each held-out model without the receiver's
+    /// labels on the *training* receivers that time packets most like it (measured ones, real
+    /// kernel paths among them; the --training-neighbours nearest at each rate, within
+    /// --max-distance), instead of an emulated bank, and score it.
+    #[arg(long)]
+    pub(crate) self_calibrate_on_training: bool,
+    /// With --self-calibrate-on-training: training receivers' runs that set each threshold.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) training_neighbours: usize,
     /// With --like: how many of the nearest training receivers weigh more.
     #[arg(long, default_value_t = 8)]
     pub(crate) like_receivers: usize,
@@ -250,6 +259,12 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     }
     if a.self_calibrate && a.group_by != GroupBy::Receiver {
         bail!("--self-calibrate scores held-out receivers: it needs --group-by receiver");
+    }
+    if a.self_calibrate_on_training && a.group_by != GroupBy::Receiver {
+        bail!("--self-calibrate-on-training scores held-out receivers: it needs --group-by receiver");
+    }
+    if a.self_calibrate_on_training && a.training_neighbours == 0 {
+        bail!("--training-neighbours 0: at least one training receiver must set each threshold");
     }
     if !a.like.is_empty() && (a.group_by == GroupBy::Receiver || a.model == ModelKind::Svr) {
         bail!(
@@ -483,6 +498,10 @@ fn receiver_run(
             like: a.bank.likeness(),
         }),
         tailor: a.like_held_out.then_some(a.tailor()),
+        on_training: a.self_calibrate_on_training.then_some(aggrate::train::bank::Likeness {
+            k: a.training_neighbours,
+            ..a.bank.likeness()
+        }),
     };
     let reports = receiver_cv(
         data,
@@ -492,7 +511,8 @@ fn receiver_run(
         a.own_folds,
         spec.n_max,
         how,
-        (a.calibrate.is_some() || a.self_calibrate || a.like_held_out).then_some(&calibrations),
+        (a.calibrate.is_some() || a.self_calibrate || a.like_held_out || a.self_calibrate_on_training)
+            .then_some(&calibrations),
         &mut Bars::new(ui),
     )?;
     let mut bars = Bars::new(ui);

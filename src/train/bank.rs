@@ -152,6 +152,8 @@ pub struct Bank {
     jobs: Vec<(String, f64, crate::wlan::run::ValidScenario)>,
     /// The rows' layout.
     spec: FeatureSpec,
+    /// Receivers whose runs are not matched ([`Bank::exclude`]).
+    excluded: Vec<String>,
 }
 
 /// Why a bank cannot be built or used.
@@ -294,6 +296,7 @@ fn plan(manifest: &DatasetManifest, rates: &[f64], spec: &FeatureSpec) -> Result
         runs: Vec::new(),
         jobs,
         spec: *spec,
+        excluded: Vec::new(),
     })
 }
 
@@ -605,6 +608,60 @@ impl Bank {
         }
     }
 
+    /// A bank of labelled captures already read, *with* their rows: one run per run (a capture
+    /// at one rate) among `rows` of `data`, named by its receiver, its summary from all its
+    /// rows and every `stride`-th of them kept to calibrate on. Receivers measured rather than
+    /// emulated — real kernel receive paths among them — lend their rows to
+    /// [`self_calibrate`] as an emulated bank's do. Runs too short to summarise are left out.
+    pub fn of_captures_with_rows(
+        data: &Dataset,
+        rows: &[usize],
+        receiver_of_group: &[u32],
+        names: &[String],
+        stride: usize,
+    ) -> Bank {
+        let stride = stride.max(1);
+        let mut kept: Vec<usize> = Vec::new();
+        let mut runs = Vec::new();
+        for run in data.runs(rows) {
+            let all: Vec<usize> = rows[run].to_vec();
+            let host: Vec<Ts> = all.iter().map(|&i| data.host[i]).collect();
+            let (Some(stats), Some(name)) = (
+                GapStats::of(&host),
+                receiver_of_group
+                    .get(data.group[all[0]] as usize)
+                    .and_then(|&r| names.get(r as usize)),
+            ) else {
+                continue;
+            };
+            let rate = data.rate_mbps[all[0]] as f64;
+            if !rate.is_finite() {
+                continue;
+            }
+            let start = kept.len();
+            kept.extend(all.iter().step_by(stride));
+            runs.push(BankRun {
+                receiver: name.clone(),
+                rate_mbps: rate,
+                stats,
+                rows: start..kept.len(),
+                job: 0,
+            });
+        }
+        Bank {
+            data: data.select(&kept),
+            runs,
+            ..Bank::default()
+        }
+    }
+
+    /// Leave the runs of `receivers` out of every match from now on (e.g. the receiver being
+    /// calibrated, in a bank of measured receivers that holds it); an empty list takes them
+    /// all back.
+    pub fn exclude(&mut self, receivers: Vec<String>) {
+        self.excluded = receivers;
+    }
+
     /// For each run of `target` (at its rows' rate tag), the `k` bank runs nearest it.
     fn matches(&self, target: &Dataset, k: usize) -> Result<Vec<Match>, Error> {
         let all: Vec<usize> = (0..target.len()).collect();
@@ -668,9 +725,17 @@ impl Bank {
         }
     }
 
+    /// Whether run `i` takes part in matches (its receiver is not excluded).
+    fn matched(&self, i: usize) -> bool {
+        !self.excluded.contains(&self.runs[i].receiver)
+    }
+
     /// The bank's send rates, ascending.
     pub fn rates(&self) -> Vec<f64> {
-        let mut r: Vec<f64> = self.runs.iter().map(|b| b.rate_mbps).collect();
+        let mut r: Vec<f64> = (0..self.runs.len())
+            .filter(|&i| self.matched(i))
+            .map(|i| self.runs[i].rate_mbps)
+            .collect();
         r.sort_unstable_by(f64::total_cmp);
         r.dedup();
         r
@@ -684,7 +749,9 @@ impl Bank {
             .rates()
             .into_iter()
             .min_by(|a, b| (a - rate).abs().total_cmp(&(b - rate).abs()))?;
-        let idx: Vec<usize> = (0..self.runs.len()).filter(|&i| self.runs[i].rate_mbps == at).collect();
+        let idx: Vec<usize> = (0..self.runs.len())
+            .filter(|&i| self.runs[i].rate_mbps == at && self.matched(i))
+            .collect();
         let n = idx.len() as f64;
         let mut sd = [0.0; STATS];
         for (j, v) in sd.iter_mut().enumerate() {
@@ -1018,5 +1085,57 @@ preset = "laptop"
             rank_receivers(&bank, &short),
             Err(Error::ShortRun { run: 0, .. })
         ));
+    }
+
+    /// Measured receivers as a bank with rows: each run keeps every other row, contiguous, and
+    /// its summary from all of them; an excluded receiver is never matched, and a self-
+    /// calibration on the bank takes the threshold of the receiver that times packets alike.
+    #[test]
+    fn measured_receivers_lend_their_rows_and_an_excluded_one_is_never_matched() {
+        use crate::model::ThresholdModel;
+        let mut data = Dataset::new(1);
+        for (g, (inside, before)) in [(20, 60), (150, 400), (21, 61)].into_iter().enumerate() {
+            frames(&mut data, g as u32, 300.0, inside, before, |s| s);
+        }
+        let names: Vec<String> = ["tight", "loose", "tight-too"].map(String::from).to_vec();
+        let rows: Vec<usize> = (0..data.len()).collect();
+        let mut bank = Bank::of_captures_with_rows(&data, &rows, &[0, 1, 2], &names, 2);
+        assert_eq!(bank.runs.len(), 3);
+        assert_eq!(bank.data.len(), 3 * 200, "every other row of 400 per run");
+        assert_eq!(bank.runs[1].rows, 200..400);
+        assert_eq!(bank.runs[1].receiver, "loose");
+        // Every other row, in order: frame starts (every 4th row) land on every other kept row.
+        assert!(bank.data.y[200..400].iter().step_by(2).all(|&y| y));
+        assert!(
+            bank.runs[0].stats.0 == GapStats::of(&data.host[0..400]).unwrap().0,
+            "summary from all rows"
+        );
+        // A receiver like "tight" (its own run in the bank): nearest is itself, at distance 0 …
+        let mut target = Dataset::new(1);
+        frames(&mut target, 0, 300.0, 20, 60, |_| false);
+        let s = GapStats::of(&target.host).unwrap();
+        assert_eq!(bank.runs[bank.nearest(300.0, &s, 1).unwrap().1[0].0].receiver, "tight");
+        // … excluded, its twin is; with both excluded, the far one; all three: no match.
+        bank.exclude(vec!["tight".into()]);
+        assert_eq!(
+            bank.runs[bank.nearest(300.0, &s, 1).unwrap().1[0].0].receiver,
+            "tight-too"
+        );
+        bank.exclude(vec!["tight".into(), "tight-too".into()]);
+        assert_eq!(bank.runs[bank.nearest(300.0, &s, 3).unwrap().1[0].0].receiver, "loose");
+        assert_eq!(bank.nearest(300.0, &s, 3).unwrap().1.len(), 1);
+        bank.exclude(names.clone());
+        assert!(bank.nearest(300.0, &s, 1).is_none());
+        // Self-calibrated with "tight" excluded: the twin's threshold (between 21 and 61 µs),
+        // not the far receiver's; the target's own (all wrong) labels are not read.
+        bank.exclude(vec!["tight".into()]);
+        let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 1000.0 });
+        let like = Likeness {
+            k: 1,
+            max_distance: f64::INFINITY,
+        };
+        let (m, c) = self_calibrate(&target, &model, &one_gap(), &bank, like).unwrap();
+        assert_eq!(c.runs[0].neighbours, ["tight-too"]);
+        assert!(m.decision(&[60.0]) > 0.0 && m.decision(&[21.0]) < 0.0, "{m:?}");
     }
 }

@@ -368,15 +368,20 @@ pub enum Variant {
     /// The tailored model, then self-calibrated on the bank: whether the two label-free steps
     /// add up.
     TailoredSelfCalibrated,
+    /// Calibrated without the receiver's labels as `SelfCalibrated`, but on the *training*
+    /// receivers that time packets most like it (measured ones, real-kernel paths among them)
+    /// instead of emulated ones; scored on all its rows.
+    SelfCalibratedOnTraining,
 }
 
 impl Variant {
     /// Every variant, in report order.
-    pub const ALL: [Variant; 4] = [
+    pub const ALL: [Variant; 5] = [
         Variant::Calibrated,
         Variant::SelfCalibrated,
         Variant::Tailored,
         Variant::TailoredSelfCalibrated,
+        Variant::SelfCalibratedOnTraining,
     ];
 
     /// Its name in reports' lines ("self-calibrated").
@@ -386,6 +391,7 @@ impl Variant {
             Variant::SelfCalibrated => "self-calibrated",
             Variant::Tailored => "tailored",
             Variant::TailoredSelfCalibrated => "tailored, self-calibrated",
+            Variant::SelfCalibratedOnTraining => "self-calibrated on training receivers",
         }
     }
 
@@ -396,6 +402,7 @@ impl Variant {
             Variant::SelfCalibrated => "self_calibrated",
             Variant::Tailored => "tailored",
             Variant::TailoredSelfCalibrated => "tailored_self_calibrated",
+            Variant::SelfCalibratedOnTraining => "self_calibrated_on_training",
         }
     }
 
@@ -419,6 +426,9 @@ pub struct HeldOutCalibrations<'a> {
     /// Fit each held-out model again tailored to the receiver ([`Variant::Tailored`]; with
     /// `bank` also [`Variant::TailoredSelfCalibrated`]).
     pub tailor: Option<Tailor>,
+    /// Calibrate on the training receivers nearest each capture, without the receiver's labels
+    /// ([`Variant::SelfCalibratedOnTraining`]).
+    pub on_training: Option<super::bank::Likeness>,
 }
 
 /// How a model is tailored to one receiver without its labels (`train --like`): of the
@@ -598,6 +608,20 @@ pub fn receiver_cv(
     let like_bank = calibrate
         .and_then(|c| c.tailor)
         .map(|_| super::bank::Bank::of_captures(data, receiver_of_group, names));
+    // Every training receiver's rows (every other one), to self-calibrate on measured
+    // receivers; each held-out receiver's own are excluded while it is calibrated.
+    let mut training_bank = calibrate
+        .and_then(|c| c.on_training.map(|like| (c.spec, like)))
+        .map(|(spec, like)| {
+            let rows: Vec<usize> = (0..n)
+                .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
+                .collect();
+            (
+                super::bank::Bank::of_captures_with_rows(data, &rows, receiver_of_group, names, 2),
+                like,
+                spec,
+            )
+        });
     progress.start("leaving one receiver out", present.len() as u64);
     let mut out = Vec::new();
     for &r in &present {
@@ -667,6 +691,14 @@ pub fn receiver_cv(
             }
             _ => (None, Vec::new()),
         };
+        let on_training = match &mut training_bank {
+            Some((bank, like, spec)) => {
+                bank.exclude(vec![names[r as usize].clone()]);
+                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, *like)?;
+                Some(evaluate(&sub, &m, spec).rates)
+            }
+            None => None,
+        };
         let tailored_scores = tailored.as_ref().map(|m| {
             let mut liked = PerRate::new();
             score(data, &test, m, n_max, &mut liked);
@@ -712,6 +744,10 @@ pub fn receiver_cv(
                         (
                             Variant::TailoredSelfCalibrated,
                             at_rate(tailored_self_calibrated.as_deref(), *rate),
+                        ),
+                        (
+                            Variant::SelfCalibratedOnTraining,
+                            at_rate(on_training.as_deref(), *rate),
                         ),
                     ]
                     .into_iter()
