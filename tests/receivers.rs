@@ -1187,6 +1187,34 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         "no bank, no stacked line: {md}"
     );
     assert!(md.contains("|  | self-calibrated on training receivers |"), "{md}");
+    // `calibrate --no-labels` on measured receivers: usb's own captures against the dataset
+    // that holds usb — its nearest capture at each rate is its own, at distance 0.
+    let mut cal = vec!["-q", "calibrate", "--no-labels"];
+    cal.extend_from_slice(&usb_refs);
+    cal.extend(["--bank-dataset", "rx", "--dataset-neighbours", "1", "-o", "cal/m.json"]);
+    let o = aggrate(dir.path(), &cal);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let m = aggrate::model::ModelFile::load(&dir.path().join("cal/m.json")).unwrap();
+    let c = &m.metrics["calibration"];
+    assert_eq!(c["labels"], "none (measured bank)", "{c}");
+    let runs = c["self_calibration"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), usb_refs.len(), "{c}");
+    for r in runs {
+        assert_eq!(r["neighbours"], serde_json::json!(["usb"]), "{r}");
+        assert!(r["distance"].as_f64().unwrap().abs() < 1e-9, "{r}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("cal/m.calibration.md")).unwrap();
+    assert!(md.contains("measured receivers of rx"), "{md}");
+    // A measured bank is for calibration without labels only.
+    let o = aggrate(
+        dir.path(),
+        &["calibrate", usb_refs[0], "--bank-dataset", "rx", "-o", "cal/x.json"],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("--no-labels"),
+        "{}",
+        text(&o).1
+    );
     let (ok, err) = train("x", &["rx"], &["--self-calibrate-on-training"]);
     assert!(
         !ok && err.contains("--self-calibrate-on-training") && err.contains("--group-by receiver"),

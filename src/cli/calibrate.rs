@@ -131,6 +131,15 @@ pub(crate) struct CalibrateArgs {
     pub(crate) no_labels: bool,
     #[command(flatten)]
     pub(crate) bank: BankArgs,
+    /// With --no-labels: calibrate on *measured* receivers instead of the emulated bank — the
+    /// receivers of these dataset folders (e.g. data/receivers from datasets/receivers.toml, real
+    /// kernel paths among them) whose captures time packets most like each input's. Their WLAN
+    /// is theirs: use folders built at the receiver's.
+    #[arg(long, num_args = 1.., value_name = "DATASET")]
+    pub(crate) bank_dataset: Vec<PathBuf>,
+    /// With --bank-dataset: the nearest captures that set each threshold.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) dataset_neighbours: usize,
     /// Send rate of each input in Mb/s (one for all, or one per input in order), where its file
     /// name has no `_<rate>mbps` tag (default then: the received packet rate × 1500 B).
     #[arg(long, num_args = 1.., value_name = "MBPS")]
@@ -166,6 +175,9 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
     }
     if !a.rate.is_empty() {
         bail!("--rate sets the bank's rates: it goes with --no-labels");
+    }
+    if !a.bank_dataset.is_empty() {
+        bail!("--bank-dataset is a bank to calibrate on without labels: it goes with --no-labels");
     }
     let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
@@ -312,21 +324,48 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         bail!("--rate {r}: a send rate is a positive number of Mb/s");
     }
+    if !a.bank_dataset.is_empty() && a.dataset_neighbours == 0 {
+        bail!("--dataset-neighbours 0: at least one measured capture must set each threshold");
+    }
     let bank_args = with_seen_wlan(ui, &a.bank, seen_wlan(&files, &a.flow)?);
     let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
     set_rates(ui, &a.rate, &files, &mut data, bank_args.ip_len.unwrap_or(1500))?;
-    let (manifest, bank_name) = bank_manifest(&bank_args)?;
-    let (model, cal) = calibrate_without_labels(
-        &data,
-        &file.model,
-        &spec,
-        &manifest,
-        bank_args.likeness(),
-        all_cores(),
-        &mut Bars::new(ui),
-    )
-    .with_context(|| format!("calibrating on the bank {bank_name}"))?;
-    let wlan = WlanSettings::of(&manifest).describe();
+    let (model, cal, bank_name, labels, wlan) = if a.bank_dataset.is_empty() {
+        let (manifest, bank_name) = bank_manifest(&bank_args)?;
+        let (model, cal) = calibrate_without_labels(
+            &data,
+            &file.model,
+            &spec,
+            &manifest,
+            bank_args.likeness(),
+            all_cores(),
+            &mut Bars::new(ui),
+        )
+        .with_context(|| format!("calibrating on the bank {bank_name}"))?;
+        let wlan = WlanSettings::of(&manifest).describe();
+        (model, cal, bank_name, "none (emulated bank)", wlan)
+    } else {
+        let bank = measured_bank(ui, &a.bank_dataset, &spec, &a.flow)?;
+        let bank_name = a
+            .bank_dataset
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let like = aggrate::train::bank::Likeness {
+            k: a.dataset_neighbours,
+            ..bank_args.likeness()
+        };
+        let (model, cal) = aggrate::train::bank::self_calibrate(&data, &file.model, &spec, &bank, like)
+            .with_context(|| format!("calibrating on the measured receivers of {bank_name}"))?;
+        (
+            model,
+            cal,
+            bank_name,
+            "none (measured bank)",
+            "the bank datasets' own".to_string(),
+        )
+    };
     // Scores before and after, where the inputs have labels (they were not used above).
     let scores = truth.then(|| {
         (
@@ -340,7 +379,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         name,
         &files,
         serde_json::json!({
-            "labels": "none (emulated bank)",
+            "labels": labels,
             "bank": bank_name,
             "bank_wlan": wlan,
             "self_calibration": cal,
@@ -349,8 +388,31 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     );
     let mut md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
-    md.push_str(&format!(
-        "\nBank: {bank_name}, emulated at {wlan} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n"
-    ));
+    if a.bank_dataset.is_empty() {
+        md.push_str(&format!(
+            "\nBank: {bank_name}, emulated at {wlan} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n"
+        ));
+    } else {
+        md.push_str(&format!(
+            "\nBank: the measured receivers of {bank_name} (`--bank-dataset`), at their own WLAN.\n"
+        ));
+    }
     write_calibrated(ui, &a.output, file, report, &md)
+}
+
+/// The receivers of dataset folders as a bank with rows ([`Bank::of_captures_with_rows`]), in
+/// `spec`'s layout, every other row kept.
+fn measured_bank(ui: &Ui, dirs: &[PathBuf], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Bank> {
+    let files = inputs(dirs, true, &[])?;
+    let (names, receiver_of_group) = super::train::receivers_of(&files, "--bank-dataset")?;
+    let data = load_rows(ui, &files, spec, flow)?;
+    let all: Vec<usize> = (0..data.len()).collect();
+    let bank = Bank::of_captures_with_rows(&data, &all, &receiver_of_group, &names, 2);
+    ui.info(format!(
+        "bank: {} measured captures of {} receivers ({} rows kept)",
+        bank.runs.len(),
+        names.len(),
+        bank.data.len()
+    ));
+    Ok(bank)
 }

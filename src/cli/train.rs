@@ -608,7 +608,7 @@ fn receiver_run(
 
 /// The inputs' receivers as [`aggrate::train::cv::receiver_groups`] gives them; an input that
 /// names none is refused, naming it and what (`why`) needed it.
-fn receivers_of(files: &[Input], why: &str) -> Result<(Vec<String>, Vec<u32>)> {
+pub(crate) fn receivers_of(files: &[Input], why: &str) -> Result<(Vec<String>, Vec<u32>)> {
     let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
     aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
         anyhow::anyhow!(
