@@ -144,20 +144,7 @@ fn train_holds_out_whole_receivers() {
             ],
         ),
     ] {
-        let mut args = vec![
-            "-q",
-            "train",
-            "--dataset",
-            "rx",
-            "--model",
-            model,
-            "--group-by",
-            "receiver",
-            "--own-folds",
-            "2",
-            "-o",
-            "out",
-        ];
+        let mut args = loro_args(model, "out");
         args.extend(extra);
         let o = aggrate(dir.path(), &args);
         assert!(o.status.success(), "{model}: {}", text(&o).1);
@@ -221,8 +208,7 @@ fn train_holds_out_whole_receivers() {
         (o.status.success(), text(&o).1)
     };
     // With label-free calibration too (a small bank for speed): test receivers get it as well.
-    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 6\n";
-    std::fs::write(dir.path().join("bank.toml"), bank).unwrap();
+    write_small_bank(dir.path(), 6);
     let self_cal = [
         "--group-by",
         "receiver",
@@ -699,13 +685,40 @@ fn write_receiver_capture(path: &Path, log: &[(u32, u64)]) {
     std::fs::write(path, common::pcap_bytes(1, &refs)).unwrap();
 }
 
-/// `unseen.toml` (the receive path in no training draw) and `bank.toml`, a small bank for speed
-/// (the embedded one has 128 receivers), in `d`; returns the bank's text.
-fn write_unseen_and_small_bank(d: &Path) -> &'static str {
-    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
-    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 12\n";
-    std::fs::write(d.join("bank.toml"), bank).unwrap();
+/// `bank.toml` in `d`: a small bank of `receivers` random receive paths, for speed (the
+/// embedded one has 128); returns its text.
+fn write_small_bank(d: &Path, receivers: u32) -> String {
+    let bank = format!(
+        "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = {receivers}\n"
+    );
+    std::fs::write(d.join("bank.toml"), &bank).unwrap();
     bank
+}
+
+/// `unseen.toml` (the receive path in no training draw) and a small `bank.toml` of 12
+/// receivers in `d`; returns the bank's text.
+fn write_unseen_and_small_bank(d: &Path) -> String {
+    std::fs::write(d.join("unseen.toml"), UNSEEN_RECEIVER).unwrap();
+    write_small_bank(d, 12)
+}
+
+/// `aggrate -q train --dataset rx --model MODEL --group-by receiver --own-folds 2 -o OUT`: leave
+/// one receiver out of the test dataset, two own-CV folds; more arguments follow.
+fn loro_args<'a>(model: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "-q",
+        "train",
+        "--dataset",
+        "rx",
+        "--model",
+        model,
+        "--group-by",
+        "receiver",
+        "--own-folds",
+        "2",
+        "-o",
+        out,
+    ]
 }
 
 /// `aggrate calibrate --no-labels`: the operating point from emulated receivers that time
@@ -1080,27 +1093,16 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     // Leave one receiver out with each held-out model tailored too. Tailored on every other
     // receiver at weight 1, it trains on the held-out model's very rows: the same scores.
     let loro = |out: &str, k: &str, w: &str, d: &str, extra: &[&str]| {
-        let mut args = vec![
-            "-q",
-            "train",
-            "--dataset",
-            "rx",
-            "--model",
-            "threshold",
-            "--group-by",
-            "receiver",
-            "--own-folds",
-            "2",
+        let mut args = loro_args("threshold", out);
+        args.extend([
             "--like-held-out",
             "--like-receivers",
             k,
             "--like-weight",
             w,
-            "-o",
-            out,
             "--like-max-distance",
             d,
-        ];
+        ]);
         args.extend_from_slice(extra);
         let o = aggrate(dir.path(), &args);
         assert!(o.status.success(), "{}", text(&o).1);
@@ -1112,8 +1114,7 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     };
     // With label-free calibration as well (a small bank for speed), the tailored model is
     // self-calibrated too: the same model, so the same score as the held-out one's.
-    let bank = "name = \"b\"\nseed = 3\npackets = 2500\ntrain_rates_mbps = [1]\n[[receivers]]\nrandom = 6\n";
-    std::fs::write(dir.path().join("bank.toml"), bank).unwrap();
+    write_small_bank(dir.path(), 6);
     let self_cal = ["--self-calibrate", "--bank", "bank.toml", "--neighbours", "2"];
     let same = loro("t_all", "3", "1", "inf", &self_cal);
     let mut scored = 0;

@@ -584,26 +584,11 @@ impl Bank {
     /// `names`). Runs too short to summarise are left out. For [`rank_receivers`].
     pub fn of_captures(data: &Dataset, receiver_of_group: &[u32], names: &[String]) -> Bank {
         let all: Vec<usize> = (0..data.len()).collect();
-        let runs = data
-            .runs(&all)
-            .into_iter()
-            .filter_map(|run| {
-                let stats = GapStats::of(&data.host[run.clone()])?;
-                let name = receiver_of_group
-                    .get(data.group[run.start] as usize)
-                    .and_then(|&r| names.get(r as usize))?;
-                Some(BankRun {
-                    receiver: name.clone(),
-                    rate_mbps: data.rate_mbps[run.start] as f64,
-                    stats,
-                    rows: 0..0,
-                    job: 0,
-                })
-            })
-            .filter(|r| r.rate_mbps.is_finite())
-            .collect();
         Bank {
-            runs,
+            runs: summarise_captures(data, &all, receiver_of_group, names)
+                .into_iter()
+                .map(|(_, run)| run)
+                .collect(),
             ..Bank::default()
         }
     }
@@ -620,33 +605,13 @@ impl Bank {
         names: &[String],
         stride: usize,
     ) -> Bank {
-        let stride = stride.max(1);
         let mut kept: Vec<usize> = Vec::new();
         let mut runs = Vec::new();
-        for run in data.runs(rows) {
-            let all: Vec<usize> = rows[run].to_vec();
-            let host: Vec<Ts> = all.iter().map(|&i| data.host[i]).collect();
-            let (Some(stats), Some(name)) = (
-                GapStats::of(&host),
-                receiver_of_group
-                    .get(data.group[all[0]] as usize)
-                    .and_then(|&r| names.get(r as usize)),
-            ) else {
-                continue;
-            };
-            let rate = data.rate_mbps[all[0]] as f64;
-            if !rate.is_finite() {
-                continue;
-            }
+        for (at, mut run) in summarise_captures(data, rows, receiver_of_group, names) {
             let start = kept.len();
-            kept.extend(all.iter().step_by(stride));
-            runs.push(BankRun {
-                receiver: name.clone(),
-                rate_mbps: rate,
-                stats,
-                rows: start..kept.len(),
-                job: 0,
-            });
+            kept.extend(rows[at].iter().step_by(stride.max(1)));
+            run.rows = start..kept.len();
+            runs.push(run);
         }
         Bank {
             data: data.select(&kept),
@@ -777,6 +742,40 @@ impl Bank {
         d.truncate(k.max(1));
         Some((at, d))
     }
+}
+
+/// The runs (captures at one rate) among `rows` of `data` as bank runs without rows yet: each
+/// with its positions in `rows`, its receiver (`receiver_of_group[group]` into `names`), rate and
+/// gap summary from all its rows. Runs too short to summarise, of no receiver or of no finite
+/// rate are left out.
+fn summarise_captures(
+    data: &Dataset,
+    rows: &[usize],
+    receiver_of_group: &[u32],
+    names: &[String],
+) -> Vec<(Range<usize>, BankRun)> {
+    data.runs(rows)
+        .into_iter()
+        .filter_map(|at| {
+            let first = rows[at.start];
+            let host: Vec<Ts> = rows[at.clone()].iter().map(|&i| data.host[i]).collect();
+            let stats = GapStats::of(&host)?;
+            let name = receiver_of_group
+                .get(data.group[first] as usize)
+                .and_then(|&r| names.get(r as usize))?;
+            let rate_mbps = data.rate_mbps[first] as f64;
+            rate_mbps.is_finite().then(|| {
+                let run = BankRun {
+                    receiver: name.clone(),
+                    rate_mbps,
+                    stats,
+                    rows: 0..0,
+                    job: 0,
+                };
+                (at, run)
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
