@@ -1206,6 +1206,87 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
     }
     let md = std::fs::read_to_string(dir.path().join("cal/m.calibration.md")).unwrap();
     assert!(md.contains("measured receivers of rx"), "{md}");
+    // The same bank summarised for the shipped model (`dataset summarise`): the same
+    // neighbours at the same distance, without reading the dataset's captures.
+    let o = aggrate(
+        dir.path(),
+        &["-q", "dataset", "summarise", "rx", "-o", "cal/rx.bank.json.xz"],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let mut cal = vec!["-q", "calibrate", "--no-labels"];
+    cal.extend_from_slice(&usb_refs);
+    cal.extend([
+        "--bank-dataset",
+        "cal/rx.bank.json.xz",
+        "--dataset-neighbours",
+        "1",
+        "-o",
+        "cal/s.json",
+    ]);
+    let o = aggrate(dir.path(), &cal);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let s = aggrate::model::ModelFile::load(&dir.path().join("cal/s.json")).unwrap();
+    assert_eq!(
+        s.metrics["calibration"]["self_calibration"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["neighbours"].clone(), r["distance"].as_f64().unwrap()))
+            .collect::<Vec<_>>(),
+        runs.iter()
+            .map(|r| (r["neighbours"].clone(), r["distance"].as_f64().unwrap()))
+            .collect::<Vec<_>>()
+    );
+    // The embedded summary of the shipped model's own training receivers (`--measured`); a
+    // model calibrated so is the same model for it (its offset is not its identity) …
+    for (model, out) in [(None, "cal/e.json"), (Some("cal/m.json"), "cal/e2.json")] {
+        let mut cal = vec!["-q", "calibrate", "--no-labels", "--measured", "-o", out];
+        cal.extend_from_slice(&usb_refs);
+        if let Some(m) = model {
+            cal.extend(["--model", m]);
+        }
+        let o = aggrate(dir.path(), &cal);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let e = aggrate::model::ModelFile::load(&dir.path().join(out)).unwrap();
+        let c = &e.metrics["calibration"];
+        assert!(c["bank"].as_str().unwrap().contains("embedded summary"), "{c}");
+        for r in c["self_calibration"]["runs"].as_array().unwrap() {
+            assert_eq!(r["neighbours"].as_array().unwrap().len(), 5, "{r}");
+        }
+    }
+    // … another model is refused, and so are a broken summary and a summary beside folders.
+    let mut cal = vec![
+        "calibrate",
+        "--no-labels",
+        "--measured",
+        "--model",
+        "t_one/threshold_m1.json",
+    ];
+    cal.extend_from_slice(&usb_refs);
+    cal.extend(["-o", "cal/x.json"]);
+    let o = aggrate(dir.path(), &cal);
+    assert!(
+        !o.status.success() && text(&o).1.contains("bank summary was made for model"),
+        "{}",
+        text(&o).1
+    );
+    std::fs::write(dir.path().join("cal/bad.json"), "{\"format\": 3}").unwrap();
+    for (bank, says) in [
+        (vec!["cal/bad.json"], "cal/bad.json: not a bank summary"),
+        (vec!["cal/rx.bank.json.xz", "rx"], "give it alone"),
+    ] {
+        let mut cal = vec![
+            "calibrate",
+            "--no-labels",
+            usb_refs[0],
+            "-o",
+            "cal/x.json",
+            "--bank-dataset",
+        ];
+        cal.extend(bank);
+        let o = aggrate(dir.path(), &cal);
+        assert!(!o.status.success() && text(&o).1.contains(says), "{}", text(&o).1);
+    }
     // A measured bank is for calibration without labels only.
     let o = aggrate(
         dir.path(),

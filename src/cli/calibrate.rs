@@ -133,10 +133,16 @@ pub(crate) struct CalibrateArgs {
     pub(crate) bank: BankArgs,
     /// With --no-labels: calibrate on *measured* receivers instead of the emulated bank — the
     /// receivers of these dataset folders (e.g. data/receivers from datasets/receivers.toml, real
-    /// kernel paths among them) whose captures time packets most like each input's. Their WLAN
-    /// is theirs: use folders built at the receiver's.
+    /// kernel paths among them) whose captures time packets most like each input's, or of one
+    /// summary of them for this model (`aggrate dataset summarise`: `.json` or `.json.xz`).
+    /// Their WLAN is theirs: use data built at the receiver's.
     #[arg(long, num_args = 1.., value_name = "DATASET")]
     pub(crate) bank_dataset: Vec<PathBuf>,
+    /// With --no-labels and the shipped model: calibrate on its own training receivers (the 56
+    /// of datasets/receivers.toml, 22 real kernel paths among them), whose summary for it is
+    /// embedded — `--bank-dataset data/receivers` without building the dataset.
+    #[arg(long, conflicts_with = "bank_dataset")]
+    pub(crate) measured: bool,
     /// With --bank-dataset: the nearest captures that set each threshold.
     #[arg(long, default_value_t = 5)]
     pub(crate) dataset_neighbours: usize,
@@ -176,8 +182,11 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
     if !a.rate.is_empty() {
         bail!("--rate sets the bank's rates: it goes with --no-labels");
     }
-    if !a.bank_dataset.is_empty() {
-        bail!("--bank-dataset is a bank to calibrate on without labels: it goes with --no-labels");
+    if !a.bank_dataset.is_empty() || a.measured {
+        bail!(
+            "--{} is a bank to calibrate on without labels: it goes with --no-labels",
+            if a.measured { "measured" } else { "bank-dataset" }
+        );
     }
     let files = inputs(&a.inputs, false, &a.kernel)?;
     let data = load_rows(ui, &files, &spec, &a.flow)?;
@@ -324,13 +333,38 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     if let Some(r) = a.rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
         bail!("--rate {r}: a send rate is a positive number of Mb/s");
     }
-    if !a.bank_dataset.is_empty() && a.dataset_neighbours == 0 {
+    let measured = a.measured || !a.bank_dataset.is_empty();
+    if measured && a.dataset_neighbours == 0 {
         bail!("--dataset-neighbours 0: at least one measured capture must set each threshold");
     }
-    let bank_args = with_seen_wlan(ui, &a.bank, seen_wlan(&files, &a.flow)?);
+    let seen = seen_wlan(&files, &a.flow)?;
+    if a.measured {
+        // The measured receivers were sent over the shipped model's training WLAN.
+        let trained: Option<WlanSettings> = file
+            .metrics
+            .get("training_wlan")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        if let Some(t) = trained {
+            let unlike = t.unlike(&seen);
+            if !unlike.is_empty() {
+                ui.warn(format!(
+                    "these captures are {}: the measured receivers were sent over {}; the emulated bank \
+                     at the inputs' WLAN suits them better (leave out --measured)",
+                    unlike.join(", "),
+                    t.describe()
+                ));
+            }
+        }
+    }
+    // The emulated bank is emulated at the inputs' WLAN; a measured one is at its own.
+    let bank_args = if measured {
+        bank_wlan(&a.bank, seen).0
+    } else {
+        with_seen_wlan(ui, &a.bank, seen)
+    };
     let (mut data, truth) = load_rows_with_truth(ui, &files, &spec, &a.flow)?;
     set_rates(ui, &a.rate, &files, &mut data, bank_args.ip_len.unwrap_or(1500))?;
-    let (model, cal, bank_name, labels, wlan) = if a.bank_dataset.is_empty() {
+    let (model, cal, bank_name, labels, wlan) = if !measured {
         let (manifest, bank_name) = bank_manifest(&bank_args)?;
         let (model, cal) = calibrate_without_labels(
             &data,
@@ -345,13 +379,24 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         let wlan = WlanSettings::of(&manifest).describe();
         (model, cal, bank_name, "none (emulated bank)", wlan)
     } else {
-        let bank = measured_bank(ui, &a.bank_dataset, &spec, &a.flow)?;
-        let bank_name = a
-            .bank_dataset
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let (bank, bank_name) = if a.measured {
+            let s = aggrate::train::bank::shipped_summary().context("the embedded bank summary")?;
+            let bank = Bank::of_summary(&s).context("the embedded bank summary")?;
+            ui.info(format!(
+                "bank: {} measured captures of the shipped model's training receivers (embedded summary of {})",
+                bank.runs.len(),
+                s.from.join(", ")
+            ));
+            (bank, format!("{} (embedded summary)", s.from.join(", ")))
+        } else {
+            let name = a
+                .bank_dataset
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            (measured_bank(ui, &a.bank_dataset, &spec, &a.flow)?, name)
+        };
         let like = aggrate::train::bank::Likeness {
             k: a.dataset_neighbours,
             ..bank_args.likeness()
@@ -388,13 +433,14 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
     );
     let mut md =
         aggrate::report::self_calibration_md(name, &cal, scores.as_ref().map(|(b, a)| (b.as_slice(), a.as_slice())));
-    if a.bank_dataset.is_empty() {
+    if !measured {
         md.push_str(&format!(
             "\nBank: {bank_name}, emulated at {wlan} (`--mcs`, `--nss`, `--bw`, `--ip-len`: the receiver's WLAN).\n"
         ));
     } else {
         md.push_str(&format!(
-            "\nBank: the measured receivers of {bank_name} (`--bank-dataset`), at their own WLAN.\n"
+            "\nBank: the measured receivers of {bank_name} (`--{}`), at their own WLAN.\n",
+            if a.measured { "measured" } else { "bank-dataset" }
         ));
     }
     write_calibrated(ui, &a.output, file, report, &md)
@@ -403,6 +449,23 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
 /// The receivers of dataset folders as a bank with rows ([`Bank::of_captures_with_rows`]), in
 /// `spec`'s layout, every other row kept.
 fn measured_bank(ui: &Ui, dirs: &[PathBuf], spec: &FeatureSpec, flow: &FlowArgs) -> Result<Bank> {
+    if let Some(p) = dirs.iter().find(|p| is_summary_file(p)) {
+        if dirs.len() > 1 {
+            bail!(
+                "--bank-dataset {}: a bank summary is a whole bank; give it alone, or dataset folders",
+                p.display()
+            );
+        }
+        let s = read_summary(p)?;
+        let bank = Bank::of_summary(&s).with_context(|| p.display().to_string())?;
+        ui.info(format!(
+            "bank: {} measured captures summarised for {} (from {})",
+            bank.runs.len(),
+            s.model_name,
+            s.from.join(", ")
+        ));
+        return Ok(bank);
+    }
     let files = inputs(dirs, true, &[])?;
     let (names, receiver_of_group) = super::train::receivers_of(&files, "--bank-dataset")?;
     let data = load_rows(ui, &files, spec, flow)?;
@@ -415,4 +478,115 @@ fn measured_bank(ui: &Ui, dirs: &[PathBuf], spec: &FeatureSpec, flow: &FlowArgs)
         bank.data.len()
     ));
     Ok(bank)
+}
+
+/// Whether `p` names a bank summary file (`.json` or `.json.xz`) rather than a dataset folder.
+fn is_summary_file(p: &Path) -> bool {
+    let n = p.to_string_lossy();
+    p.is_file() && (n.ends_with(".json") || n.ends_with(".json.xz"))
+}
+
+/// A bank summary file (`.json`, or xz-compressed `.json.xz`), parsed; errors name the file.
+fn read_summary(p: &Path) -> Result<aggrate::train::bank::BankSummary> {
+    use std::io::Read;
+    let raw = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+    let text = if p.to_string_lossy().ends_with(".xz") {
+        let mut out = Vec::new();
+        xz2::read::XzDecoder::new(&raw[..])
+            .take(aggrate::train::bank::MAX_SUMMARY_BYTES + 1)
+            .read_to_end(&mut out)
+            .with_context(|| format!("{}: not an xz stream", p.display()))?;
+        if out.len() as u64 > aggrate::train::bank::MAX_SUMMARY_BYTES {
+            bail!(
+                "{}: more than {} bytes uncompressed; not a bank summary",
+                p.display(),
+                aggrate::train::bank::MAX_SUMMARY_BYTES
+            );
+        }
+        out
+    } else {
+        raw
+    };
+    serde_json::from_slice(&text).with_context(|| format!("{}: not a bank summary", p.display()))
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SummariseArgs {
+    /// Dataset folders whose manifest.json names each capture's receiver (e.g. data/receivers).
+    #[arg(required = true)]
+    pub(crate) datasets: Vec<PathBuf>,
+    /// The model to summarise for (default: the shipped estimator embedded in the binary).
+    #[arg(long)]
+    pub(crate) model: Option<PathBuf>,
+    /// The summary to write (`.json`, or `.json.xz` compressed).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) flow: FlowArgs,
+}
+
+/// `aggrate dataset summarise`: the datasets' receivers as a [`BankSummary`] for one model.
+///
+/// [`BankSummary`]: aggrate::train::bank::BankSummary
+pub(crate) fn summarise(ui: &Ui, a: SummariseArgs) -> Result<Exit> {
+    use std::io::Write;
+    let (file, name) = match &a.model {
+        Some(p) => (
+            ModelFile::load(p)?,
+            p.file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+        ),
+        None => (
+            ModelFile::shipped()?,
+            aggrate::model::SHIPPED_NAME.trim_end_matches(".json").to_string(),
+        ),
+    };
+    let out = a.output.to_string_lossy();
+    if !(out.ends_with(".json") || out.ends_with(".json.xz")) {
+        bail!("{}: a bank summary is written as .json or .json.xz", a.output.display());
+    }
+    let files = inputs(&a.datasets, true, &[])?;
+    let (names, receiver_of_group) = super::train::receivers_of(&files, "summarise")?;
+    let data = load_rows(ui, &files, &file.spec, &a.flow)?;
+    let all: Vec<usize> = (0..data.len()).collect();
+    let from = a
+        .datasets
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .map_or(p.display().to_string(), |n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let s = Bank::summary(
+        &data,
+        &all,
+        &receiver_of_group,
+        &names,
+        &file.model,
+        &file.spec,
+        &name,
+        from,
+    )
+    .context("summarising the datasets")?;
+    let json = serde_json::to_vec(&s)?;
+    ensure_parent(&a.output)?;
+    let f = std::fs::File::create(&a.output).with_context(|| format!("writing {}", a.output.display()))?;
+    if out.ends_with(".xz") {
+        let mut xz = xz2::write::XzEncoder::new(f, 9);
+        xz.write_all(&json)
+            .and_then(|_| xz.finish().map(drop))
+            .with_context(|| format!("writing {}", a.output.display()))?;
+    } else {
+        let mut f = f;
+        f.write_all(&json)
+            .with_context(|| format!("writing {}", a.output.display()))?;
+    }
+    ui.info(format!(
+        "wrote {}: {} captures of {} receivers summarised for {name} ({} bins)",
+        a.output.display(),
+        s.runs.len(),
+        names.len(),
+        s.runs.iter().map(|r| r.bins.len()).sum::<usize>()
+    ));
+    Ok(Exit::Ok)
 }

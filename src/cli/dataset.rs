@@ -26,6 +26,10 @@ pub(crate) enum DatasetCommand {
         #[arg(long)]
         snaplen: Option<u32>,
     },
+    /// Summarise datasets' receivers for label-free calibration of one model without their
+    /// captures: per capture its gap summary and the model's decisions on it, binned by label
+    /// (`calibrate --no-labels --bank-dataset FILE`). A few hundred kB for 50 receivers.
+    Summarise(super::calibrate::SummariseArgs),
 }
 
 #[derive(serde::Serialize)]
@@ -233,5 +237,6 @@ pub(crate) fn run(ui: &Ui, c: DatasetCommand) -> Result<Exit> {
             build(ui, &m, &manifest, out, snaplen)?;
             Ok(Exit::Ok)
         }
+        DatasetCommand::Summarise(a) => super::calibrate::summarise(ui, a),
     }
 }

@@ -19,14 +19,14 @@
 
 use std::ops::Range;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::dataset::Dataset;
 use crate::features::{FeatureSpec, GapWindow};
 use crate::model::{EstimatorModel, LoadOffset};
 use crate::progress::Progress;
 use crate::time::Ts;
-use crate::train::calibrate::{best_threshold, load_input, median_load, without_offset};
+use crate::train::calibrate::{best_threshold_weighted, load_input, median_load, without_offset};
 use crate::train::Predict;
 use crate::wlan::manifest::{DatasetManifest, PlannedReceiver};
 
@@ -135,6 +135,10 @@ pub struct BankRun {
     /// Its emulation job (the bank's plan).
     #[serde(skip)]
     job: usize,
+    /// Its rows' decisions under one model, binned ([`BankSummary`]): `[bin, starts, others]`
+    /// per non-empty bin. Stands in for `rows` in a bank read from a summary.
+    #[serde(skip)]
+    hist: Vec<[i64; 3]>,
 }
 
 /// Emulated receivers with labelled rows, to calibrate on by likeness ([`self_calibrate`]).
@@ -154,6 +158,21 @@ pub struct Bank {
     spec: FeatureSpec,
     /// Receivers whose runs are not matched ([`Bank::exclude`]).
     excluded: Vec<String>,
+    /// A bank read from a [`BankSummary`]: the model it was summarised for ([`fingerprint`])
+    /// and its decision bins' width. Its runs lend binned decisions instead of rows, for that
+    /// model only.
+    summarised_for: Option<SummaryOf>,
+}
+
+/// What a bank read from a [`BankSummary`] was summarised for.
+#[derive(Clone, Debug)]
+struct SummaryOf {
+    /// The model's [`fingerprint`].
+    fingerprint: String,
+    /// The model's name, for messages.
+    model_name: String,
+    /// Width of the decision bins.
+    bin_width: f64,
 }
 
 /// Why a bank cannot be built or used.
@@ -200,7 +219,25 @@ pub enum Error {
     /// A neighbour was summarised but not emulated with rows ([`Bank::fill`]).
     #[error("bank run {0} at {1} Mb/s has no rows: fill the bank with the neighbours first")]
     NoRows(String, f64),
+    /// A bank summary was made for another model.
+    #[error(
+        "the bank summary was made for model {summary} ({name}), not this one ({model}): its decisions are that model's; summarise the dataset again for this model"
+    )]
+    OtherModel {
+        /// Fingerprint the summary was made for.
+        summary: String,
+        /// That model's name.
+        name: String,
+        /// This model's fingerprint.
+        model: String,
+    },
+    /// A bank summary is not valid.
+    #[error("bank summary: {0}")]
+    Summary(String),
 }
+
+/// Decisions, their labels and how many rows each stands for ([`best_threshold_weighted`]).
+type Pool = (Vec<f64>, Vec<bool>, Vec<u64>);
 
 /// One run of the receiver and its nearest bank runs.
 struct Match {
@@ -263,6 +300,7 @@ pub fn summarise(
             stats,
             rows: 0..0,
             job,
+            hist: Vec::new(),
         })
         .collect();
     Ok(bank)
@@ -297,6 +335,7 @@ fn plan(manifest: &DatasetManifest, rates: &[f64], spec: &FeatureSpec) -> Result
         jobs,
         spec: *spec,
         excluded: Vec::new(),
+        summarised_for: None,
     })
 }
 
@@ -405,9 +444,19 @@ pub fn self_calibrate(
 ) -> Result<(EstimatorModel, SelfCalibration), Error> {
     let k = like.k.max(1);
     let model = without_offset(model);
+    if let Some(of) = &bank.summarised_for {
+        let this = fingerprint(&model, spec);
+        if of.fingerprint != this {
+            return Err(Error::OtherModel {
+                summary: of.fingerprint.clone(),
+                name: of.model_name.clone(),
+                model: this,
+            });
+        }
+    }
     let li = load_input(&model, spec);
     let mut runs = Vec::new();
-    let mut pooled: (Vec<f64>, Vec<bool>) = (Vec::new(), Vec::new());
+    let mut pooled: Pool = (Vec::new(), Vec::new(), Vec::new());
     let mut knots: Vec<[f64; 2]> = Vec::new();
     for Match {
         run,
@@ -423,10 +472,11 @@ pub fn self_calibrate(
         let threshold = if too_far {
             0.0
         } else {
-            let (dec, y) = bank.decisions(&model, &nearest)?;
-            let (t, _) = best_threshold(&dec, &y).ok_or(Error::NoStarts(rate))?;
+            let (dec, y, w) = bank.decisions(&model, &nearest)?;
+            let (t, _) = best_threshold_weighted(&dec, &y, &w).ok_or(Error::NoStarts(rate))?;
             pooled.0.extend(dec);
             pooled.1.extend(y);
+            pooled.2.extend(w);
             t
         };
         if let Some(x) = load.filter(|x| x.is_finite()) {
@@ -457,7 +507,9 @@ pub fn self_calibrate(
             let t = if pooled.0.is_empty() {
                 0.0
             } else {
-                best_threshold(&pooled.0, &pooled.1).ok_or(Error::NoStarts(f64::NAN))?.0
+                best_threshold_weighted(&pooled.0, &pooled.1, &pooled.2)
+                    .ok_or(Error::NoStarts(f64::NAN))?
+                    .0
             };
             out.shift(t)?;
             knots.clear();
@@ -559,11 +611,29 @@ impl Bank {
         self.runs[r].rows = start..self.data.len();
     }
 
-    /// `model`'s decisions on the rows of the bank runs `nearest`, and their labels.
-    fn decisions(&self, model: &EstimatorModel, nearest: &[(usize, f64)]) -> Result<(Vec<f64>, Vec<bool>), Error> {
-        let (mut dec, mut y) = (Vec::new(), Vec::new());
+    /// `model`'s decisions on the rows of the bank runs `nearest`, their labels and how many rows
+    /// each stands for: a row once; a summarised run's bin centre once per label, with its count.
+    fn decisions(
+        &self,
+        model: &EstimatorModel,
+        nearest: &[(usize, f64)],
+    ) -> Result<Pool, Error> {
+        let (mut dec, mut y, mut w) = (Vec::new(), Vec::new(), Vec::new());
         for &(b, _) in nearest {
             let run = &self.runs[b];
+            if let Some(of) = &self.summarised_for {
+                for &[bin, starts, others] in &run.hist {
+                    let centre = (bin as f64 + 0.5) * of.bin_width;
+                    for (label, count) in [(true, starts), (false, others)] {
+                        if count > 0 {
+                            dec.push(centre);
+                            y.push(label);
+                            w.push(count as u64);
+                        }
+                    }
+                }
+                continue;
+            }
             if run.rows.is_empty() {
                 return Err(Error::NoRows(run.receiver.clone(), run.rate_mbps));
             }
@@ -574,9 +644,10 @@ impl Bank {
                 }
                 dec.push(d);
                 y.push(self.data.y[i]);
+                w.push(1);
             }
         }
-        Ok((dec, y))
+        Ok((dec, y, w))
     }
 
     /// A bank of labelled captures already read — no emulation, no rows kept: one run per run of
@@ -744,6 +815,176 @@ impl Bank {
     }
 }
 
+/// Format tag of a [`BankSummary`] file.
+pub const SUMMARY_FORMAT: &str = "aggrate-bank-summary/1";
+
+/// Width of a [`BankSummary`]'s decision bins, in the model's decision units (a logit for the
+/// perceptron and the logistic model). A threshold set on binned decisions lies within half a
+/// bin of the one set on the rows; measured on the shipped model that changes no call on the
+/// test receivers (models/README.md).
+pub const BIN_WIDTH: f64 = 0.02;
+
+/// Largest bank summary read, uncompressed (the shipped model's is well under 1 MB).
+pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+
+/// The shipped model's training receivers (`datasets/receivers.toml`) summarised for it, embedded
+/// (`models/mlp8_m5_ctx1024.bank.json.xz`, from `aggrate dataset summarise data/receivers`).
+const SHIPPED_SUMMARY: &[u8] = include_bytes!("../../models/mlp8_m5_ctx1024.bank.json.xz");
+
+/// The embedded [`SHIPPED_SUMMARY`], decompressed and parsed.
+pub fn shipped_summary() -> Result<BankSummary, Error> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    xz2::read::XzDecoder::new(SHIPPED_SUMMARY)
+        .take(MAX_SUMMARY_BYTES)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::Summary(format!("embedded summary: {e}")))?;
+    serde_json::from_slice(&text).map_err(|e| Error::Summary(format!("embedded summary: {e}")))
+}
+
+/// Measured receivers for label-free calibration without their captures: per run (a capture at
+/// one rate) its receiver, rate and [`GapStats`], and its rows' decisions under **one model**,
+/// binned by label. That is all [`self_calibrate`] reads of a bank run, so a summary calibrates
+/// that model as the dataset it came from does (within half a bin, [`BIN_WIDTH`]) in a few
+/// hundred kilobytes instead of the captures. Made by [`Bank::summary`] (`aggrate dataset
+/// summarise`); the shipped model's, of its training receivers, is embedded in the binary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BankSummary {
+    /// [`SUMMARY_FORMAT`].
+    pub format: String,
+    /// The model's [`fingerprint`]: a summary calibrates that model only.
+    pub model: String,
+    /// The model's name, for messages.
+    pub model_name: String,
+    /// Where the runs came from (dataset folders), for the reader.
+    pub from: Vec<String>,
+    /// Width of the decision bins.
+    pub bin_width: f64,
+    /// The runs.
+    pub runs: Vec<SummaryRun>,
+}
+
+/// One run of a [`BankSummary`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SummaryRun {
+    /// Receiver name.
+    pub receiver: String,
+    /// Send rate.
+    pub rate_mbps: f64,
+    /// Its [`GapStats`] ([`STATS`] numbers).
+    pub stats: Vec<f64>,
+    /// `[bin, starts, others]` for each bin holding a row: bin `b` holds decisions in
+    /// `[b·w, (b+1)·w)`, `w` the summary's bin width.
+    pub bins: Vec<[i64; 3]>,
+}
+
+/// A model's identity for [`BankSummary`]: SHA-256 of its parameters without any load offset
+/// (a calibrated copy of a model is the same model) and of its feature layout, in hex (the
+/// first 16 bytes).
+pub fn fingerprint(model: &EstimatorModel, spec: &FeatureSpec) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    // Serialising plain parameter structs cannot fail; an empty hash input would still differ
+    // from any real model's.
+    h.update(serde_json::to_vec(&without_offset(model)).unwrap_or_default());
+    h.update(serde_json::to_vec(spec).unwrap_or_default());
+    h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Bank {
+    /// The runs among `rows` of `data` (named as in [`Bank::of_captures_with_rows`]) summarised
+    /// for `model` ([`BankSummary`]): every row's decision, binned by its label. `from` names
+    /// the data for the reader. Runs too short to summarise are left out.
+    #[allow(clippy::too_many_arguments)]
+    pub fn summary(
+        data: &Dataset,
+        rows: &[usize],
+        receiver_of_group: &[u32],
+        names: &[String],
+        model: &EstimatorModel,
+        spec: &FeatureSpec,
+        model_name: &str,
+        from: Vec<String>,
+    ) -> Result<BankSummary, Error> {
+        let plain = without_offset(model);
+        let mut runs = Vec::new();
+        for (at, run) in summarise_captures(data, rows, receiver_of_group, names) {
+            let mut bins: std::collections::BTreeMap<i64, [i64; 2]> = Default::default();
+            for &i in &rows[at] {
+                let d = plain.decision(data.row(i));
+                if d.is_nan() {
+                    return Err(Error::NotANumber(i));
+                }
+                // `as` saturates: a decision beyond ±1.8e17 bins shares the end bin.
+                let b = (d / BIN_WIDTH).floor() as i64;
+                bins.entry(b).or_default()[usize::from(!data.y[i])] += 1;
+            }
+            runs.push(SummaryRun {
+                receiver: run.receiver,
+                rate_mbps: run.rate_mbps,
+                stats: run.stats.0.to_vec(),
+                bins: bins.into_iter().map(|(b, [p, n])| [b, p, n]).collect(),
+            });
+        }
+        Ok(BankSummary {
+            format: SUMMARY_FORMAT.to_string(),
+            model: fingerprint(model, spec),
+            model_name: model_name.to_string(),
+            from,
+            bin_width: BIN_WIDTH,
+            runs,
+        })
+    }
+
+    /// The bank a [`BankSummary`] describes, checked: each field that is wrong is named. It
+    /// calibrates the summary's model only ([`self_calibrate`] refuses another).
+    pub fn of_summary(s: &BankSummary) -> Result<Bank, Error> {
+        let bad = |m: String| Err(Error::Summary(m));
+        if s.format != SUMMARY_FORMAT {
+            return bad(format!("format {:?}: expected {SUMMARY_FORMAT:?}", s.format));
+        }
+        if !(s.bin_width.is_finite() && s.bin_width > 0.0) {
+            return bad(format!("bin_width {}: a positive width", s.bin_width));
+        }
+        if s.runs.is_empty() {
+            return bad("no runs".to_string());
+        }
+        let mut runs = Vec::with_capacity(s.runs.len());
+        for (i, r) in s.runs.iter().enumerate() {
+            if !(r.rate_mbps.is_finite() && r.rate_mbps > 0.0) {
+                return bad(format!("runs[{i}].rate_mbps {}: a positive send rate", r.rate_mbps));
+            }
+            let stats: [f64; STATS] = match r.stats.as_slice().try_into() {
+                Ok(a) => a,
+                Err(_) => return bad(format!("runs[{i}].stats: {} numbers, expected {STATS}", r.stats.len())),
+            };
+            if let Some(j) = stats.iter().position(|v| !v.is_finite()) {
+                return bad(format!("runs[{i}].stats[{j}] is not a finite number"));
+            }
+            if let Some(b) = r.bins.iter().find(|b| b[1] < 0 || b[2] < 0) {
+                return bad(format!("runs[{i}].bins: negative count in bin {}", b[0]));
+            }
+            runs.push(BankRun {
+                receiver: r.receiver.clone(),
+                rate_mbps: r.rate_mbps,
+                stats: GapStats(stats),
+                rows: 0..0,
+                job: 0,
+                hist: r.bins.clone(),
+            });
+        }
+        Ok(Bank {
+            runs,
+            summarised_for: Some(SummaryOf {
+                fingerprint: s.model.clone(),
+                model_name: s.model_name.clone(),
+                bin_width: s.bin_width,
+            }),
+            ..Bank::default()
+        })
+    }
+}
+
 /// The runs (captures at one rate) among `rows` of `data` as bank runs without rows yet: each
 /// with its positions in `rows`, its receiver (`receiver_of_group[group]` into `names`), rate and
 /// gap summary from all its rows. Runs too short to summarise, of no receiver or of no finite
@@ -771,6 +1012,7 @@ fn summarise_captures(
                     stats,
                     rows: 0..0,
                     job: 0,
+                    hist: Vec::new(),
                 };
                 (at, run)
             })
@@ -873,6 +1115,7 @@ mod tests {
                 stats: GapStats::of(&bank.data.host[start..]).unwrap(),
                 rows: start..bank.data.len(),
                 job: 0,
+                hist: Vec::new(),
             });
         }
         let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 100.0 });
@@ -1025,6 +1268,7 @@ preset = "laptop"
                 stats: GapStats::of(&times(&gaps)).unwrap(),
                 rows: 0..0,
                 job: 0,
+                hist: Vec::new(),
             });
         }
         let probe: Vec<u64> = (0..300).map(|i| if i % 4 == 0 { 390 } else { 41 }).collect();
@@ -1136,5 +1380,130 @@ preset = "laptop"
         let (m, c) = self_calibrate(&target, &model, &one_gap(), &bank, like).unwrap();
         assert_eq!(c.runs[0].neighbours, ["tight-too"]);
         assert!(m.decision(&[60.0]) > 0.0 && m.decision(&[21.0]) < 0.0, "{m:?}");
+    }
+
+    /// A summary lends what the rows do: the same neighbours, and a threshold within half a
+    /// decision bin of the rows' own; it round-trips through JSON; it calibrates its own model
+    /// only; a broken one is refused naming the field.
+    #[test]
+    fn a_summary_calibrates_as_its_rows_do_and_only_its_model() {
+        use crate::model::ThresholdModel;
+        let mut data = Dataset::new(1);
+        for (g, (inside, before)) in [(20, 60), (150, 400), (21, 61)].into_iter().enumerate() {
+            frames(&mut data, g as u32, 300.0, inside, before, |s| s);
+        }
+        let names: Vec<String> = ["tight", "loose", "tight-too"].map(String::from).to_vec();
+        let rows: Vec<usize> = (0..data.len()).collect();
+        let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 1000.0 });
+        let spec = one_gap();
+        let summary = Bank::summary(
+            &data,
+            &rows,
+            &[0, 1, 2],
+            &names,
+            &model,
+            &spec,
+            "thr",
+            vec!["rx".into()],
+        )
+        .unwrap();
+        assert_eq!(summary.runs.len(), 3);
+        assert_eq!(summary.model, fingerprint(&model, &spec));
+        // Run "loose": 100 starts at 400 µs, 300 others at 150 µs → two bins.
+        let loose = &summary.runs[1];
+        assert_eq!(loose.receiver, "loose");
+        let bin = |gap: f64| ((gap - 1000.0) / BIN_WIDTH).floor() as i64;
+        assert_eq!(loose.bins, vec![[bin(150.0), 0, 300], [bin(400.0), 100, 0]]);
+        let back: BankSummary = serde_json::from_str(&serde_json::to_string(&summary).unwrap()).unwrap();
+        assert_eq!(back, summary);
+        let mut binned = Bank::of_summary(&back).unwrap();
+        let mut rowed = Bank::of_captures_with_rows(&data, &rows, &[0, 1, 2], &names, 1);
+        let mut target = Dataset::new(1);
+        frames(&mut target, 0, 300.0, 20, 60, |_| false);
+        let like = Likeness {
+            k: 1,
+            max_distance: f64::INFINITY,
+        };
+        for bank in [&mut binned, &mut rowed] {
+            bank.exclude(vec!["tight".into()]);
+        }
+        let (mb, cb) = self_calibrate(&target, &model, &spec, &binned, like).unwrap();
+        let (mr, cr) = self_calibrate(&target, &model, &spec, &rowed, like).unwrap();
+        assert_eq!(cb.runs[0].neighbours, cr.runs[0].neighbours);
+        assert_eq!(cb.runs[0].distance, cr.runs[0].distance);
+        assert!(
+            (cb.runs[0].threshold - cr.runs[0].threshold).abs() <= BIN_WIDTH / 2.0 + 1e-9,
+            "{} vs {}",
+            cb.runs[0].threshold,
+            cr.runs[0].threshold
+        );
+        for m in [&mb, &mr] {
+            assert!(m.decision(&[61.0]) > 0.0 && m.decision(&[21.0]) < 0.0, "{m:?}");
+        }
+        // Another model: refused, naming the one it was made for.
+        let other = EstimatorModel::Threshold(ThresholdModel { threshold_us: 500.0 });
+        match self_calibrate(&target, &other, &spec, &binned, like) {
+            Err(e @ Error::OtherModel { .. }) => assert!(e.to_string().contains("(thr)"), "{e}"),
+            r => panic!("{r:?}"),
+        }
+        // The same model on another feature layout is another model too.
+        assert_ne!(fingerprint(&model, &FeatureSpec::default()), summary.model);
+        // Broken summaries, each named by its field.
+        let broken = |f: &dyn Fn(&mut BankSummary), field: &str| {
+            let mut s = summary.clone();
+            f(&mut s);
+            match Bank::of_summary(&s) {
+                Err(e @ Error::Summary(_)) => assert!(e.to_string().contains(field), "{e} lacks {field}"),
+                r => panic!("{field}: {r:?}"),
+            }
+        };
+        broken(&|s| s.format = "x".into(), "format");
+        broken(&|s| s.bin_width = 0.0, "bin_width");
+        broken(&|s| s.runs.clear(), "no runs");
+        broken(&|s| s.runs[1].stats.pop().map(drop).unwrap_or(()), "runs[1].stats");
+        broken(&|s| s.runs[2].stats[3] = f64::NAN, "runs[2].stats[3]");
+        broken(&|s| s.runs[0].rate_mbps = -1.0, "runs[0].rate_mbps");
+        broken(&|s| s.runs[0].bins[0][2] = -5, "runs[0].bins");
+    }
+
+    /// Weighted rows choose what the same rows repeated choose.
+    #[test]
+    fn weighted_threshold_is_the_repeated_rows_threshold() {
+        let dec = [3.0, 2.0, 1.0, 0.5, -1.0];
+        let y = [true, false, true, false, false];
+        let w = [2u64, 3, 5, 1, 0];
+        let (mut rd, mut ry) = (Vec::new(), Vec::new());
+        for i in 0..dec.len() {
+            for _ in 0..w[i] {
+                rd.push(dec[i]);
+                ry.push(y[i]);
+            }
+        }
+        let a = best_threshold_weighted(&dec, &y, &w).unwrap();
+        let b = crate::train::calibrate::best_threshold(&rd, &ry).unwrap();
+        assert_eq!(a.1, b.1);
+        // Called: 3.0, 2.0, 1.0 (7 starts of 7, 3 false) → between 1.0 and 0.5 (−1.0 weighs nothing).
+        assert_eq!(a.0, 0.75);
+        assert_eq!((a.1.tp, a.1.fp, a.1.fn_, a.1.tn), (7, 3, 0, 1));
+        assert!(best_threshold_weighted(&dec, &y, &w[..4]).is_none(), "lengths differ");
+        assert!(best_threshold_weighted(&dec, &[false; 5], &w).is_none(), "no start");
+    }
+
+    /// The embedded summary is the shipped model's: a retrained shipped model without a fresh
+    /// summary fails here, not at a user's calibration.
+    #[test]
+    fn the_embedded_summary_is_the_shipped_models() {
+        let file = crate::model::ModelFile::shipped().unwrap();
+        let s = shipped_summary().unwrap();
+        assert_eq!(
+            s.model,
+            fingerprint(&file.model, &file.spec),
+            "re-run `aggrate dataset summarise`"
+        );
+        let bank = Bank::of_summary(&s).unwrap();
+        let receivers: std::collections::BTreeSet<&str> = bank.runs.iter().map(|r| r.receiver.as_str()).collect();
+        assert!(receivers.len() >= 50, "{receivers:?}");
+        assert!(receivers.iter().any(|r| r.starts_with("veth-shape")), "{receivers:?}");
+        assert!(bank.rates().len() >= 6, "{:?}", bank.rates());
     }
 }

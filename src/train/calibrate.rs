@@ -49,23 +49,40 @@ pub enum Error {
 /// lowest decision called a start and the highest one not called (below every decision when all
 /// are called). Ties in F1 go to the higher threshold. `None` without a positive label.
 pub fn best_threshold(dec: &[f64], y: &[bool]) -> Option<(f64, BinaryMetrics)> {
-    let positives = y.iter().filter(|&&v| v).count() as u64;
-    if positives == 0 || dec.len() != y.len() {
+    best_threshold_by(dec, y, |_| 1)
+}
+
+/// [`best_threshold`] where decision `i` stands for `w[i]` rows of label `y[i]` (a histogram of
+/// decisions: each bin's centre once per label, with its count). A weight of 0 counts nothing.
+/// `None` without a positive row, or when the lengths differ.
+pub fn best_threshold_weighted(dec: &[f64], y: &[bool], w: &[u64]) -> Option<(f64, BinaryMetrics)> {
+    if w.len() != dec.len() {
         return None;
     }
-    let mut order: Vec<usize> = (0..dec.len()).collect();
+    best_threshold_by(dec, y, |i| w[i])
+}
+
+fn best_threshold_by(dec: &[f64], y: &[bool], w: impl Fn(usize) -> u64) -> Option<(f64, BinaryMetrics)> {
+    if dec.len() != y.len() {
+        return None;
+    }
+    let positives: u64 = (0..y.len()).filter(|&i| y[i]).map(&w).sum();
+    if positives == 0 {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..dec.len()).filter(|&i| w(i) > 0).collect();
     order.sort_unstable_by(|&a, &b| dec[b].total_cmp(&dec[a]));
     let (mut tp, mut fp) = (0u64, 0u64);
-    let mut best = (0.0, 0usize, 0u64, 0u64); // (F1, rows called, tp, fp)
+    let mut best = (0.0, 0usize, 0u64, 0u64); // (F1, entries called, tp, fp)
     let mut k = 0;
     while k < order.len() {
         // Every row with this decision is called together.
         let v = dec[order[k]];
         while k < order.len() && dec[order[k]].total_cmp(&v).is_eq() {
             if y[order[k]] {
-                tp += 1;
+                tp += w(order[k]);
             } else {
-                fp += 1;
+                fp += w(order[k]);
             }
             k += 1;
         }
@@ -80,7 +97,7 @@ pub fn best_threshold(dec: &[f64], y: &[bool]) -> Option<(f64, BinaryMetrics)> {
         Some(&next) => lowest_called + (dec[next] - lowest_called) / 2.0,
         None => lowest_called - lowest_called.abs().max(1.0),
     };
-    let n = dec.len() as u64;
+    let n: u64 = (0..dec.len()).map(&w).sum();
     Some((
         t,
         BinaryMetrics {
