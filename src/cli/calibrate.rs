@@ -158,17 +158,7 @@ pub(crate) struct CalibrateArgs {
 }
 
 pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
-    let (mut file, name) = match &a.model {
-        Some(p) => (
-            ModelFile::load(p)?,
-            p.file_stem()
-                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
-        ),
-        None => (
-            ModelFile::shipped()?,
-            aggrate::model::SHIPPED_NAME.trim_end_matches(".json").to_string(),
-        ),
-    };
+    let (mut file, name) = model_or_shipped(a.model.as_deref())?;
     let spec = file.spec;
     if a.no_labels {
         if a.share != 1.0 {
@@ -207,6 +197,22 @@ pub(crate) fn run(ui: &Ui, a: CalibrateArgs) -> Result<Exit> {
     );
     let md = calibration_md(&name, &cal, check.as_ref());
     write_calibrated(ui, &a.output, file, report, &md)
+}
+
+/// The model file at `path` and its name (the file stem), or the shipped one embedded in the
+/// binary.
+fn model_or_shipped(path: Option<&Path>) -> Result<(ModelFile, String)> {
+    Ok(match path {
+        Some(p) => (
+            ModelFile::load(p)?,
+            p.file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+        ),
+        None => (
+            ModelFile::shipped()?,
+            aggrate::model::SHIPPED_NAME.trim_end_matches(".json").to_string(),
+        ),
+    })
 }
 
 /// The calibration report: where the model and the inputs came from, and `fields`.
@@ -530,17 +536,7 @@ pub(crate) struct SummariseArgs {
 /// [`BankSummary`]: aggrate::train::bank::BankSummary
 pub(crate) fn summarise(ui: &Ui, a: SummariseArgs) -> Result<Exit> {
     use std::io::Write;
-    let (file, name) = match &a.model {
-        Some(p) => (
-            ModelFile::load(p)?,
-            p.file_stem()
-                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
-        ),
-        None => (
-            ModelFile::shipped()?,
-            aggrate::model::SHIPPED_NAME.trim_end_matches(".json").to_string(),
-        ),
-    };
+    let (file, name) = model_or_shipped(a.model.as_deref())?;
     let out = a.output.to_string_lossy();
     if !(out.ends_with(".json") || out.ends_with(".json.xz")) {
         bail!("{}: a bank summary is written as .json or .json.xz", a.output.display());

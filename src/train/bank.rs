@@ -1329,15 +1329,23 @@ preset = "laptop"
     /// Measured receivers as a bank with rows: each run keeps every other row, contiguous, and
     /// its summary from all of them; an excluded receiver is never matched, and a self-
     /// calibration on the bank takes the threshold of the receiver that times packets alike.
-    #[test]
-    fn measured_receivers_lend_their_rows_and_an_excluded_one_is_never_matched() {
-        use crate::model::ThresholdModel;
+    /// Three measured receivers at 300 Mb/s, one run each (groups 0–2): "tight" and its twin
+    /// "tight-too" (20 / 21 µs inside a frame, 60 / 61 before it) and "loose" (150, 400); every
+    /// row.
+    fn three_receivers() -> (Dataset, Vec<String>, Vec<usize>) {
         let mut data = Dataset::new(1);
         for (g, (inside, before)) in [(20, 60), (150, 400), (21, 61)].into_iter().enumerate() {
             frames(&mut data, g as u32, 300.0, inside, before, |s| s);
         }
         let names: Vec<String> = ["tight", "loose", "tight-too"].map(String::from).to_vec();
         let rows: Vec<usize> = (0..data.len()).collect();
+        (data, names, rows)
+    }
+
+    #[test]
+    fn measured_receivers_lend_their_rows_and_an_excluded_one_is_never_matched() {
+        use crate::model::ThresholdModel;
+        let (data, names, rows) = three_receivers();
         let mut bank = Bank::of_captures_with_rows(&data, &rows, &[0, 1, 2], &names, 2);
         assert_eq!(bank.runs.len(), 3);
         assert_eq!(bank.data.len(), 3 * 200, "every other row of 400 per run");
@@ -1384,12 +1392,7 @@ preset = "laptop"
     #[test]
     fn a_summary_calibrates_as_its_rows_do_and_only_its_model() {
         use crate::model::ThresholdModel;
-        let mut data = Dataset::new(1);
-        for (g, (inside, before)) in [(20, 60), (150, 400), (21, 61)].into_iter().enumerate() {
-            frames(&mut data, g as u32, 300.0, inside, before, |s| s);
-        }
-        let names: Vec<String> = ["tight", "loose", "tight-too"].map(String::from).to_vec();
-        let rows: Vec<usize> = (0..data.len()).collect();
+        let (data, names, rows) = three_receivers();
         let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 1000.0 });
         let spec = one_gap();
         let summary = Bank::summary(
