@@ -15,7 +15,8 @@ from ._aggrate import Model
 def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = False,
               bank: Optional[os.PathLike] = None, neighbours: Optional[int] = None,
               max_distance: Optional[float] = None, mcs: Optional[int] = None, nss: Optional[int] = None,
-              bw: Optional[int] = None, ip_len: Optional[int] = None) -> Tuple[Model, Dict[str, Any]]:
+              bw: Optional[int] = None, ip_len: Optional[int] = None,
+              measured: bool = False) -> Tuple[Model, Dict[str, Any]]:
     """Return ``(calibrated model, report)``.
 
     The threshold is set on the first ``share`` of each capture's rows (rows of one ``capture``
@@ -33,10 +34,18 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
     paper's VHT MCS 9, 2 SS, 80 MHz, 1500 B) — as ``aggrate calibrate --no-labels --mcs …``; the
     CLI reads them from the captures where it can, a DataFrame does not carry them. It needs
     ``host_ns`` and ``rate_mbps`` per row (``share`` does not apply).
+
+    ``measured=True`` (with ``no_labels``) takes the shipped model's own training receivers —
+    real kernel receive paths among them, embedded as a summary for that model — instead of the
+    emulated bank, as ``aggrate calibrate --no-labels --measured`` does (5 ``neighbours`` and no
+    ``max_distance`` unless given; no ``bank`` or WLAN: they are at the paper's). The shipped model only: another is a
+    :class:`ModelError`.
     """
     import polars as pl
 
     names = list(model.feature_names)
+    if measured and not no_labels:
+        raise ValueError("measured=True is a bank for calibration without labels: give no_labels=True too")
     if no_labels:
         missing = [c for c in names + ["capture", "rate_mbps", "host_ns"] if c not in df.columns]
         if missing:
@@ -53,6 +62,8 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
         for key, value in (("mcs", mcs), ("nss", nss), ("bw", bw), ("ip_len", ip_len)):
             if value is not None:
                 kw[key] = int(value)
+        if measured:
+            kw["measured"] = True
         new, report = model.self_calibrate(x.tobytes(), len(df), run.tobytes(), rate.tobytes(), host.tobytes(),
                                            text, **kw)
         return new, json.loads(report)

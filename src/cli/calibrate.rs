@@ -29,9 +29,12 @@ pub(crate) struct BankArgs {
     #[arg(long, default_value_t = aggrate::train::bank::DEFAULT_K, value_parser = clap::value_parser!(usize))]
     pub(crate) neighbours: usize,
     /// A capture whose nearest bank receiver lies farther than this (each summary number in
-    /// spreads over the bank) keeps the model's own threshold; `inf`: calibrate every capture.
-    #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::bank::DEFAULT_MAX_DISTANCE)]
-    pub(crate) max_distance: f64,
+    /// spreads over the bank) keeps the model's own threshold; `inf`: calibrate every capture
+    /// (default: 3 for the emulated bank; no limit for measured receivers — `--measured`,
+    /// `--bank-dataset`, `--self-calibrate-on-training` — where, measured leave one receiver
+    /// out, a limit cost more than it kept out).
+    #[arg(long, value_name = "SPREADS")]
+    pub(crate) max_distance: Option<f64>,
     /// The receiver's WLAN, for the bank to be emulated at: VHT MCS of the access point's
     /// frames to it (default: `calibrate --no-labels` reads it from sniffer captures' radiotap
     /// headers, else the bank's, the paper's MCS 9).
@@ -60,11 +63,28 @@ impl BankArgs {
         }
     }
 
-    /// The likeness the flags ask for.
+    /// The likeness the flags ask for, for the emulated bank.
     pub(crate) fn likeness(&self) -> aggrate::train::bank::Likeness {
         aggrate::train::bank::Likeness {
             k: self.neighbours,
-            max_distance: self.max_distance,
+            max_distance: self.max_distance.unwrap_or(aggrate::train::bank::DEFAULT_MAX_DISTANCE),
+        }
+    }
+
+    /// The likeness the flags ask for, for a bank of `k` measured receivers (no distance limit
+    /// unless given).
+    pub(crate) fn measured_likeness(&self, k: usize) -> aggrate::train::bank::Likeness {
+        aggrate::train::bank::Likeness {
+            k,
+            max_distance: self.max_distance.unwrap_or(f64::INFINITY),
+        }
+    }
+
+    /// `--max-distance`, if given, is a distance.
+    pub(crate) fn check_distance(&self) -> Result<()> {
+        match self.max_distance {
+            Some(d) if d.is_nan() || d < 0.0 => bail!("--max-distance {d}: a distance is ≥ 0 (inf: no limit)"),
+            _ => Ok(()),
         }
     }
 }
@@ -74,9 +94,7 @@ pub(crate) fn bank_manifest(a: &BankArgs) -> Result<(DatasetManifest, String)> {
     if a.neighbours == 0 {
         bail!("--neighbours 0: at least one bank receiver must set each threshold");
     }
-    if a.max_distance.is_nan() || a.max_distance < 0.0 {
-        bail!("--max-distance {}: a distance is ≥ 0 (inf: no limit)", a.max_distance);
-    }
+    a.check_distance()?;
     let (text, name) = match &a.bank {
         Some(p) => (
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -340,6 +358,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         bail!("--rate {r}: a send rate is a positive number of Mb/s");
     }
     let measured = a.measured || !a.bank_dataset.is_empty();
+    a.bank.check_distance()?;
     if measured && a.dataset_neighbours == 0 {
         bail!("--dataset-neighbours 0: at least one measured capture must set each threshold");
     }
@@ -403,10 +422,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
                 .join(", ");
             (measured_bank(ui, &a.bank_dataset, &spec, &a.flow)?, name)
         };
-        let like = aggrate::train::bank::Likeness {
-            k: a.dataset_neighbours,
-            ..bank_args.likeness()
-        };
+        let like = bank_args.measured_likeness(a.dataset_neighbours);
         let (model, cal) = aggrate::train::bank::self_calibrate(&data, &file.model, &spec, &bank, like)
             .with_context(|| format!("calibrating on the measured receivers of {bank_name}"))?;
         (

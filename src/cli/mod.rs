@@ -38,6 +38,8 @@ pub(crate) struct Args {
     pub(crate) command: Command,
 }
 
+// Parsed once per process: the size of its largest variant (train's flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Summarise a capture: link type, flows, and the selected flow's aggregation.

@@ -263,6 +263,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if a.self_calibrate_on_training && a.group_by != GroupBy::Receiver {
         bail!("--self-calibrate-on-training scores held-out receivers: it needs --group-by receiver");
     }
+    a.bank.check_distance()?;
     if a.self_calibrate_on_training && a.training_neighbours == 0 {
         bail!("--training-neighbours 0: at least one training receiver must set each threshold");
     }
@@ -498,10 +499,9 @@ fn receiver_run(
             like: a.bank.likeness(),
         }),
         tailor: a.like_held_out.then_some(a.tailor()),
-        on_training: a.self_calibrate_on_training.then_some(aggrate::train::bank::Likeness {
-            k: a.training_neighbours,
-            ..a.bank.likeness()
-        }),
+        on_training: a
+            .self_calibrate_on_training
+            .then_some(a.bank.measured_likeness(a.training_neighbours)),
     };
     let reports = receiver_cv(
         data,

@@ -88,3 +88,33 @@ def test_calibrate_without_labels_equals_the_cli_and_reads_no_label(emulated, ag
     assert mcs7["runs"][0]["distance"] != report["runs"][0]["distance"]
     with pytest.raises(ValueError, match="mcs"):
         aggrate.calibrate(shipped, df, no_labels=True, bank=bank, mcs=12)
+
+
+def test_calibrate_on_measured_receivers_equals_the_cli(emulated, aggrate_bin, tmp_path):
+    shipped = aggrate.Model.shipped()
+    spec = json.loads(shipped.spec_json)
+    df = aggrate.read_capture(emulated, m=spec["m"], sigma=spec["sigma"], context=spec["context"])
+    cal, report = aggrate.calibrate(shipped, df, no_labels=True, measured=True)
+    # The shipped model's training receivers: 5 neighbours, measured at the nearest rate.
+    assert len(report["runs"]) == 1 and len(report["runs"][0]["neighbours"]) == 5
+    assert report["runs"][0]["bank_rate_mbps"] == 400.0
+    out = tmp_path / "m.json"
+    subprocess.run([aggrate_bin, "-q", "calibrate", "--no-labels", "--measured", str(emulated), "-o", str(out)],
+                   check=True)
+    cli = json.loads(out.read_text())
+    assert cli["model"]["load_offset"]["knots"] == report["knots"]
+    assert cli["metrics"]["calibration"]["self_calibration"]["runs"][0]["neighbours"] == report["runs"][0]["neighbours"]
+    # The embedded summary is the shipped model's: another model is refused; so are an emulated
+    # bank's settings beside it, and measured without no_labels.
+    j = json.loads(shipped.to_json())
+    j["model"]["b2"] += 0.5
+    other = aggrate.Model.from_json(json.dumps(j), "tweaked")
+    with pytest.raises(aggrate.ModelError, match="made for model"):
+        aggrate.calibrate(other, df, no_labels=True, measured=True)
+    x = np.ascontiguousarray(df.select(shipped.feature_names).to_numpy(), dtype=np.float64)
+    assert cal.decision_function(x.tobytes(), len(x)) != shipped.decision_function(x.tobytes(), len(x)) \
+        or report["runs"][0]["too_far"]
+    with pytest.raises(ValueError, match="measured"):
+        aggrate.calibrate(shipped, df, no_labels=True, measured=True, mcs=7)
+    with pytest.raises(ValueError, match="no_labels"):
+        aggrate.calibrate(shipped, df, measured=True)

@@ -352,13 +352,15 @@ impl PyModel {
     }
     /// This model calibrated for one receiver *without its labels* (`aggrate calibrate
     /// --no-labels`): on the emulated receivers (the bank: a dataset manifest's text, default
-    /// `datasets/bank.toml`) whose packet timing is most like each of the receiver's captures.
-    /// `n` rows of float64 features `x`, and per row its capture (`run`, u32), send rate (`rate`,
-    /// f32) and receive time (`host`, u64 ns), little-endian. Returns the calibrated model and
-    /// the report as JSON.
-    #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=aggrate::train::bank::DEFAULT_K,
-                        max_distance=aggrate::train::bank::DEFAULT_MAX_DISTANCE, mcs=None, nss=None, bw=None,
-                        ip_len=None))]
+    /// `datasets/bank.toml`) whose packet timing is most like each of the receiver's captures —
+    /// or, with `measured`, on the shipped model's own training receivers (`--measured`: their
+    /// embedded summary; the shipped model only). `n` rows of float64 features `x`, and per row
+    /// its capture (`run`, u32), send rate (`rate`, f32) and receive time (`host`, u64 ns),
+    /// little-endian. `neighbours` defaults to 20 emulated or 5 measured receivers,
+    /// `max_distance` to 3 or none (as the CLI's). Returns the calibrated model and the report
+    /// as JSON.
+    #[pyo3(signature = (x, n, run, rate, host, bank=None, neighbours=None, max_distance=None, mcs=None, nss=None,
+                        bw=None, ip_len=None, measured=false))]
     #[allow(clippy::too_many_arguments)]
     fn self_calibrate(
         &self,
@@ -369,12 +371,13 @@ impl PyModel {
         rate: &[u8],
         host: &[u8],
         bank: Option<&str>,
-        neighbours: usize,
-        max_distance: f64,
+        neighbours: Option<usize>,
+        max_distance: Option<f64>,
         mcs: Option<u8>,
         nss: Option<u8>,
         bw: Option<u32>,
         ip_len: Option<u16>,
+        measured: bool,
     ) -> PyResult<(PyModel, String)> {
         use aggrate::train::bank::{calibrate_without_labels, parse_manifest, DEFAULT_BANK};
         let d = self.file.spec.width();
@@ -386,6 +389,25 @@ impl PyModel {
                 )));
             }
         }
+        if measured
+            && (bank.is_some()
+                || [mcs.map(u32::from), nss.map(u32::from), bw, ip_len.map(u32::from)]
+                    .iter()
+                    .any(Option::is_some))
+        {
+            return Err(PyValueError::new_err(
+                "measured: the shipped model's training receivers are a bank of their own, at their own WLAN; \
+                 bank, mcs, nss, bw and ip_len are for the emulated bank",
+            ));
+        }
+        let (neighbours, max_distance) = if measured {
+            (neighbours.unwrap_or(5), max_distance.unwrap_or(f64::INFINITY))
+        } else {
+            (
+                neighbours.unwrap_or(aggrate::train::bank::DEFAULT_K),
+                max_distance.unwrap_or(aggrate::train::bank::DEFAULT_MAX_DISTANCE),
+            )
+        };
         if neighbours == 0 {
             return Err(PyValueError::new_err(
                 "neighbours: at least one bank receiver must set each threshold",
@@ -433,15 +455,26 @@ impl PyModel {
         let spec = self.file.spec;
         let model = &self.file.model;
         let threads = aggrate::parallel::all_cores();
-        let (model, cal) = py
-            .detach(|| calibrate_without_labels(&data, model, &spec, &manifest, like, threads, &mut NoProgress))
-            .map_err(|e| model_err(chain(&e)))?;
+        let (model, cal) = if measured {
+            let bank = aggrate::train::bank::shipped_summary()
+                .and_then(|s| aggrate::train::bank::Bank::of_summary(&s))
+                .map_err(|e| model_err(chain(&e)))?;
+            py.detach(|| aggrate::train::bank::self_calibrate(&data, model, &spec, &bank, like))
+        } else {
+            py.detach(|| calibrate_without_labels(&data, model, &spec, &manifest, like, threads, &mut NoProgress))
+        }
+        .map_err(|e| model_err(chain(&e)))?;
         let report = serde_json::to_value(&cal).map_err(model_err)?;
         let mut file = self.file.clone();
         file.model = model;
+        let labels = if measured {
+            "none (measured bank)"
+        } else {
+            "none (emulated bank)"
+        };
         file.set_metric(
             "calibration",
-            serde_json::json!({ "labels": "none (emulated bank)", "self_calibration": report }),
+            serde_json::json!({ "labels": labels, "self_calibration": report }),
         );
         Ok((PyModel { file }, report.to_string()))
     }
