@@ -555,10 +555,65 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(d.join(out).join(format!("{name}.eval.json"))).unwrap())
                 .unwrap();
+        // Only the shipped model knows its training receivers: how alike they time packets.
+        let like = &r["training_likeness"];
+        if name == "mlp8_m5_ctx1024" {
+            let i = &like["inputs"][0];
+            assert_eq!(i["rate_mbps"], 400.0, "{like}");
+            assert!(
+                i["distance"].as_f64().unwrap() >= 0.0 && i["nearest"].is_string(),
+                "{like}"
+            );
+        } else {
+            assert!(like.is_null(), "{like}");
+        }
         (r["f1"].as_f64().unwrap(), r["precision"].as_f64().unwrap())
     };
     let (f1, precision) = score("mlp8_m5_ctx1024");
     let (f1_phone, precision_phone) = score("logistic_m20_sigma");
+    // A training receiver (the phone preset, another seed) is near its own runs: no warning.
+    simulate(
+        d,
+        &[
+            "--rate-mbps",
+            "400",
+            "--duration",
+            "0.5",
+            "--seed",
+            "12",
+            "--noise",
+            "phone",
+            "-o",
+            "phone_400mbps.pcapng",
+        ],
+    );
+    let shipped_file = root.join("models/mlp8_m5_ctx1024.json");
+    let o = aggrate(
+        d,
+        &[
+            "eval",
+            "--model",
+            shipped_file.to_str().unwrap(),
+            "phone_400mbps.pcapng",
+            "-o",
+            "ev_phone",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(!text(&o).1.contains("unlike every receiver"), "{}", text(&o).1);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("ev_phone/mlp8_m5_ctx1024.eval.json")).unwrap()).unwrap();
+    let i = &r["training_likeness"]["inputs"][0];
+    assert_eq!(i["nearest"], "phone", "{i}");
+    assert!(
+        i["distance"].as_f64().unwrap() < aggrate::train::bank::FAMILIAR_DISTANCE,
+        "{i}"
+    );
+    let md = std::fs::read_to_string(d.join("ev_phone/mlp8_m5_ctx1024.eval.md")).unwrap();
+    assert!(
+        md.contains("## Like the training receivers?") && md.contains("| phone |"),
+        "{md}"
+    );
     eprintln!("unseen receiver, 400 Mb/s: shipped F1 {f1:.3} precision {precision:.3}; phone-trained logistic F1 {f1_phone:.3} precision {precision_phone:.3}");
     // Trained across receivers, it does not collapse as the phone-trained model does (0.40).
     assert!(precision > 0.9, "the shipped model keeps its precision: {precision}");

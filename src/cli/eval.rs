@@ -62,6 +62,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         }
         None => serde_json::Value::Null,
     };
+    let likeness = training_likeness(ui, &file, &data, &files);
     let ev = evaluate(&data, &file.model, &spec);
     let (bm, agg, rates) = (ev.binary, ev.agg, ev.rates);
     let slot_json = match ev.slots {
@@ -91,17 +92,21 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         "per_rate": rates,
         "slot_svr": slot_json,
         "wlan": wlan,
+        "training_likeness": likeness.as_ref().map(|(v, _)| v.clone()),
         "captures": files.iter().map(|f| f.path.display().to_string()).collect::<Vec<_>>(),
         "kernel_logs": files.iter().filter_map(|f| f.kernel.as_ref().map(|k| k.display().to_string())).collect::<Vec<_>>(),
     });
     let json_path = a.output.join(format!("{name}.eval.json"));
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let md = rates_md(
+    let mut md = rates_md(
         &format!("{name} (evaluation)"),
         &format!("F1 over all {} rows: {:.4}", data.len(), bm.f1()),
         &rates,
     );
+    if let Some((_, m)) = &likeness {
+        md.push_str(m);
+    }
     let csv_path = a.output.join(format!("{name}.eval.per_rate.csv"));
     std::fs::write(&csv_path, rates_csv(&rates)).with_context(|| format!("writing {}", csv_path.display()))?;
     let md_path = a.output.join(format!("{name}.eval.md"));
@@ -111,4 +116,78 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     }
     ui.info(format!("wrote {} and {}", json_path.display(), md_path.display()));
     Ok(Exit::Ok)
+}
+
+/// How alike the shipped model's training receivers time packets to each input, without labels
+/// (`Bank::likeness_of` on the embedded summary): the JSON for the report and a Markdown
+/// section, and a warning for inputs farther than `FAMILIAR_DISTANCE` from all of them — where
+/// the model failed most on receivers it never saw. `None` for another model (nothing is known
+/// of its training receivers here) or inputs it cannot place (no send rate, too short: said).
+fn training_likeness(
+    ui: &Ui,
+    file: &ModelFile,
+    data: &aggrate::dataset::Dataset,
+    files: &[super::rows::Input],
+) -> Option<(serde_json::Value, String)> {
+    use aggrate::train::bank::{fingerprint, shipped_summary, Bank, FAMILIAR_DISTANCE};
+    let s = shipped_summary().ok()?;
+    if s.model != fingerprint(&file.model, &file.spec) {
+        return None;
+    }
+    let near = match Bank::of_summary(&s).and_then(|b| b.likeness_of(data)) {
+        Ok(n) => n,
+        Err(e) => {
+            ui.info(format!("not compared with the training receivers: {e}"));
+            return None;
+        }
+    };
+    let name = |g: u32| {
+        files
+            .get(g as usize)
+            .map_or_else(|| format!("run {g}"), |f| f.path.display().to_string())
+    };
+    let far: Vec<&aggrate::train::bank::Nearest> = near.iter().filter(|n| !n.familiar()).collect();
+    if !far.is_empty() {
+        ui.warn(format!(
+            "{} of {} inputs time packets unlike every receiver the model was trained on (nearest more than {FAMILIAR_DISTANCE} \
+             spread away; {}): on receivers like that it missed its own-CV F1 at a third of the points tested \
+             (models/README.md). Calibrate it for this receiver without labels (aggrate calibrate --no-labels --measured) \
+             or train on it",
+            far.len(),
+            near.len(),
+            far.iter()
+                .take(3)
+                .map(|n| format!("{} at {} Mb/s: {:.1}", name(n.group), n.rate_mbps, n.distance))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let mut md = String::from(
+        "\n## Like the training receivers?\n\nEach input's nearest receiver among the model's training receivers, by \
+         how it times packets (quantiles and autocorrelation of the log gap, each in spreads over them at the nearest \
+         rate; no label read). On the receivers it was tested on and never trained on, within 1 it held its own-CV \
+         F1 at every point (73 of 73); beyond, it missed at a third of them (15 of 47; models/README.md).\n\n| input | rate Mb/s | nearest training receiver | at Mb/s | distance |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for n in &near {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2}{} |\n",
+            name(n.group),
+            n.rate_mbps,
+            n.receiver,
+            n.bank_rate_mbps,
+            n.distance,
+            if n.familiar() { "" } else { " (far)" }
+        ));
+    }
+    let json = serde_json::json!({
+        "familiar_distance": FAMILIAR_DISTANCE,
+        "inputs": near.iter().map(|n| serde_json::json!({
+            "capture": name(n.group),
+            "rate_mbps": n.rate_mbps,
+            "nearest": n.receiver,
+            "bank_rate_mbps": n.bank_rate_mbps,
+            "distance": n.distance,
+        })).collect::<Vec<_>>(),
+    });
+    Some((json, md))
 }

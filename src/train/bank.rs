@@ -394,6 +394,36 @@ fn emulate_rows(scn: &crate::wlan::run::ValidScenario, rate: f64, spec: &Feature
     data
 }
 
+/// Farthest a receiver's run may lie from the shipped model's training receivers
+/// ([`Bank::likeness_of`] on [`shipped_summary`]) to count as like one of them: on the test
+/// receivers (`datasets/unseen.toml`, `shaped.toml`) none of the 73 points (receiver, rate up to
+/// 500 Mb/s) within it failed the strict test, and 15 of the 47 beyond it did
+/// (models/README.md). `aggrate eval` warns beyond it.
+pub const FAMILIAR_DISTANCE: f64 = 1.0;
+
+/// A run's nearest bank receiver ([`Bank::likeness_of`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Nearest {
+    /// The run's group (its first row's: the capture, as the CLI reads them).
+    pub group: u32,
+    /// Send rate of the run.
+    pub rate_mbps: f64,
+    /// The bank rate its nearest run was taken at.
+    pub bank_rate_mbps: f64,
+    /// That run's receiver.
+    pub receiver: String,
+    /// Its distance (standardised, as [`Bank::nearest`]).
+    pub distance: f64,
+}
+
+impl Nearest {
+    /// Whether the run lies within [`FAMILIAR_DISTANCE`] of its nearest bank receiver (no
+    /// neighbour at all, a NaN distance, never does).
+    pub fn familiar(&self) -> bool {
+        self.distance <= FAMILIAR_DISTANCE
+    }
+}
+
 /// How the bank set one run's operating point.
 #[derive(Clone, Debug, Serialize)]
 pub struct SelfRun {
@@ -720,6 +750,32 @@ impl Bank {
             });
         }
         Ok(out)
+    }
+
+    /// For each run of `target` (at its rows' rate tag, [`GapStats`] from its receive times —
+    /// no label read): the bank rate its nearest bank run was taken at, that run's receiver and
+    /// its distance ([`Bank::nearest`]). How much like the bank's receivers a receiver times
+    /// packets: measured on the shipped model and its training receivers, the test receivers'
+    /// points within 1 of them never failed the strict test, and a third of those farther did
+    /// (models/README.md).
+    pub fn likeness_of(&self, target: &Dataset) -> Result<Vec<Nearest>, Error> {
+        Ok(self
+            .matches(target, 1)?
+            .into_iter()
+            .map(|m| {
+                let (receiver, distance) = m
+                    .nearest
+                    .first()
+                    .map_or((String::new(), f64::NAN), |&(b, d)| (self.runs[b].receiver.clone(), d));
+                Nearest {
+                    group: target.group[m.run.start],
+                    rate_mbps: m.rate,
+                    bank_rate_mbps: m.bank_rate,
+                    receiver,
+                    distance,
+                }
+            })
+            .collect())
     }
 
     /// The bank runs [`self_calibrate`] will take rows from for `target` (sorted, distinct).
@@ -1380,6 +1436,19 @@ preset = "laptop"
         // Self-calibrated with "tight" excluded: the twin's threshold (between 21 and 61 µs),
         // not the far receiver's; the target's own (all wrong) labels are not read.
         bank.exclude(vec!["tight".into()]);
+        // Its likeness: the nearest receiver and distance per run, in the run's group.
+        let mut target_g = target.clone();
+        target_g.group.iter_mut().for_each(|g| *g = 7);
+        assert_eq!(
+            bank.likeness_of(&target_g).unwrap(),
+            vec![Nearest {
+                group: 7,
+                rate_mbps: 300.0,
+                bank_rate_mbps: 300.0,
+                receiver: "tight-too".into(),
+                distance: bank.nearest(300.0, &s, 1).unwrap().1[0].1,
+            }]
+        );
         let model = EstimatorModel::Threshold(ThresholdModel { threshold_us: 1000.0 });
         let like = Likeness {
             k: 1,
