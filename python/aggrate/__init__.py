@@ -15,7 +15,7 @@ receiver's online estimator, and run the 802.11ac emulator::
 
 from ._aggrate import AggrateError, InputError, ModelError, Model, OnlineEstimator as _OnlineEstimator
 from ._aggrate import __version__
-from .calibrate import calibrate
+from .calibrate import calibrate, training_likeness
 from .capture import CaptureError, read_capture, read_dataset
 from .estimators import LinearSVC, LogisticRegression, ThresholdClassifier
 from .online import OnlineEstimator
@@ -38,4 +38,5 @@ __all__ = [
     "read_dataset",
     "receivers",
     "simulate",
+    "training_likeness",
 ]

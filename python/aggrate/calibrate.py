@@ -79,3 +79,28 @@ def calibrate(model: Model, df: Any, share: float = 1.0, *, no_labels: bool = Fa
     new, report = model.calibrate(x.tobytes(), y.tobytes(), len(df), run.tobytes(), rate.tobytes(),
                                   level.tobytes(), share)
     return new, json.loads(report)
+
+
+def training_likeness(model: Model, df: Any) -> list:
+    """How like the shipped model's training receivers each capture in ``df`` times packets,
+    without labels — what ``aggrate eval`` reports as ``training_likeness``: per capture (rows of
+    one ``capture`` and ``rate_mbps``) a dict with its ``capture`` name, ``rate_mbps``, the
+    ``nearest`` training receiver, the rate it was taken at, the ``distance`` (in spreads over the
+    training receivers) and ``familiar`` (within 1: on receivers it never saw, the model held its
+    own-CV F1 there at every point tested; beyond, it missed at a quarter to a third of them).
+    ``model`` is the shipped one (or a calibrated copy); another is a :class:`ModelError`. Needs
+    ``host_ns`` and ``rate_mbps`` per row."""
+    import polars as pl
+
+    missing = [c for c in ["capture", "rate_mbps", "host_ns"] if c not in df.columns]
+    if missing:
+        raise ValueError(f"the DataFrame has no column(s) {missing}: read it with aggrate.read_capture / read_dataset")
+    names = df["capture"].unique(maintain_order=True).to_list()
+    run = df["capture"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.UInt32) \
+        .to_numpy().astype("<u4")
+    rate = df["rate_mbps"].cast(pl.Float64).fill_null(float("nan")).to_numpy().astype("<f4")
+    host = df["host_ns"].cast(pl.UInt64).to_numpy().astype("<u8")
+    out = json.loads(model.training_likeness(len(df), run.tobytes(), rate.tobytes(), host.tobytes()))
+    for r in out:
+        r["capture"] = names[r.pop("run")]
+    return out

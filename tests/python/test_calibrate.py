@@ -1,6 +1,7 @@
 """aggrate.calibrate: a model's operating point for one receiver, the same as `aggrate calibrate`."""
 
 import json
+import pathlib
 import subprocess
 
 import numpy as np
@@ -118,3 +119,23 @@ def test_calibrate_on_measured_receivers_equals_the_cli(emulated, aggrate_bin, t
         aggrate.calibrate(shipped, df, no_labels=True, measured=True, mcs=7)
     with pytest.raises(ValueError, match="no_labels"):
         aggrate.calibrate(shipped, df, measured=True)
+
+
+def test_training_likeness_equals_eval_and_knows_only_the_shipped_model(emulated, aggrate_bin, tmp_path):
+    shipped = aggrate.Model.shipped()
+    spec = json.loads(shipped.spec_json)
+    df = aggrate.read_capture(emulated, m=spec["m"], sigma=spec["sigma"], context=spec["context"])
+    like = aggrate.training_likeness(shipped, df)
+    assert len(like) == 1 and like[0]["rate_mbps"] == 400.0 and like[0]["capture"] == df["capture"][0]
+    assert like[0]["familiar"] == (like[0]["distance"] <= 1.0)
+    out = tmp_path / "ev"
+    subprocess.run([aggrate_bin, "-q", "eval", "--model", str(pathlib.Path(__file__).resolve().parents[2] / "models" / "mlp8_m5_ctx1024.json"),
+                    str(emulated), "-o", str(out)], check=True)
+    cli = json.loads((out / "mlp8_m5_ctx1024.eval.json").read_text())["training_likeness"]["inputs"][0]
+    assert (cli["nearest"], cli["distance"]) == (like[0]["nearest"], like[0]["distance"])
+    j = json.loads(shipped.to_json())
+    j["model"]["b2"] += 0.5
+    with pytest.raises(aggrate.ModelError, match="another model"):
+        aggrate.training_likeness(aggrate.Model.from_json(json.dumps(j), "tweaked"), df)
+    with pytest.raises(ValueError, match="host_ns"):
+        aggrate.training_likeness(shipped, df.drop("host_ns"))

@@ -478,6 +478,60 @@ impl PyModel {
         );
         Ok((PyModel { file }, report.to_string()))
     }
+    /// How like the shipped model's training receivers each capture times packets, without
+    /// labels (`aggrate eval`'s `training_likeness`): per capture (`run`, u32) its send rate
+    /// (`rate`, f32) and receive times (`host`, u64 ns), little-endian, `n` rows. Returns JSON:
+    /// per capture its `run`, `rate_mbps`, nearest training receiver, the rate it was taken at,
+    /// the `distance` and whether it is `familiar` (within 1). The shipped model (or a calibrated
+    /// copy) only: another is a ModelError.
+    fn training_likeness(&self, py: Python<'_>, n: usize, run: &[u8], rate: &[u8], host: &[u8]) -> PyResult<String> {
+        use aggrate::train::bank::{fingerprint, shipped_summary, Bank};
+        for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
+            if got != n * each {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: {got} bytes for {n} rows of {each}"
+                )));
+            }
+        }
+        let summary = shipped_summary().map_err(|e| model_err(chain(&e)))?;
+        if summary.model != fingerprint(&self.file.model, &self.file.spec) {
+            return Err(model_err(
+                "only the shipped model's training receivers are known (their summary is embedded); this is another model",
+            ));
+        }
+        let mut data = Dataset::new(0);
+        for i in 0..n {
+            let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+            let mut h = [0u8; 8];
+            h.copy_from_slice(&host[8 * i..8 * i + 8]);
+            data.push_at(
+                Ts(u64::from_le_bytes(h)),
+                &[],
+                false,
+                u32::from_le_bytes(le4(run)),
+                f32::from_le_bytes(le4(rate)),
+                0,
+            );
+        }
+        let near = py
+            .detach(|| Bank::of_summary(&summary).and_then(|b| b.likeness_of(&data)))
+            .map_err(|e| model_err(chain(&e)))?;
+        let out: Vec<serde_json::Value> = near
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "run": m.group,
+                    "rate_mbps": m.rate_mbps,
+                    "nearest": m.receiver,
+                    "bank_rate_mbps": m.bank_rate_mbps,
+                    "distance": m.distance,
+                    "familiar": m.familiar(),
+                })
+            })
+            .collect();
+        Ok(serde_json::Value::from(out).to_string())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Model(kind={:?}, m={}, sigma={}, context={}, rows={})",
