@@ -605,6 +605,7 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
         serde_json::from_str(&std::fs::read_to_string(d.join("ev_phone/mlp8_m5_ctx1024.eval.json")).unwrap()).unwrap();
     let i = &r["training_likeness"]["inputs"][0];
     assert_eq!(i["nearest"], "phone", "{i}");
+    assert_eq!(i["familiar"], true, "{i}");
     assert!(
         i["distance"].as_f64().unwrap() < aggrate::train::bank::FAMILIAR_DISTANCE,
         "{i}"

@@ -188,6 +188,7 @@ fn training_likeness(
             "nearest": n.receiver,
             "bank_rate_mbps": n.bank_rate_mbps,
             "distance": n.distance,
+            "familiar": n.familiar(),
         })).collect::<Vec<_>>(),
     });
     Some((json, md))
