@@ -540,7 +540,7 @@ pub fn self_calibration_md(
     s.push_str(&operating_point_md(c.threshold, &c.knots));
     s.push_str(if c.threshold.is_some() { ".\n\n" } else { "\n" });
     s.push_str(&format!(
-        "Each input's threshold is the best one on the labelled rows of the {} bank receivers (emulated, or measured with `--bank-dataset`) whose \
+        "Each input's threshold is the best one on the labelled rows of the {} bank receivers (emulated, or measured with `--measured` or `--bank-dataset`) whose \
          packet timing — quantiles and autocorrelation of the log gap — is nearest the input's:\n\n\
          | input | rate Mb/s | bank rate | nearest bank receivers | distance | threshold |\n| --- | --- | --- | --- | --- | --- |\n",
         c.likeness.k

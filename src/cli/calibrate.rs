@@ -161,7 +161,7 @@ pub(crate) struct CalibrateArgs {
     /// embedded — `--bank-dataset data/receivers` without building the dataset.
     #[arg(long, conflicts_with = "bank_dataset")]
     pub(crate) measured: bool,
-    /// With --bank-dataset: the nearest captures that set each threshold.
+    /// With --measured or --bank-dataset: the nearest measured captures that set each threshold.
     #[arg(long, default_value_t = 5)]
     pub(crate) dataset_neighbours: usize,
     /// Send rate of each input in Mb/s (one for all, or one per input in order), where its file
