@@ -878,6 +878,44 @@ fn calibrate_without_labels_reads_only_the_receivers_timing() {
     assert!(!ok && err.contains("--share 0.5"), "{err}");
     let (ok, err) = no_labels("bank.toml", &["phone.pcap", "--max-distance=-1"], "x.json");
     assert!(!ok && err.contains("--max-distance -1"), "{err}");
+    // Inputs too far from the embedded emulated bank keep the model's threshold, and the shipped
+    // model's measured training receivers are pointed to (the sniffer shows the training WLAN;
+    // the receiver's own capture here has small packets, another WLAN: no pointer); not so with
+    // a bank of one's own.
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "phone_400mbps.pcap",
+        "--max-distance",
+        "0",
+        "-o",
+        "far0.json",
+    ]);
+    assert!(ok && !err.contains("--measured:"), "{err}");
+    let (ok, err) = run(&[
+        "calibrate",
+        "--no-labels",
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "phone_400.csv",
+        "--max-distance",
+        "0",
+        "-o",
+        "far.json",
+    ]);
+    assert!(
+        ok && err.contains("1 of 1 inputs lie too far") && err.contains("--measured"),
+        "{err}"
+    );
+    let joined = [
+        "sniff_400mbps.pcapng",
+        "--kernel",
+        "phone_400.csv",
+        "--max-distance",
+        "0",
+    ];
+    let (ok, err) = no_labels("bank.toml", &joined, "far2.json");
+    assert!(ok && !err.contains("--measured:"), "{err}");
     // A bank that must lie nearer than any run can: every capture keeps the model's own
     // threshold (a zero offset at each load), and the report says why.
     let args = [

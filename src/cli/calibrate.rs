@@ -363,23 +363,20 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         bail!("--dataset-neighbours 0: at least one measured capture must set each threshold");
     }
     let seen = seen_wlan(&files, &a.flow)?;
-    if a.measured {
-        // The measured receivers were sent over the shipped model's training WLAN.
-        let trained: Option<WlanSettings> = file
-            .metrics
-            .get("training_wlan")
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
-        if let Some(t) = trained {
-            let unlike = t.unlike(&seen);
-            if !unlike.is_empty() {
-                ui.warn(format!(
-                    "these captures are {}: the measured receivers were sent over {}; the emulated bank \
-                     at the inputs' WLAN suits them better (leave out --measured)",
-                    unlike.join(", "),
-                    t.describe()
-                ));
-            }
-        }
+    // The shipped model's measured training receivers were sent over its training WLAN: how the
+    // inputs' differs from it, where both are known.
+    let trained: Option<WlanSettings> = file
+        .metrics
+        .get("training_wlan")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let unlike_training = trained.as_ref().map(|t| t.unlike(&seen)).unwrap_or_default();
+    if a.measured && !unlike_training.is_empty() {
+        ui.warn(format!(
+            "these captures are {}: the measured receivers were sent over {}; the emulated bank \
+             at the inputs' WLAN suits them better (leave out --measured)",
+            unlike_training.join(", "),
+            trained.map(|t| t.describe()).unwrap_or_default()
+        ));
     }
     // The emulated bank is emulated at the inputs' WLAN; a measured one is at its own.
     let bank_args = if measured {
@@ -401,6 +398,17 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
             &mut Bars::new(ui),
         )
         .with_context(|| format!("calibrating on the bank {bank_name}"))?;
+        let far = cal.runs.iter().filter(|r| r.too_far).count();
+        let summarised_for_it = aggrate::train::bank::shipped_summary()
+            .is_ok_and(|s| s.model == aggrate::train::bank::fingerprint(&file.model, &spec));
+        if far > 0 && summarised_for_it && unlike_training.is_empty() && a.bank.bank.is_none() {
+            ui.info(format!(
+                "{far} of {} inputs lie too far from every emulated receiver and keep the model's own threshold; \
+                 the shipped model's measured training receivers (--measured: real kernel paths among them) are the \
+                 better bank for real receive paths at its WLAN (models/README.md)",
+                cal.runs.len()
+            ));
+        }
         let wlan = WlanSettings::of(&manifest).describe();
         (model, cal, bank_name, "none (emulated bank)", wlan)
     } else {
