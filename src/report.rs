@@ -411,6 +411,63 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             }
         }
     }
+    s.push_str(&distance_md(reports, c));
+    s
+}
+
+/// Buckets of distance to the nearest training receiver ([`ReceiverRate::training_distance`])
+/// for [`distance_md`] and the distance PNG.
+const DISTANCE_BUCKETS: [(f64, f64); 4] = [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, f64::INFINITY)];
+
+/// Whether point `p` (one receiver at one rate) fails the strict test of `c` (rates above
+/// `c.max_rate` never do).
+fn point_fails(p: &crate::train::cv::ReceiverRate, c: &ReceiverCriteria) -> bool {
+    p.rate_mbps <= c.max_rate && !c.holds(p.held_out.f1, p.own.f1)
+}
+
+/// The points (receiver, rate up to `c.max_rate`) by distance to the nearest training receiver:
+/// how many, how many fail, and their mean held-out F1 — whether "far from every training
+/// receiver" predicts a loss. Empty without distances.
+fn distance_md(reports: &[ReceiverReport], c: &ReceiverCriteria) -> String {
+    let pts: Vec<&crate::train::cv::ReceiverRate> = reports
+        .iter()
+        .flat_map(|r| &r.per_rate)
+        .filter(|p| p.rate_mbps <= c.max_rate && p.training_distance.is_some_and(f64::is_finite))
+        .collect();
+    if pts.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "\n## By distance to the nearest training receiver\n\nEach point (receiver, rate up to {} Mb/s) by how far its \
+         capture lies from every capture the held-out model was trained on (gap summary in spreads over them at the \
+         nearest rate; no label read: `aggrate eval` reports it for the shipped model and warns beyond {}).\n\n\
+         | distance | points | failing | mean held-out F1 | mean own-CV F1 |\n| --- | --- | --- | --- | --- |\n",
+        c.max_rate,
+        crate::train::bank::FAMILIAR_DISTANCE
+    );
+    for (lo, hi) in DISTANCE_BUCKETS {
+        let b: Vec<&&crate::train::cv::ReceiverRate> = pts
+            .iter()
+            .filter(|p| p.training_distance.is_some_and(|d| d >= lo && d < hi))
+            .collect();
+        if b.is_empty() {
+            continue;
+        }
+        let mean =
+            |f: &dyn Fn(&crate::train::cv::ReceiverRate) -> f64| b.iter().map(|p| f(p)).sum::<f64>() / b.len() as f64;
+        let range = if hi.is_finite() {
+            format!("{lo} – {hi}")
+        } else {
+            format!("≥ {lo}")
+        };
+        s.push_str(&format!(
+            "| {range} | {} | {} | {:.3} | {:.3} |\n",
+            b.len(),
+            b.iter().filter(|p| point_fails(p, c)).count(),
+            mean(&|p| p.held_out.f1),
+            mean(&|p| p.own.f1)
+        ));
+    }
     s
 }
 
@@ -424,7 +481,7 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
     for v in Variant::ALL {
         s.push_str(&format!(",{}_f1", v.key()));
     }
-    s.push_str(",self_calibration_distance\n");
+    s.push_str(",self_calibration_distance,training_distance\n");
     let opt = |x: Option<f64>| x.map_or(String::new(), |x| x.to_string());
     for r in reports {
         for p in &r.per_rate {
@@ -446,7 +503,11 @@ pub fn receivers_csv(reports: &[crate::train::cv::ReceiverReport]) -> String {
             for v in Variant::ALL {
                 s.push_str(&format!(",{}", opt(p.variant(v).map(|c| c.f1))));
             }
-            s.push_str(&format!(",{}\n", opt(p.self_calibration_distance)));
+            s.push_str(&format!(
+                ",{},{}\n",
+                opt(p.self_calibration_distance),
+                opt(p.training_distance)
+            ));
         }
     }
     s
@@ -744,6 +805,7 @@ mod receiver_tests {
             threshold_own: sc(0.6),
             variants: Default::default(),
             self_calibration_distance: None,
+            training_distance: None,
         }
     }
 
@@ -803,8 +865,8 @@ mod receiver_tests {
         assert!(md.contains("**1 of 3 pass**"), "{md}");
         assert!(md.contains("|  | calibrated | 0.975 / 0.970 |"), "{md}");
         assert!(
-            receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,,,"),
-            "calibrated, then four empty variants and no distance"
+            receivers_csv(&reps).lines().nth(3).unwrap().ends_with(",0.975,,,,,,"),
+            "calibrated, then four empty variants and no distances"
         );
         assert!(v.iter().all(|v| v.passes_with(Variant::SelfCalibrated).is_none()) && !md.contains("self-calibrated"));
         // Self-calibrated scores get their own verdict and lines, beside the calibrated ones.
@@ -838,13 +900,13 @@ mod receiver_tests {
             .lines()
             .nth(4)
             .unwrap()
-            .ends_with(",0.99,0.985,,,,"));
+            .ends_with(",0.99,0.985,,,,,"));
         reps[2].per_rate[0].self_calibration_distance = Some(2.5);
         assert!(receivers_csv(&reps)
             .lines()
             .nth(4)
             .unwrap()
-            .ends_with(",0.99,0.985,,,,2.5"));
+            .ends_with(",0.99,0.985,,,,2.5,"));
         // The bank's WLAN: in the paragraph when one for the table, on each line when several.
         for r in &mut reps {
             r.bank_wlan = Some("MCS 9".into());
@@ -875,7 +937,7 @@ mod receiver_tests {
             .lines()
             .nth(3)
             .unwrap()
-            .ends_with(",0.975,0.965,0.955,,,"));
+            .ends_with(",0.975,0.965,0.955,,,,"));
         // Both label-free steps: a line after the tailored one, named with its bank's WLAN when
         // the table mixes WLANs, and the next column.
         reps[1].per_rate[0]
@@ -897,10 +959,10 @@ mod receiver_tests {
             .lines()
             .nth(3)
             .unwrap()
-            .ends_with(",0.975,0.965,0.955,0.972,,"));
+            .ends_with(",0.975,0.965,0.955,0.972,,,"));
         let header = receivers_csv(&reps).lines().next().unwrap().to_string();
         assert!(header.ends_with(
-            ",loss,calibrated_f1,self_calibrated_f1,tailored_f1,tailored_self_calibrated_f1,self_calibrated_on_training_f1,self_calibration_distance"
+            ",loss,calibrated_f1,self_calibrated_f1,tailored_f1,tailored_self_calibrated_f1,self_calibrated_on_training_f1,self_calibration_distance,training_distance"
         ));
         // JSON: a field per variant, in the rate and in the verdict.
         let rate = serde_json::to_value(&reps[1].per_rate[0]).unwrap();
@@ -912,6 +974,50 @@ mod receiver_tests {
         assert_eq!(verdict["tailored_pass"], false);
         assert_eq!(verdict["tailored_self_calibrated_pass"], true);
         assert!(serde_json::to_value(&v[0]).unwrap().get("tailored_pass").is_none());
+    }
+
+    /// Points by distance to the training receivers: counted, failing and mean F1 per bucket, in
+    /// the Markdown and a PNG; nothing without distances.
+    #[test]
+    fn points_by_distance_to_the_training_receivers() {
+        let at = |r, held, own, d| ReceiverRate {
+            training_distance: d,
+            ..rate(r, held, own)
+        };
+        let reps = vec![ReceiverReport {
+            test: false,
+            bank_wlan: None,
+            tailored_from: Vec::new(),
+            receiver: "x".into(),
+            per_rate: vec![
+                at(100.0, 0.99, 0.99, Some(0.4)),
+                at(200.0, 0.95, 0.99, Some(0.8)),
+                at(300.0, 0.90, 0.95, Some(1.5)),
+                at(400.0, 0.80, 0.80, Some(4.0)),
+                // Above the judged rates, and without a distance: not counted.
+                at(600.0, 0.10, 0.90, Some(0.1)),
+                at(500.0, 0.10, 0.90, None),
+            ],
+        }];
+        let md = receivers_md("t", &reps, &ReceiverCriteria::default());
+        assert!(md.contains("| 0 – 1 | 2 | 1 | 0.970 | 0.990 |"), "{md}");
+        assert!(md.contains("| 1 – 2 | 1 | 1 | 0.900 | 0.950 |"), "{md}");
+        assert!(md.contains("| ≥ 3 | 1 | 0 | 0.800 | 0.800 |"), "{md}");
+        assert!(!md.contains("| 2 – 3 |"), "an empty bucket is left out: {md}");
+        assert!(receivers_csv(&reps).lines().nth(1).unwrap().ends_with(",0.4"));
+        let dir = tempfile::tempdir().unwrap();
+        let png = distance_png(dir.path(), "t", &reps, &ReceiverCriteria::default())
+            .unwrap()
+            .unwrap();
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        let none: Vec<ReceiverReport> = vec![ReceiverReport {
+            per_rate: vec![rate(100.0, 0.99, 0.99)],
+            ..reps[0].clone()
+        }];
+        assert!(!receivers_md("t", &none, &ReceiverCriteria::default()).contains("By distance"));
+        assert!(distance_png(dir.path(), "n", &none, &ReceiverCriteria::default())
+            .unwrap()
+            .is_none());
     }
 }
 
@@ -1069,7 +1175,50 @@ pub fn write_receiver_reports(
             receivers_csv(reports).into_bytes(),
         )?,
         receivers_png(dir, name, reports)?,
-    ])
+    ]
+    .into_iter()
+    .chain(distance_png(dir, name, reports, &ReceiverCriteria::default())?)
+    .collect())
+}
+
+/// Held-out minus own-CV F1 against the distance to the nearest training receiver, one point per
+/// receiver and rate up to the criteria's rate, the points that fail the strict test apart:
+/// `NAME.receivers.distance.png` (none without distances).
+fn distance_png(
+    dir: &Path,
+    name: &str,
+    reports: &[ReceiverReport],
+    c: &ReceiverCriteria,
+) -> Result<Option<PathBuf>, WriteError> {
+    let pts: Vec<&crate::train::cv::ReceiverRate> = reports
+        .iter()
+        .flat_map(|r| &r.per_rate)
+        .filter(|p| p.rate_mbps <= c.max_rate && p.training_distance.is_some_and(f64::is_finite))
+        .collect();
+    if pts.is_empty() {
+        return Ok(None);
+    }
+    let of = |fail: bool| -> Vec<(f64, f64)> {
+        pts.iter()
+            .filter(|p| point_fails(p, c) == fail)
+            .filter_map(|p| Some((p.training_distance?, p.held_out.f1 - p.own.f1)))
+            .collect()
+    };
+    let png = dir.join(format!("{name}.receivers.distance.png"));
+    plot::points(
+        &png,
+        &format!("{name}: F1 loss by distance to the training receivers"),
+        &format!(
+            "distance to the nearest training receiver (spreads; eval warns beyond {})",
+            crate::train::bank::FAMILIAR_DISTANCE
+        ),
+        "held-out F1 − own-CV F1",
+        &[
+            plot::Series::new("passes the strict test", of(false)),
+            plot::Series::new("fails it", of(true)),
+        ],
+    )?;
+    Ok(Some(png))
 }
 
 /// Held-out F1 per rate of the model and of the m = 1 threshold: the mean over receivers and the

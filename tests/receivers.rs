@@ -1249,6 +1249,10 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         for p in r["per_rate"].as_array().unwrap() {
             let f1 = p["self_calibrated_on_training"]["f1"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&f1), "{p}");
+            // Its distance to the receivers its model trained on (its own captures never among
+            // them: a receiver is at distance 0 from itself).
+            let d = p["training_distance"].as_f64().unwrap();
+            assert!(d > 0.0, "{p}");
         }
     }
     let f1s: Vec<f64> = one["receivers"]
@@ -1282,6 +1286,8 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         "no bank, no stacked line: {md}"
     );
     assert!(md.contains("|  | self-calibrated on training receivers |"), "{md}");
+    assert!(md.contains("## By distance to the nearest training receiver"), "{md}");
+    assert!(dir.path().join("t_one/threshold_m1.receivers.distance.png").exists());
     // `calibrate --no-labels` on measured receivers: usb's own captures against the dataset
     // that holds usb — its nearest capture at each rate is its own, at distance 0.
     let mut cal = vec!["-q", "calibrate", "--no-labels"];

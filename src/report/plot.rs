@@ -94,8 +94,9 @@ fn draw(
     y_desc: &str,
     series: &[Series],
     y_range: Option<(f64, f64)>,
-    lines: bool,
+    style: Style,
 ) -> Result<()> {
+    let lines = style == Style::Lines;
     font(path)?;
     let err = |e: &dyn std::fmt::Display| Error {
         path: path.to_path_buf(),
@@ -137,7 +138,7 @@ fn draw(
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
         }
     }
-    if !lines {
+    if style == Style::Diagonal {
         // The diagonal: a perfect estimate.
         let lo = x0.max(y0);
         let hi = x1.min(y1);
@@ -176,10 +177,26 @@ pub fn lines(
     series: &[Series],
     y_range: Option<(f64, f64)>,
 ) -> Result<()> {
-    draw(path, title, x_desc, y_desc, series, y_range, true)
+    draw(path, title, x_desc, y_desc, series, y_range, Style::Lines)
 }
 
 /// A scatter plot with the y = x diagonal.
 pub fn scatter(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
-    draw(path, title, x_desc, y_desc, series, None, false)
+    draw(path, title, x_desc, y_desc, series, None, Style::Diagonal)
+}
+
+/// A scatter plot without a diagonal (the axes are different quantities).
+pub fn points(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
+    draw(path, title, x_desc, y_desc, series, None, Style::Points)
+}
+
+/// How [`draw`] draws its series.
+#[derive(Clone, Copy, PartialEq)]
+enum Style {
+    /// Lines through marked points.
+    Lines,
+    /// Points, and the y = x diagonal.
+    Diagonal,
+    /// Points alone.
+    Points,
 }

@@ -686,8 +686,13 @@ impl Bank {
     /// `names`). Runs too short to summarise are left out. For [`rank_receivers`].
     pub fn of_captures(data: &Dataset, receiver_of_group: &[u32], names: &[String]) -> Bank {
         let all: Vec<usize> = (0..data.len()).collect();
+        Bank::of_captures_among(data, &all, receiver_of_group, names)
+    }
+
+    /// [`Bank::of_captures`] of the runs among `rows` only.
+    pub fn of_captures_among(data: &Dataset, rows: &[usize], receiver_of_group: &[u32], names: &[String]) -> Bank {
         Bank {
-            runs: summarise_captures(data, &all, receiver_of_group, names)
+            runs: summarise_captures(data, rows, receiver_of_group, names)
                 .into_iter()
                 .map(|(_, run)| run)
                 .collect(),

@@ -347,6 +347,11 @@ pub struct ReceiverRate {
     /// distance, [`super::bank::Bank::nearest`]), with [`Variant::SelfCalibrated`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_calibration_distance: Option<f64>,
+    /// How far this rate's capture lies from every receiver its held-out model was trained on:
+    /// its nearest training capture's distance ([`super::bank::Bank::likeness_of`], no label
+    /// read). Far from all of them is where held-out models lose most (models/README.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training_distance: Option<f64>,
 }
 
 /// A variant of the held-out model that [`receiver_cv`] scores beside it, to show what a step
@@ -604,6 +609,14 @@ pub fn receiver_cv(
     } else {
         Some(fit_without(&test_rows)?)
     };
+    // The training receivers' gap summaries, for each held-out receiver's distance to the
+    // receivers its model trained on (its own runs excluded while it is measured).
+    let mut trained_on = {
+        let rows: Vec<usize> = (0..n)
+            .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
+            .collect();
+        super::bank::Bank::of_captures_among(data, &rows, receiver_of_group, names)
+    };
     // Every capture's gap summary, to rank receivers by likeness (tailored fits only).
     let like_bank = calibrate
         .and_then(|c| c.tailor)
@@ -708,6 +721,9 @@ pub fn receiver_cv(
             Some(m) => self_calibrate(m)?.map(|(rates, _)| rates),
             None => None,
         };
+        trained_on.exclude(vec![names[r as usize].clone()]);
+        // Runs too short to summarise, or without a rate: no distance.
+        let training_distances = trained_on.likeness_of(&sub).unwrap_or_default();
         let k = own_folds.max(2);
         let folds = contiguous_folds(&sub.group, k)?;
         let own_warm = match fit {
@@ -759,6 +775,11 @@ pub fn receiver_cv(
                         .flatten()
                         .filter(|(r, _)| r == rate)
                         .map(|&(_, d)| d)
+                        .min_by(f64::total_cmp),
+                    training_distance: training_distances
+                        .iter()
+                        .filter(|x| x.rate_mbps == *rate)
+                        .map(|x| x.distance)
                         .min_by(f64::total_cmp),
                 }
             })
