@@ -425,15 +425,24 @@ fn point_fails(p: &crate::train::cv::ReceiverRate, c: &ReceiverCriteria) -> bool
     p.rate_mbps <= c.max_rate && !c.holds(p.held_out.f1, p.own.f1)
 }
 
+/// The points (receiver and rate) up to `c.max_rate` that have a distance to the training
+/// receivers.
+fn judged_with_distance<'a>(
+    reports: &'a [ReceiverReport],
+    c: &ReceiverCriteria,
+) -> Vec<&'a crate::train::cv::ReceiverRate> {
+    reports
+        .iter()
+        .flat_map(|r| &r.per_rate)
+        .filter(|p| p.rate_mbps <= c.max_rate && p.training_distance.is_some_and(f64::is_finite))
+        .collect()
+}
+
 /// The points (receiver, rate up to `c.max_rate`) by distance to the nearest training receiver:
 /// how many, how many fail, and their mean held-out F1 — whether "far from every training
 /// receiver" predicts a loss. Empty without distances.
 fn distance_md(reports: &[ReceiverReport], c: &ReceiverCriteria) -> String {
-    let pts: Vec<&crate::train::cv::ReceiverRate> = reports
-        .iter()
-        .flat_map(|r| &r.per_rate)
-        .filter(|p| p.rate_mbps <= c.max_rate && p.training_distance.is_some_and(f64::is_finite))
-        .collect();
+    let pts = judged_with_distance(reports, c);
     if pts.is_empty() {
         return String::new();
     }
@@ -1190,11 +1199,7 @@ fn distance_png(
     reports: &[ReceiverReport],
     c: &ReceiverCriteria,
 ) -> Result<Option<PathBuf>, WriteError> {
-    let pts: Vec<&crate::train::cv::ReceiverRate> = reports
-        .iter()
-        .flat_map(|r| &r.per_rate)
-        .filter(|p| p.rate_mbps <= c.max_rate && p.training_distance.is_some_and(f64::is_finite))
-        .collect();
+    let pts = judged_with_distance(reports, c);
     if pts.is_empty() {
         return Ok(None);
     }
