@@ -71,6 +71,25 @@ fn simulate(dir: &Path, args: &[&str]) {
     assert!(o.status.success(), "{}", text(&o).1);
 }
 
+/// `aggrate simulate` of half a second at 400 Mb/s through the `noise` preset into `out`.
+fn simulate_half_second_at_400(dir: &Path, seed: &str, noise: &str, out: &str) {
+    simulate(
+        dir,
+        &[
+            "--rate-mbps",
+            "400",
+            "--duration",
+            "0.5",
+            "--seed",
+            seed,
+            "--noise",
+            noise,
+            "-o",
+            out,
+        ],
+    );
+}
+
 fn build(dir: &Path) -> serde_json::Value {
     std::fs::write(dir.join("rx.toml"), MANIFEST).unwrap();
     let o = aggrate(dir, &["-q", "dataset", "build", "rx.toml", "--out", "rx"]);
@@ -333,21 +352,7 @@ fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
     let model = model.to_str().unwrap();
     // The same run seen by a sniffer (MAC times) and by a phone's kernel (noisy times).
     for (name, noise) in [("sniff_400mbps.pcapng", "none"), ("phone_400mbps.pcapng", "phone")] {
-        simulate(
-            d,
-            &[
-                "--rate-mbps",
-                "400",
-                "--duration",
-                "0.5",
-                "--seed",
-                "3",
-                "--noise",
-                noise,
-                "-o",
-                name,
-            ],
-        );
+        simulate_half_second_at_400(d, "3", noise, name);
     }
     let log = seq_log(&d.join("phone_400mbps.pcapng"));
     write_log(&d.join("phone.csv"), &log);
@@ -572,21 +577,7 @@ fn the_shipped_model_is_embedded_and_holds_on_a_receiver_it_never_saw() {
     let (f1, precision) = score("mlp8_m5_ctx1024");
     let (f1_phone, precision_phone) = score("logistic_m20_sigma");
     // A training receiver (the phone preset, another seed) is near its own runs: no warning.
-    simulate(
-        d,
-        &[
-            "--rate-mbps",
-            "400",
-            "--duration",
-            "0.5",
-            "--seed",
-            "12",
-            "--noise",
-            "phone",
-            "-o",
-            "phone_400mbps.pcapng",
-        ],
-    );
+    simulate_half_second_at_400(d, "12", "phone", "phone_400mbps.pcapng");
     let shipped_file = root.join("models/mlp8_m5_ctx1024.json");
     let o = aggrate(
         d,
