@@ -143,7 +143,8 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, default_value_t = 1.0)]
     pub(crate) share: f64,
     /// Do not use the inputs' labels: set the operating point on the emulated receivers whose
-    /// packet timing is most like each input's (`--bank`). Inputs may then be the receiver's own
+    /// packet timing is most like each input's (`--bank`), or on measured ones (`--measured`,
+    /// `--bank-dataset`). Inputs may then be the receiver's own
     /// captures, without A-MPDU ground truth; where they have it, it only scores the result.
     #[arg(long)]
     pub(crate) no_labels: bool,
@@ -158,7 +159,9 @@ pub(crate) struct CalibrateArgs {
     pub(crate) bank_dataset: Vec<PathBuf>,
     /// With --no-labels and the shipped model: calibrate on its own training receivers (the 56
     /// of datasets/receivers.toml, 22 real kernel paths among them), whose summary for it is
-    /// embedded — `--bank-dataset data/receivers` without building the dataset.
+    /// embedded — `--bank-dataset data/receivers` without building the dataset. On real kernel
+    /// receive paths at the paper's WLAN the better bank; at another WLAN the emulated one is
+    /// (models/README.md).
     #[arg(long, conflicts_with = "bank_dataset")]
     pub(crate) measured: bool,
     /// With --measured or --bank-dataset: the nearest measured captures that set each threshold.
