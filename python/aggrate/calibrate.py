@@ -102,5 +102,5 @@ def training_likeness(model: Model, df: Any) -> list:
     host = df["host_ns"].cast(pl.UInt64).to_numpy().astype("<u8")
     out = json.loads(model.training_likeness(len(df), run.tobytes(), rate.tobytes(), host.tobytes()))
     for r in out:
-        r["capture"] = names[r.pop("run")]
+        r["capture"] = names[r["capture"]]
     return out

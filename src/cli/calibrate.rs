@@ -402,8 +402,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         )
         .with_context(|| format!("calibrating on the bank {bank_name}"))?;
         let far = cal.runs.iter().filter(|r| r.too_far).count();
-        let summarised_for_it = aggrate::train::bank::shipped_summary()
-            .is_ok_and(|s| s.model == aggrate::train::bank::fingerprint(&file.model, &spec));
+        let summarised_for_it = aggrate::train::bank::shipped_bank_for(&file.model, &spec).is_ok_and(|b| b.is_some());
         if far > 0 && summarised_for_it && unlike_training.is_empty() && a.bank.bank.is_none() {
             ui.info(format!(
                 "{far} of {} inputs lie too far from every emulated receiver and keep the model's own threshold; \
@@ -521,26 +520,9 @@ fn is_summary_file(p: &Path) -> bool {
 
 /// A bank summary file (`.json`, or xz-compressed `.json.xz`), parsed; errors name the file.
 fn read_summary(p: &Path) -> Result<aggrate::train::bank::BankSummary> {
-    use std::io::Read;
     let raw = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-    let text = if p.to_string_lossy().ends_with(".xz") {
-        let mut out = Vec::new();
-        xz2::read::XzDecoder::new(&raw[..])
-            .take(aggrate::train::bank::MAX_SUMMARY_BYTES + 1)
-            .read_to_end(&mut out)
-            .with_context(|| format!("{}: not an xz stream", p.display()))?;
-        if out.len() as u64 > aggrate::train::bank::MAX_SUMMARY_BYTES {
-            bail!(
-                "{}: more than {} bytes uncompressed; not a bank summary",
-                p.display(),
-                aggrate::train::bank::MAX_SUMMARY_BYTES
-            );
-        }
-        out
-    } else {
-        raw
-    };
-    serde_json::from_slice(&text).with_context(|| format!("{}: not a bank summary", p.display()))
+    aggrate::train::bank::parse_summary(&raw, p.to_string_lossy().ends_with(".xz"))
+        .with_context(|| p.display().to_string())
 }
 
 #[derive(Debug, clap::Args)]

@@ -129,12 +129,9 @@ fn training_likeness(
     data: &aggrate::dataset::Dataset,
     files: &[super::rows::Input],
 ) -> Option<(serde_json::Value, String)> {
-    use aggrate::train::bank::{fingerprint, shipped_summary, Bank, FAMILIAR_DISTANCE};
-    let s = shipped_summary().ok()?;
-    if s.model != fingerprint(&file.model, &file.spec) {
-        return None;
-    }
-    let near = match Bank::of_summary(&s).and_then(|b| b.likeness_of(data)) {
+    use aggrate::train::bank::{shipped_bank_for, FAMILIAR_DISTANCE};
+    let bank = shipped_bank_for(&file.model, &file.spec).ok()??;
+    let near = match bank.likeness_of(data) {
         Ok(n) => n,
         Err(e) => {
             ui.info(format!("not compared with the training receivers: {e}"));
@@ -182,14 +179,7 @@ fn training_likeness(
     }
     let json = serde_json::json!({
         "familiar_distance": FAMILIAR_DISTANCE,
-        "inputs": near.iter().map(|n| serde_json::json!({
-            "capture": name(n.group),
-            "rate_mbps": n.rate_mbps,
-            "nearest": n.receiver,
-            "bank_rate_mbps": n.bank_rate_mbps,
-            "distance": n.distance,
-            "familiar": n.familiar(),
-        })).collect::<Vec<_>>(),
+        "inputs": near.iter().map(|n| n.to_json(name(n.group).into())).collect::<Vec<_>>(),
     });
     Some((json, md))
 }

@@ -611,12 +611,10 @@ pub fn receiver_cv(
     };
     // The training receivers' gap summaries, for each held-out receiver's distance to the
     // receivers its model trained on (its own runs excluded while it is measured).
-    let mut trained_on = {
-        let rows: Vec<usize> = (0..n)
-            .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
-            .collect();
-        super::bank::Bank::of_captures_among(data, &rows, receiver_of_group, names)
-    };
+    let train_rows: Vec<usize> = (0..n)
+        .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
+        .collect();
+    let mut trained_on = super::bank::Bank::of_captures_among(data, &train_rows, receiver_of_group, names);
     // Every capture's gap summary, to rank receivers by likeness (tailored fits only).
     let like_bank = calibrate
         .and_then(|c| c.tailor)
@@ -626,11 +624,8 @@ pub fn receiver_cv(
     let mut training_bank = calibrate
         .and_then(|c| c.on_training.map(|like| (c.spec, like)))
         .map(|(spec, like)| {
-            let rows: Vec<usize> = (0..n)
-                .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
-                .collect();
             (
-                super::bank::Bank::of_captures_with_rows(data, &rows, receiver_of_group, names, 2),
+                super::bank::Bank::of_captures_with_rows(data, &train_rows, receiver_of_group, names, 2),
                 like,
                 spec,
             )

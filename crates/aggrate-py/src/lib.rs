@@ -41,6 +41,34 @@ create_exception!(
     "A model file or model parameters are invalid."
 );
 
+/// `n` rows of receive timing, little-endian: per row its capture (`run`, u32), send rate
+/// (`rate`, f32) and receive time (`host`, u64 ns), with features `x[i·d..(i+1)·d]` (`d` = 0:
+/// none). Unlabelled. Buffers of the wrong length are a ValueError naming them.
+fn timing_rows(x: &[f64], d: usize, n: usize, run: &[u8], rate: &[u8], host: &[u8]) -> PyResult<Dataset> {
+    for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
+        if n.checked_mul(each) != Some(got) {
+            return Err(PyValueError::new_err(format!(
+                "{what}: {got} bytes for {n} rows of {each}"
+            )));
+        }
+    }
+    let mut data = Dataset::new(d);
+    for i in 0..n {
+        let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+        let mut h = [0u8; 8];
+        h.copy_from_slice(&host[8 * i..8 * i + 8]);
+        data.push_at(
+            Ts(u64::from_le_bytes(h)),
+            &x[i * d..(i + 1) * d],
+            false,
+            u32::from_le_bytes(le4(run)),
+            f32::from_le_bytes(le4(rate)),
+            0,
+        );
+    }
+    Ok(data)
+}
+
 fn model_err(e: impl std::fmt::Display) -> PyErr {
     ModelError::new_err(e.to_string())
 }
@@ -382,13 +410,7 @@ impl PyModel {
         use aggrate::train::bank::{calibrate_without_labels, parse_manifest, DEFAULT_BANK};
         let d = self.file.spec.width();
         let x = f64s(x, n, d, "features")?;
-        for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
-            if got != n * each {
-                return Err(PyValueError::new_err(format!(
-                    "{what}: {got} bytes for {n} rows of {each}"
-                )));
-            }
-        }
+        let data = timing_rows(&x, d, n, run, rate, host)?;
         if measured
             && (bank.is_some()
                 || [mcs.map(u32::from), nss.map(u32::from), bw, ip_len.map(u32::from)]
@@ -432,21 +454,6 @@ impl PyModel {
         };
         wlan.apply(&mut manifest)
             .map_err(|e| PyValueError::new_err(format!("the bank's WLAN (mcs / nss / bw / ip_len): {e}")))?;
-        let mut data = Dataset::new(d);
-        for (i, row) in x.chunks_exact(d.max(1)).enumerate() {
-            let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
-            let mut h = [0u8; 8];
-            h.copy_from_slice(&host[8 * i..8 * i + 8]);
-            let r = u32::from_le_bytes(le4(run));
-            data.push_at(
-                Ts(u64::from_le_bytes(h)),
-                row,
-                false,
-                r,
-                f32::from_le_bytes(le4(rate)),
-                0,
-            );
-        }
         if let Some(r) = data.rate_mbps.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
             return Err(PyValueError::new_err(format!(
                 "rate: {r} Mb/s; every row needs its capture's send rate to emulate the bank at"
@@ -481,54 +488,22 @@ impl PyModel {
     /// How like the shipped model's training receivers each capture times packets, without
     /// labels (`aggrate eval`'s `training_likeness`): per capture (`run`, u32) its send rate
     /// (`rate`, f32) and receive times (`host`, u64 ns), little-endian, `n` rows. Returns JSON:
-    /// per capture its `run`, `rate_mbps`, nearest training receiver, the rate it was taken at,
+    /// per capture its `capture` (the `run` number), `rate_mbps`, nearest training receiver, the rate it was taken at,
     /// the `distance` and whether it is `familiar` (within 1). The shipped model (or a calibrated
     /// copy) only: another is a ModelError.
     fn training_likeness(&self, py: Python<'_>, n: usize, run: &[u8], rate: &[u8], host: &[u8]) -> PyResult<String> {
-        use aggrate::train::bank::{fingerprint, shipped_summary, Bank};
-        for (what, got, each) in [("run", run.len(), 4), ("rate", rate.len(), 4), ("host", host.len(), 8)] {
-            if got != n * each {
-                return Err(PyValueError::new_err(format!(
-                    "{what}: {got} bytes for {n} rows of {each}"
-                )));
-            }
-        }
-        let summary = shipped_summary().map_err(|e| model_err(chain(&e)))?;
-        if summary.model != fingerprint(&self.file.model, &self.file.spec) {
-            return Err(model_err(
-                "only the shipped model's training receivers are known (their summary is embedded); this is another model",
-            ));
-        }
-        let mut data = Dataset::new(0);
-        for i in 0..n {
-            let le4 = |b: &[u8]| [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
-            let mut h = [0u8; 8];
-            h.copy_from_slice(&host[8 * i..8 * i + 8]);
-            data.push_at(
-                Ts(u64::from_le_bytes(h)),
-                &[],
-                false,
-                u32::from_le_bytes(le4(run)),
-                f32::from_le_bytes(le4(rate)),
-                0,
-            );
-        }
+        let data = timing_rows(&[], 0, n, run, rate, host)?;
+        let bank = aggrate::train::bank::shipped_bank_for(&self.file.model, &self.file.spec)
+            .map_err(|e| model_err(chain(&e)))?
+            .ok_or_else(|| {
+                model_err(
+                    "only the shipped model's training receivers are known (their summary is embedded); this is another model",
+                )
+            })?;
         let near = py
-            .detach(|| Bank::of_summary(&summary).and_then(|b| b.likeness_of(&data)))
+            .detach(|| bank.likeness_of(&data))
             .map_err(|e| model_err(chain(&e)))?;
-        let out: Vec<serde_json::Value> = near
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "run": m.group,
-                    "rate_mbps": m.rate_mbps,
-                    "nearest": m.receiver,
-                    "bank_rate_mbps": m.bank_rate_mbps,
-                    "distance": m.distance,
-                    "familiar": m.familiar(),
-                })
-            })
-            .collect();
+        let out: Vec<serde_json::Value> = near.iter().map(|m| m.to_json(m.group.into())).collect();
         Ok(serde_json::Value::from(out).to_string())
     }
 
