@@ -27,6 +27,7 @@ use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
 use crate::time::Ts;
+use crate::train::online::{OnlineCalibrator, Step};
 use crate::transport::{wire, Receiver, Sender, SenderStats};
 use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
@@ -76,6 +77,12 @@ pub struct SimConfig {
     pub duration_s: f64,
     /// Seed of every random stream.
     pub seed: u64,
+    /// Each receiver sets its model's operating point from its own receive times while it runs
+    /// ([`OnlineCalibrator`]: the shipped model's embedded bank of measured receivers, as
+    /// `recv --self-calibrate`); only with [`EstimatorKind::Model`] and the aggregation-target
+    /// sender. `Some` with the bank neighbours per window and how near the nearest must be
+    /// for its threshold to be taken.
+    pub self_calibrate: Option<crate::train::bank::Likeness>,
 }
 
 impl Default for SimConfig {
@@ -92,6 +99,7 @@ impl Default for SimConfig {
             packet_len: 1500,
             duration_s: 60.0,
             seed: 1,
+            self_calibrate: None,
         }
     }
 }
@@ -111,6 +119,9 @@ pub enum Error {
     /// Noise settings.
     #[error(transparent)]
     Noise(#[from] crate::wlan::noise::NoiseError),
+    /// Online self-calibration cannot run with this model.
+    #[error("self-calibration: {0}")]
+    SelfCalibrate(#[from] crate::train::online::Error),
     /// A run setting out of range.
     #[error("{field} = {value}: {allowed}")]
     Bad {
@@ -153,6 +164,9 @@ pub struct StationResult {
     pub rate_mbps: f64,
     /// True mean A-MPDU size (MPDUs per A-MPDU).
     pub mean_agg: f64,
+    /// Mean μ_N the receiver's estimator reported (what the sender holds at the target; equal
+    /// to `mean_agg` for an exact estimator).
+    pub estimated_agg: f64,
     /// Mean one-way delay, send to kernel receive (ms).
     pub delay_ms_mean: f64,
     /// 95th percentile one-way delay (ms).
@@ -177,9 +191,26 @@ pub struct SimResult {
     pub transport: Option<SenderStats>,
     /// Data the receivers refused (bad tag, no session), summed over stations.
     pub receiver_dropped: u64,
+    /// Online self-calibration ([`SimConfig::self_calibrate`]), per station: its last window's
+    /// step and how many windows it used.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub self_calibration: Vec<SelfCalibrated>,
     /// Time series.
     #[serde(skip)]
     pub series: Vec<Sample>,
+}
+
+/// One station's online self-calibration over a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelfCalibrated {
+    /// Windows used.
+    pub windows: u64,
+    /// Windows not used (mixed rates).
+    pub skipped: u64,
+    /// The last window's step.
+    pub last: Option<Step>,
+    /// The operating point at the end (`[load, threshold]` knots).
+    pub knots: Vec<[f64; 2]>,
 }
 
 fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
@@ -392,6 +423,21 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             })
         })
         .collect::<Result<_, _>>()?;
+    // Online self-calibration per station: the calibrator and its last step.
+    let mut cals: Vec<(OnlineCalibrator, Option<Step>)> = match (&cfg.estimator, cfg.self_calibrate) {
+        (EstimatorKind::Model(f), Some(like)) if cfg.sender == SenderKind::Aggrate => {
+            let c = OnlineCalibrator::for_model(f, like)?;
+            vec![(c, None); n]
+        }
+        (_, Some(_)) => {
+            return Err(Error::Bad {
+                field: "self_calibrate",
+                value: 1.0,
+                allowed: "needs a model estimator and the aggregation-target sender",
+            })
+        }
+        _ => Vec::new(),
+    };
     let mut xport = match cfg.sender {
         SenderKind::Aggrate => {
             let payload = (cfg.packet_len as usize)
@@ -653,7 +699,17 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 match &mut xport {
                     Some(w) => {
                         if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
+                            let before = w.receivers[who].stats().received;
                             let _ = w.receivers[who].handle_datagram_radio(p.host, SENDER_ADDR, &b, p.tsft);
+                            if let Some(c) = cals.get_mut(who) {
+                                if w.receivers[who].stats().received > before {
+                                    if let Some(step) = c.0.push(p.host, b.len() as u32) {
+                                        c.1 = Some(step);
+                                        // A checked offset from finite knots: it cannot be refused.
+                                        let _ = w.receivers[who].estimator_mut().set_load_offset(c.0.offset());
+                                    }
+                                }
+                            }
                             w.answers(who, now, cfg.feedback_delay);
                         }
                     }
@@ -759,6 +815,14 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 } else {
                     0.0
                 },
+                estimated_agg: {
+                    let v: Vec<f64> = series
+                        .iter()
+                        .filter(|x| x.sta as usize == i && x.t >= half.as_secs_f64() && x.mean_agg > 0.0)
+                        .map(|x| x.mean_agg)
+                        .collect();
+                    v.iter().sum::<f64>() / v.len().max(1) as f64
+                },
                 delay_ms_mean: mean,
                 delay_ms_p95: p95,
                 airtime_share: if air_total > 0 {
@@ -778,6 +842,15 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         receiver_dropped: xport
             .as_ref()
             .map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
+        self_calibration: cals
+            .into_iter()
+            .map(|(c, last)| SelfCalibrated {
+                windows: last.as_ref().map_or(0, |s| s.window),
+                skipped: c.skipped(),
+                knots: c.offset().map(|o| o.knots).unwrap_or_default(),
+                last,
+            })
+            .collect(),
         series,
     })
 }

@@ -23,6 +23,7 @@ pub mod bank;
 pub mod calibrate;
 pub mod cv;
 mod mlp;
+pub mod online;
 mod svr;
 pub use mlp::{fit_mlp, MlpParams, ValidMlpParams};
 pub use svr::{cv_predict_svr, fit_svr, MAX_SVR_ROWS};

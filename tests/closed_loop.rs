@@ -159,6 +159,62 @@ fn runs_are_deterministic() {
     let _ = Duration::ZERO;
 }
 
+/// The shipped model on a receiver drawn from the default random ranges (seed `seed`, as
+/// `aggrate sim --noise random --seed S --mcs M --model … [--self-calibrate]`), 20 virtual s.
+fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<f64>) -> SimResult {
+    use aggrate::sim::EstimatorKind;
+    use aggrate::wlan::noise::NoisePreset;
+    go(&SimConfig {
+        wlan: stations(&[mcs]),
+        noise: NoisePreset::Random.resolve(seed, None),
+        estimator: EstimatorKind::Model(Box::new(aggrate::model::ModelFile::shipped().unwrap())),
+        duration_s: 20.0,
+        seed,
+        self_calibrate: calibrate.map(|max_distance| aggrate::train::bank::Likeness {
+            k: aggrate::train::online::DEFAULT_K,
+            max_distance,
+        }),
+        ..SimConfig::default()
+    })
+}
+
+/// Online self-calibration (`recv --self-calibrate`) where the shipped model calls starts
+/// inside A-MPDUs of a receiver it never saw: the sender, told the frames are smaller than
+/// they are, fills the AP's queue; calibrated from the receiver's own receive times the
+/// estimate meets the truth and the queue goes (models/README.md, "Calibrating while it runs").
+#[test]
+fn self_calibration_removes_the_queue_a_miscalibrated_model_builds() {
+    let default = aggrate::train::online::DEFAULT_MAX_DISTANCE;
+    let plain = on_random_receiver(21, 9, None);
+    let cal = on_random_receiver(21, 9, Some(default));
+    let (p, c) = (&plain.stations[0], &cal.stations[0]);
+    // The premise: the plain model over-counts frames, so the true level overshoots the target.
+    assert!(p.mean_agg > 38.0 && p.estimated_agg < 33.0, "{p:?}");
+    assert!(c.mean_agg < 34.0 && (c.mean_agg - c.estimated_agg).abs() < 2.0, "{c:?}");
+    assert!(c.delay_ms_p95 < 0.5 * p.delay_ms_p95, "{c:?} vs {p:?}");
+    assert!(c.rate_mbps > 0.95 * p.rate_mbps, "{c:?} vs {p:?}");
+    let sc = &cal.self_calibration[0];
+    assert!(sc.windows >= 10 && !sc.knots.is_empty(), "{sc:?}");
+    assert!(sc.knots.iter().any(|k| k[1] != 0.0), "{sc:?}");
+}
+
+/// At another WLAN (VHT MCS 4) the receivers the bank measured time packets unlike this one:
+/// past the default distance limit it leaves the model's own threshold — the very run, where
+/// without the limit the queue fills (the level runs to N_max).
+#[test]
+fn self_calibration_leaves_a_receiver_unlike_every_training_receiver_alone() {
+    let default = aggrate::train::online::DEFAULT_MAX_DISTANCE;
+    let plain = on_random_receiver(2, 4, None);
+    let cal = on_random_receiver(2, 4, Some(default));
+    let unlimited = on_random_receiver(2, 4, Some(f64::INFINITY));
+    let sc = &cal.self_calibration[0];
+    assert!(sc.windows >= 10 && sc.knots.iter().all(|k| k[1] == 0.0), "{sc:?}");
+    let stations = |r: &SimResult| serde_json::to_string(&r.stations).unwrap();
+    assert_eq!(stations(&plain), stations(&cal));
+    assert!(unlimited.stations[0].mean_agg > 50.0, "{:?}", unlimited.stations[0]);
+    assert!(plain.stations[0].mean_agg < 34.0, "{:?}", plain.stations[0]);
+}
+
 #[test]
 fn sim_command_prints_json_and_writes_series() {
     #[path = "common/mod.rs"]

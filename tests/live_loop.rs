@@ -70,6 +70,7 @@ fn sender_ap_receiver_processes_close_the_loop() {
         "5",
         "--phy-mbps",
         "866.7",
+        "--self-calibrate",
     ]));
     std::thread::sleep(std::time::Duration::from_millis(300));
     let tx_p = spawn(s(&[
@@ -108,6 +109,25 @@ fn sender_ap_receiver_processes_close_the_loop() {
     assert!(got as f64 >= 0.95 * sent as f64, "received {got} of {sent}");
     // Start-up raised the rate above the 20 Mb/s start: more than 4 s × 20 Mb/s of packets.
     assert!(sent as f64 * 1500.0 * 8.0 / 4.0 > 40e6, "{sent} packets in 4 s");
+    // `--self-calibrate`: every accepted packet went to the calibrator, one window per
+    // WINDOW_GAPS + 1 of them (used, or not used for mixed rates), and what it learned is an
+    // operating point the estimator takes.
+    let sc = &rx["self_calibration"];
+    let per = aggrate::train::online::WINDOW_GAPS as u64 + 1;
+    assert_eq!(
+        sc["windows"].as_u64().unwrap() + sc["skipped"].as_u64().unwrap(),
+        got / per,
+        "{sc}"
+    );
+    if sc["windows"].as_u64().unwrap() > 0 {
+        let knots: Vec<[f64; 2]> = serde_json::from_value(sc["knots"].clone()).unwrap();
+        assert!(
+            !knots.is_empty() && knots.iter().flatten().all(|v| v.is_finite()),
+            "{sc}"
+        );
+        assert!(knots.windows(2).all(|w| w[0][0] < w[1][0]), "{sc}");
+        assert!(sc["last"]["nearest"].as_str().is_some_and(|n| !n.is_empty()), "{sc}");
+    }
 }
 
 #[test]

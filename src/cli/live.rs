@@ -84,8 +84,45 @@ pub(crate) struct RecvArgs {
     /// PHY rate to report as μ_R (Mb/s), e.g. what the OS says.
     #[arg(long)]
     pub(crate) phy_mbps: Option<f64>,
+    /// Set the model's operating point from this receiver's own receive times while it runs:
+    /// every 16,384 packets, the shipped model's training receivers that time packets most like
+    /// these lend their best threshold (as `calibrate --no-labels --measured`, without a
+    /// capture). Needs the shipped model (or a calibrated copy). Measured in the closed loop on
+    /// receivers never trained on: it removes the standing queue where the model calls starts
+    /// inside frames, and leaves a receiver unlike every training receiver (e.g. another WLAN) as it is
+    /// (models/README.md, "Calibrating while it runs").
+    #[arg(long)]
+    pub(crate) self_calibrate: bool,
+    /// With --self-calibrate: a window whose nearest training receiver lies farther than this
+    /// (standardised distance) keeps the model's own threshold at its load.
+    #[arg(long, default_value_t = aggrate::train::online::DEFAULT_MAX_DISTANCE, requires = "self_calibrate")]
+    pub(crate) max_distance: f64,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
+}
+
+/// The online self-calibrator `recv --self-calibrate` runs for `model` (the shipped one when
+/// `None`).
+pub(crate) fn self_calibrator(
+    model: Option<&ModelFile>,
+    max_distance: f64,
+) -> Result<aggrate::train::online::OnlineCalibrator> {
+    if max_distance.is_nan() || max_distance < 0.0 {
+        bail!("--max-distance = {max_distance}: a distance of 0 or more (inf: no limit)");
+    }
+    let shipped;
+    let file = match model {
+        Some(f) => f,
+        None => {
+            shipped = ModelFile::shipped()?;
+            &shipped
+        }
+    };
+    let like = aggrate::train::bank::Likeness {
+        k: aggrate::train::online::DEFAULT_K,
+        max_distance,
+    };
+    aggrate::train::online::OnlineCalibrator::for_model(file, like).context("--self-calibrate")
 }
 
 /// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
@@ -216,18 +253,56 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         estimator(model.as_ref(), interval)?,
     );
     rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
+    let mut cal = match a.self_calibrate {
+        true => Some(self_calibrator(model.as_ref(), a.max_distance)?),
+        false => None,
+    };
     let sock = io::timestamped_socket(a.listen)?;
     let stop = AtomicBool::new(false);
-    let stats = io::run_receiver(&sock, &mut rx, secs(a.session.duration)?, &stop, |r| {
-        ui.info(format!(
-            "μ_N {:5.1}  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
-            r.level(),
-            r.rx_rate_bps / 1e6,
-            r.owd_mean_ms.unwrap_or(f64::NAN),
-            r.lost
-        ));
-    })?;
-    println!("{}", serde_json::to_string(&stats)?);
+    let mut last_step = None;
+    let stats = io::run_receiver_with(
+        &sock,
+        &mut rx,
+        secs(a.session.duration)?,
+        &stop,
+        cal.as_mut(),
+        |r| {
+            ui.info(format!(
+                "μ_N {:5.1}  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
+                r.level(),
+                r.rx_rate_bps / 1e6,
+                r.owd_mean_ms.unwrap_or(f64::NAN),
+                r.lost
+            ))
+        },
+        |s| {
+            ui.info(format!(
+                "self-calibration window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
+                s.window,
+                s.rate_mbps,
+                s.nearest,
+                s.distance,
+                if s.too_far { " (too far: the model's own)" } else { "" },
+                s.threshold,
+                s.load,
+                s.knots
+            ));
+            last_step = Some(s.clone());
+        },
+    )?;
+    let mut out = serde_json::to_value(stats)?;
+    if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
+        o.insert(
+            "self_calibration".into(),
+            serde_json::json!({
+                "windows": last_step.as_ref().map_or(0, |s| s.window),
+                "skipped": c.skipped(),
+                "last": last_step,
+                "knots": c.offset().map(|o| o.knots),
+            }),
+        );
+    }
+    println!("{out}");
     Ok(Exit::Ok)
 }
 

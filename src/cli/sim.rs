@@ -61,6 +61,15 @@ pub(crate) struct SimArgs {
     /// A backhaul link before the AP at this rate (Mb/s).
     #[arg(long)]
     pub(crate) backhaul_mbps: Option<f64>,
+    /// Each receiver sets the model's operating point from its own receive times while it runs
+    /// (as `recv --self-calibrate`; the shipped model's embedded bank of measured receivers).
+    /// Without --model, the shipped model.
+    #[arg(long)]
+    pub(crate) self_calibrate: bool,
+    /// With --self-calibrate: a window whose nearest bank receiver lies farther than this
+    /// (standardised distance) keeps the model's own threshold at its load.
+    #[arg(long, default_value_t = aggrate::train::online::DEFAULT_MAX_DISTANCE)]
+    pub(crate) self_calibrate_max_distance: f64,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -95,10 +104,22 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         bail!("--stations = {}: 1..=64", a.stations);
     }
     let mcs = mcs_per_station(&a.mcs, a.stations)?;
-    let estimator = match &a.model {
-        Some(p) => EstimatorKind::Model(Box::new(ModelFile::load(p)?)),
-        None => EstimatorKind::Mac,
+    let estimator = match (&a.model, a.self_calibrate) {
+        (Some(p), _) => EstimatorKind::Model(Box::new(ModelFile::load(p)?)),
+        (None, true) => EstimatorKind::Model(Box::new(ModelFile::shipped()?)),
+        (None, false) => EstimatorKind::Mac,
     };
+    if a.self_calibrate_max_distance.is_nan() || a.self_calibrate_max_distance < 0.0 {
+        bail!(
+            "--self-calibrate-max-distance = {}: a distance of 0 or more (inf: no limit)",
+            a.self_calibrate_max_distance
+        );
+    }
+    if a.self_calibrate && (a.compare || a.sender != SenderArg::Aggrate) {
+        bail!(
+            "--self-calibrate runs in the aggregation-target sender's receivers: not with --sender cubic or --compare"
+        );
+    }
     let mut cfg = SimConfig {
         wlan: WlanConfig::vht_stations(&mcs),
         noise: a.noise.resolve(a.seed, None),
@@ -112,6 +133,10 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         interval: Duration::from_millis(a.interval_ms),
         duration_s: a.duration,
         seed: a.seed,
+        self_calibrate: a.self_calibrate.then_some(aggrate::train::bank::Likeness {
+            k: aggrate::train::online::DEFAULT_K,
+            max_distance: a.self_calibrate_max_distance,
+        }),
         ..SimConfig::default()
     };
     cfg.control.target = a.target;
@@ -158,24 +183,37 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
             println!("{}", serde_json::json!({ "runs": v }));
         }
     } else {
-        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | mean agg | delay ms (mean) | delay ms (p95) | airtime | lost |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | mean agg | estimated agg | delay ms (mean) | delay ms (p95) | airtime | lost |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &results {
             for (i, s) in r.stations.iter().enumerate() {
                 println!(
-                    "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {:.3} | {} |",
+                    "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.3} | {} |",
                     r.sender,
                     s.mcs,
                     s.phy_mbps,
                     s.rate_mbps,
                     s.mean_agg,
+                    s.estimated_agg,
                     s.delay_ms_mean,
                     s.delay_ms_p95,
                     s.airtime_share,
                     s.lost
                 );
             }
-            println!("| {:?} | total | | | {:.1} | | | | | |", r.sender, r.total_mbps);
+            println!("| {:?} | total | | | {:.1} | | | | | | |", r.sender, r.total_mbps);
+            for (i, c) in r.self_calibration.iter().enumerate() {
+                let near = c.last.as_ref().map_or("none yet".to_string(), |s| {
+                    format!(
+                        "last window {:.0} Mb/s, nearest {} at {:.2}, threshold {:+.3}",
+                        s.rate_mbps, s.nearest, s.distance, s.threshold
+                    )
+                });
+                println!(
+                    "\nstation {i} self-calibrated over {} windows ({} mixed-rate windows not used): {near}",
+                    c.windows, c.skipped
+                );
+            }
         }
         if results.len() == 2 {
             let (o, c) = (&results[0], &results[1]);

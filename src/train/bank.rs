@@ -244,7 +244,7 @@ pub enum Error {
 }
 
 /// Decisions, their labels and how many rows each stands for ([`best_threshold_weighted`]).
-type Pool = (Vec<f64>, Vec<bool>, Vec<u64>);
+pub(crate) type Pool = (Vec<f64>, Vec<bool>, Vec<u64>);
 
 /// One run of the receiver and its nearest bank runs.
 struct Match {
@@ -665,7 +665,7 @@ impl Bank {
 
     /// `model`'s decisions on the rows of the bank runs `nearest`, their labels and how many rows
     /// each stands for: a row once; a summarised run's bin centre once per label, with its count.
-    fn decisions(&self, model: &EstimatorModel, nearest: &[(usize, f64)]) -> Result<Pool, Error> {
+    pub(crate) fn decisions(&self, model: &EstimatorModel, nearest: &[(usize, f64)]) -> Result<Pool, Error> {
         let (mut dec, mut y, mut w) = (Vec::new(), Vec::new(), Vec::new());
         for &(b, _) in nearest {
             let run = &self.runs[b];

@@ -19,6 +19,7 @@ use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFla
 use super::{Receiver, ReceiverStats, Sender, SenderStats};
 use crate::runtime::AggReport;
 use crate::time::Ts;
+use crate::train::online::{OnlineCalibrator, Step};
 
 /// An IO step failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +99,23 @@ pub fn run_receiver(
     rx: &mut Receiver,
     duration: Duration,
     stop: &AtomicBool,
+    on_report: impl FnMut(&AggReport),
+) -> Result<ReceiverStats, IoError> {
+    run_receiver_with(sock, rx, duration, stop, None, on_report, |_| {})
+}
+
+/// [`run_receiver`], and with `cal` the receiver calibrates its model's operating point from its
+/// own receive times while it runs (`recv --self-calibrate`): every data packet the receiver
+/// accepts goes to the calibrator, and after each window it used the estimator takes the new
+/// offset; `on_step` sees each such window. Refused datagrams never reach the calibrator.
+pub fn run_receiver_with(
+    sock: &UdpSocket,
+    rx: &mut Receiver,
+    duration: Duration,
+    stop: &AtomicBool,
+    mut cal: Option<&mut OnlineCalibrator>,
     mut on_report: impl FnMut(&AggReport),
+    mut on_step: impl FnMut(&Step),
 ) -> Result<ReceiverStats, IoError> {
     sock.set_read_timeout(Some(Duration::from_millis(5)))
         .map_err(io("receiver timeout"))?;
@@ -106,8 +123,18 @@ pub fn run_receiver(
     let mut buf = vec![0u8; 65_536];
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         if let Some((n, from, host)) = recv_timestamped(sock, &mut buf)? {
+            let before = rx.stats().received;
             // Refused datagrams are counted in the receiver's stats.
             let _ = rx.handle_datagram(host, from, &buf[..n]);
+            if let Some(c) = cal.as_deref_mut() {
+                if rx.stats().received > before {
+                    if let Some(step) = c.push(host, n as u32) {
+                        // Finite, ordered knots on the model's load input: never refused.
+                        let _ = rx.estimator_mut().set_load_offset(c.offset());
+                        on_step(&step);
+                    }
+                }
+            }
         }
         while let Some((n, to)) = rx.poll_transmit(realtime()) {
             let _ = sock.send_to(&rx.buffer()[..n], to);

@@ -222,6 +222,43 @@ impl OnlineEstimator {
         })
     }
 
+    /// Replace a perceptron's operating point while it runs (its
+    /// [`LoadOffset`](crate::model::mlp::LoadOffset), subtracted from the decision; `None`: the
+    /// model's own): what online self-calibration sets as it learns the receiver. The offset
+    /// enters with the slow inputs, so the per-packet cost is unchanged; the next packet decides
+    /// with it. The offset is checked as a model file's is; models other than a perceptron on a
+    /// receiver context have none (an error, and nothing changes).
+    pub fn set_load_offset(&mut self, offset: Option<crate::model::mlp::LoadOffset>) -> Result<(), Error> {
+        let Mode::Model(m) = &mut self.mode else {
+            return Err(Error::Mismatch {
+                field: "load_offset",
+                what: "MAC-timestamp mode has no operating point".into(),
+            });
+        };
+        let EstimatorModel::Mlp(mlp) = m.as_mut() else {
+            return Err(Error::Mismatch {
+                field: "load_offset",
+                what: "only a perceptron has a load offset".into(),
+            });
+        };
+        if offset.is_some() && mlp.slow_inputs == 0 {
+            return Err(Error::Mismatch {
+                field: "load_offset",
+                what: "the perceptron has no slow inputs to follow".into(),
+            });
+        }
+        let mut next = mlp.clone();
+        next.load_offset = offset;
+        next.check(next.inputs).map_err(|what| Error::Mismatch {
+            field: "load_offset",
+            what,
+        })?;
+        mlp.load_offset = next.load_offset;
+        // The kept base holds the old offset.
+        self.mlp_base = None;
+        Ok(())
+    }
+
     /// Report interval Δ.
     pub fn interval(&self) -> Duration {
         self.interval
@@ -594,5 +631,72 @@ mod tests {
         assert!(theirs > 1000, "{theirs}");
         assert!(ours == theirs || ours + 1 == theirs, "{ours} vs {theirs}");
         assert!(differ > 10, "{differ}");
+    }
+
+    /// An operating point set while the estimator runs takes effect from the next packet (the
+    /// kept base is dropped), and bad offsets or models without one are refused unchanged.
+    #[test]
+    fn a_load_offset_set_while_running_moves_the_next_decisions() {
+        let file = crate::model::ModelFile::shipped().unwrap();
+        let li = file.spec.width() - 1;
+        let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
+        let mut t = 0u64;
+        // A-MPDUs of 16 packets 12 µs apart, 400 µs between them.
+        // Frames closed (each start closes the open one).
+        let mut run = |e: &mut OnlineEstimator, n: u64| -> u64 {
+            let mut closed = 0;
+            for i in 0..n {
+                t += if i % 16 == 0 { 400_000 } else { 12_000 };
+                let host = Ts(t);
+                closed += u64::from(
+                    e.push(&RxPacket {
+                        host,
+                        ..RxPacket::default()
+                    })
+                    .is_some(),
+                );
+            }
+            closed
+        };
+        let plain = run(&mut e, 4_000);
+        assert!((240..=251).contains(&plain), "{plain} frames of 4000 packets in 16s");
+        let constant = |v: f64| crate::model::LoadOffset {
+            input: li,
+            knots: vec![[3.0, v]],
+        };
+        // A threshold above every decision: no packet starts a frame.
+        e.set_load_offset(Some(constant(1e6))).unwrap();
+        assert_eq!(run(&mut e, 4_000), 0);
+        // Below every decision: every packet does.
+        e.set_load_offset(Some(constant(-1e6))).unwrap();
+        assert_eq!(run(&mut e, 4_000), 4_000);
+        // Back to the model's own.
+        e.set_load_offset(None).unwrap();
+        assert_eq!(run(&mut e, 4_000), 250);
+        // Refused, and the estimator keeps deciding as before.
+        for bad in [
+            crate::model::LoadOffset {
+                input: li,
+                knots: vec![[3.0, f64::NAN]],
+            },
+            crate::model::LoadOffset {
+                input: li,
+                knots: vec![[3.0, 0.0], [2.0, 0.0]],
+            },
+            crate::model::LoadOffset {
+                input: 0,
+                knots: vec![[3.0, 0.0]],
+            },
+            crate::model::LoadOffset {
+                input: li,
+                knots: vec![],
+            },
+        ] {
+            let err = e.set_load_offset(Some(bad.clone())).unwrap_err();
+            assert!(err.to_string().contains("load_offset"), "{err}");
+        }
+        assert_eq!(run(&mut e, 4_000), 250);
+        let mut mac = mac_estimator();
+        assert!(mac.set_load_offset(None).is_err());
     }
 }

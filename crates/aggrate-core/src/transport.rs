@@ -438,6 +438,12 @@ impl Receiver {
         self.stats
     }
 
+    /// The estimator, to set its operating point while it runs
+    /// ([`OnlineEstimator::set_load_offset`]).
+    pub fn estimator_mut(&mut self) -> &mut OnlineEstimator {
+        &mut self.est
+    }
+
     /// The last report sent.
     pub fn last_report(&self) -> Option<&AggReport> {
         self.last.as_ref()
