@@ -77,7 +77,7 @@ mean = lambda v: sum(v) / len(v) if v else float("nan")
 true = ap["data_out"] / max(ap["ampdus"], 1)
 sc = rx.get("self_calibration") or {}
 last = sc.get("last") or {}
-far = sum(1 for l in open(f"{w}/rx.err") if "too far" in l)
+far = sc.get("too_far", 0)
 cal = f"{sc.get('windows', 0)}; {far}" if mode == "cal" else ""
 near = f"{last.get('nearest', '')} ({last.get('distance', float('nan')):.2f})" if mode == "cal" and last else ""
 print(f"| {path} | {'--self-calibrate' if mode == 'cal' else 'plain'} | {true:.1f} | {mean(mu[h:]):.1f} | {mean(rate[h:]):.0f} | {mean(owd[h:]):.2f} | {cal} | {near} |")

@@ -127,6 +127,10 @@ fn sender_ap_receiver_processes_close_the_loop() {
         );
         assert!(knots.windows(2).all(|w| w[0][0] < w[1][0]), "{sc}");
         assert!(sc["last"]["nearest"].as_str().is_some_and(|n| !n.is_empty()), "{sc}");
+        assert!(
+            sc["too_far"].as_u64().unwrap() <= sc["windows"].as_u64().unwrap(),
+            "{sc}"
+        );
     }
 }
 

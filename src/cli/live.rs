@@ -101,6 +101,9 @@ pub(crate) struct RecvArgs {
     pub(crate) session: SessionArgs,
 }
 
+/// How often `recv --self-calibrate` says what its windows did, at most.
+const SELF_CAL_LOG_EVERY: Duration = Duration::from_secs(5);
+
 /// The online self-calibrator `recv --self-calibrate` runs for `model` (the shipped one when
 /// `None`).
 pub(crate) fn self_calibrator(
@@ -260,6 +263,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let sock = io::timestamped_socket(a.listen)?;
     let stop = AtomicBool::new(false);
     let mut last_step = None;
+    let (mut logged, mut since, mut too_far) = (None, (0u64, 0u64), 0u64);
     let stats = io::run_receiver_with(
         &sock,
         &mut rx,
@@ -276,17 +280,28 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             ))
         },
         |s| {
-            ui.info(format!(
-                "self-calibration window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
-                s.window,
-                s.rate_mbps,
-                s.nearest,
-                s.distance,
-                if s.too_far { " (too far: the model's own)" } else { "" },
-                s.threshold,
-                s.load,
-                s.knots
-            ));
+            // One line per SELF_CAL_LOG_EVERY at most (a window ends every 0.4 s at 500 Mb/s):
+            // the first window, then what the windows since came to.
+            since.0 += 1;
+            since.1 += u64::from(s.too_far);
+            too_far += u64::from(s.too_far);
+            if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
+                ui.info(format!(
+                    "self-calibration: {} window(s) ({} too far) up to window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
+                    since.0,
+                    since.1,
+                    s.window,
+                    s.rate_mbps,
+                    s.nearest,
+                    s.distance,
+                    if s.too_far { " (too far: the model's own)" } else { "" },
+                    s.threshold,
+                    s.load,
+                    s.knots
+                ));
+                logged = Some(std::time::Instant::now());
+                since = (0, 0);
+            }
             last_step = Some(s.clone());
         },
     )?;
@@ -297,6 +312,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             serde_json::json!({
                 "windows": last_step.as_ref().map_or(0, |s| s.window),
                 "skipped": c.skipped(),
+                "too_far": too_far,
                 "last": last_step,
                 "knots": c.offset().map(|o| o.knots),
             }),
