@@ -4,7 +4,9 @@
 # MCS 9) in one network namespace, `aggrate recv` in another behind a veth pair whose receive
 # side is set up as PATH says, with and without --self-calibrate. The truth is the AP's: its
 # MPDUs per A-MPDU over the run (data_out / ampdus); the estimate is the mean μ_N of the
-# receiver's reports over the same run (ramp-up included in both).
+# receiver's reports over the same run (ramp-up included in both). The receiver is told the
+# AP's PHY rate (--phy-mbps 866.7, the training WLAN's), so self-calibration takes no distance
+# limit (its default there); MAX_DISTANCE=D sets one.
 # Root. Every namespace, link and process it makes is removed on exit, also on failure.
 #
 #   scripts/selfcal_veth.sh [SECONDS] [PATH...]     PATH: plain | gro | gro,threaded | burner | gro,burner
@@ -46,7 +48,7 @@ for path in "${paths[@]}"; do
   ip netns exec "$rx" ethtool -K "${tag}r" gro "$gro" >/dev/null 2>&1 || true
   ip netns exec "$rx" sh -c "echo $threaded > /sys/class/net/${tag}r/threaded" 2>/dev/null || true
   for mode in plain cal; do
-    extra=(); [ "$mode" = cal ] && extra=(--self-calibrate)
+    extra=(); [ "$mode" = cal ] && extra=(--self-calibrate ${MAX_DISTANCE:+--max-distance "$MAX_DISTANCE"})
     bp=""
     if [ "$burner" = 1 ]; then
       taskset -c "$rxcpu" sh -c 'while :; do :; done' & bp=$!; pids+=("$bp")
@@ -54,7 +56,7 @@ for path in "${paths[@]}"; do
     ip netns exec "$tx" "$bin" -q ap --listen 10.214.0.1:7000 --stations 10.214.0.2:9000 \
       --duration "$((secs + 2))" >"$work/ap.json" 2>"$work/ap.err" & ap=$!; pids+=("$ap")
     AGGRATE_KEY_FILE="$work/key" ip netns exec "$rx" taskset -c "$rxcpu" "$bin" recv \
-      --listen 10.214.0.2:9000 --duration "$((secs + 2))" "${extra[@]}" >"$work/rx.json" 2>"$work/rx.err" & rp=$!; pids+=("$rp")
+      --listen 10.214.0.2:9000 --duration "$((secs + 2))" --phy-mbps 866.7 "${extra[@]}" >"$work/rx.json" 2>"$work/rx.err" & rp=$!; pids+=("$rp")
     sleep 0.5
     ip netns exec "$tx" "$bin" -q send --to 10.214.0.1:7000 --key-file "$work/key" \
       --duration "$secs" >"$work/tx.json" 2>"$work/tx.err"

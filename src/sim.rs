@@ -80,9 +80,9 @@ pub struct SimConfig {
     /// Each receiver sets its model's operating point from its own receive times while it runs
     /// ([`OnlineCalibrator`]: the shipped model's embedded bank of measured receivers, as
     /// `recv --self-calibrate`); only with [`EstimatorKind::Model`] and the aggregation-target
-    /// sender. `Some` with the bank neighbours per window and how near the nearest must be
-    /// for its threshold to be taken.
-    pub self_calibrate: Option<crate::train::bank::Likeness>,
+    /// sender. `Some` with how near a window's nearest training receiver must be for its
+    /// threshold to be taken (by each station's PHY rate, or fixed).
+    pub self_calibrate: Option<crate::train::online::DistanceLimit>,
 }
 
 impl Default for SimConfig {
@@ -425,10 +425,16 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         .collect::<Result<_, _>>()?;
     // Online self-calibration per station: the calibrator and its last step.
     let mut cals: Vec<(OnlineCalibrator, Option<Step>)> = match (&cfg.estimator, cfg.self_calibrate) {
-        (EstimatorKind::Model(f), Some(like)) if cfg.sender == SenderKind::Aggrate => {
-            let c = OnlineCalibrator::for_model(f, like)?;
-            vec![(c, None); n]
-        }
+        (EstimatorKind::Model(f), Some(limit)) if cfg.sender == SenderKind::Aggrate => phy
+            .iter()
+            .map(|&p| {
+                let like = crate::train::bank::Likeness {
+                    k: crate::train::online::DEFAULT_K,
+                    max_distance: limit.resolve(f, Some(p as u64)),
+                };
+                Ok((OnlineCalibrator::for_model(f, like)?, None))
+            })
+            .collect::<Result<_, Error>>()?,
         (_, Some(_)) => {
             return Err(Error::Bad {
                 field: "self_calibrate",

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use aggrate::sim::{run, SenderKind, SimConfig, SimResult};
+use aggrate::train::online::DistanceLimit;
 use aggrate::wlan::traffic::BackhaulConfig;
 use aggrate::wlan::WlanConfig;
 
@@ -161,7 +162,7 @@ fn runs_are_deterministic() {
 
 /// The shipped model on a receiver drawn from the default random ranges (seed `seed`, as
 /// `aggrate sim --noise random --seed S --mcs M --model … [--self-calibrate]`), 20 virtual s.
-fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<f64>) -> SimResult {
+fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<DistanceLimit>) -> SimResult {
     use aggrate::sim::EstimatorKind;
     use aggrate::wlan::noise::NoisePreset;
     go(&SimConfig {
@@ -170,10 +171,7 @@ fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<f64>) -> SimResult {
         estimator: EstimatorKind::Model(Box::new(aggrate::model::ModelFile::shipped().unwrap())),
         duration_s: 20.0,
         seed,
-        self_calibrate: calibrate.map(|max_distance| aggrate::train::bank::Likeness {
-            k: aggrate::train::online::DEFAULT_K,
-            max_distance,
-        }),
+        self_calibrate: calibrate,
         ..SimConfig::default()
     })
 }
@@ -184,9 +182,9 @@ fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<f64>) -> SimResult {
 /// estimate meets the truth and the queue goes (models/README.md, "Calibrating while it runs").
 #[test]
 fn self_calibration_removes_the_queue_a_miscalibrated_model_builds() {
-    let default = aggrate::train::online::DEFAULT_MAX_DISTANCE;
     let plain = on_random_receiver(21, 9, None);
-    let cal = on_random_receiver(21, 9, Some(default));
+    // At the training WLAN's PHY rate: no distance limit.
+    let cal = on_random_receiver(21, 9, Some(DistanceLimit::ByPhy));
     let (p, c) = (&plain.stations[0], &cal.stations[0]);
     // The premise: the plain model over-counts frames, so the true level overshoots the target.
     assert!(p.mean_agg > 38.0 && p.estimated_agg < 33.0, "{p:?}");
@@ -199,14 +197,13 @@ fn self_calibration_removes_the_queue_a_miscalibrated_model_builds() {
 }
 
 /// At another WLAN (VHT MCS 4) the receivers the bank measured time packets unlike this one:
-/// past the default distance limit it leaves the model's own threshold — the very run, where
-/// without the limit the queue fills (the level runs to N_max).
+/// there (by its PHY rate) the distance limit of 1 leaves the model's own threshold — the very
+/// run, where without the limit the queue fills (the level runs to N_max).
 #[test]
 fn self_calibration_leaves_a_receiver_unlike_every_training_receiver_alone() {
-    let default = aggrate::train::online::DEFAULT_MAX_DISTANCE;
     let plain = on_random_receiver(2, 4, None);
-    let cal = on_random_receiver(2, 4, Some(default));
-    let unlimited = on_random_receiver(2, 4, Some(f64::INFINITY));
+    let cal = on_random_receiver(2, 4, Some(DistanceLimit::ByPhy));
+    let unlimited = on_random_receiver(2, 4, Some(DistanceLimit::Fixed(f64::INFINITY)));
     let sc = &cal.self_calibration[0];
     assert!(sc.windows >= 10 && sc.knots.iter().all(|k| k[1] == 0.0), "{sc:?}");
     let stations = |r: &SimResult| serde_json::to_string(&r.stations).unwrap();

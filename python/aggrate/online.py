@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -21,10 +22,24 @@ class OnlineEstimator:
     packet — the same code `aggrate recv` runs (≈ 50 ns per packet).
 
     ``model``: an :class:`aggrate.Model` (default: the shipped one); ``interval_ms``: report period.
+    ``self_calibrate``: set the model's operating point from the receive times as they come, as
+    ``aggrate recv --self-calibrate`` does (every 16,384 packets, from the shipped model's
+    training receivers nearest the window, within ``max_distance`` spreads — by default none when
+    ``phy_mbps`` is the training WLAN's 866.7, else 1; the shipped model or a calibrated copy
+    only); :meth:`calibration` says what it did.
     """
 
-    def __init__(self, model: Optional["_aggrate.Model"] = None, interval_ms: float = 100.0):
-        self._inner = _aggrate.OnlineEstimator(model, interval_ms)
+    def __init__(self, model: Optional["_aggrate.Model"] = None, interval_ms: float = 100.0,
+                 self_calibrate: bool = False, max_distance: Optional[float] = None,
+                 phy_mbps: Optional[float] = None):
+        self._inner = _aggrate.OnlineEstimator(model, interval_ms, self_calibrate, max_distance, phy_mbps)
+
+    def calibration(self) -> Optional[Dict[str, Any]]:
+        """With ``self_calibrate``: windows used (``windows``) and not (``skipped``), the last
+        window's step (rate, nearest training receiver, distance, threshold, load) and the
+        operating point's ``knots``; None without it."""
+        j = self._inner.calibration()
+        return None if j is None else json.loads(j)
 
     def push(self, seq: Optional[int], kernel_ns: int, length: int = 1448,
              sent_ns: Optional[int] = None) -> Optional[tuple]:

@@ -87,16 +87,18 @@ pub(crate) struct RecvArgs {
     /// Set the model's operating point from this receiver's own receive times while it runs:
     /// every 16,384 packets, the shipped model's training receivers that time packets most like
     /// these lend their best threshold (as `calibrate --no-labels --measured`, without a
-    /// capture). Needs the shipped model (or a calibrated copy). Measured in the closed loop on
+    /// capture). Needs the shipped model (or a calibrated copy). Give --phy-mbps too: at the
+    /// training WLAN's PHY rate it takes no distance limit. Measured in the closed loop on
     /// receivers never trained on: it removes the standing queue where the model calls starts
-    /// inside frames, and leaves a receiver unlike every training receiver (e.g. another WLAN) as it is
-    /// (models/README.md, "Calibrating while it runs").
+    /// inside frames, and leaves a receiver unlike every training receiver (e.g. another WLAN)
+    /// as it is (models/README.md, "Calibrating while it runs").
     #[arg(long)]
     pub(crate) self_calibrate: bool,
     /// With --self-calibrate: a window whose nearest training receiver lies farther than this
-    /// (standardised distance) keeps the model's own threshold at its load.
-    #[arg(long, default_value_t = aggrate::train::online::DEFAULT_MAX_DISTANCE, requires = "self_calibrate")]
-    pub(crate) max_distance: f64,
+    /// (standardised distance) keeps the model's own threshold at its load. Default: none when
+    /// --phy-mbps is the model's training WLAN's (866.7: VHT MCS 9, 2 SS, 80 MHz), else 1.
+    #[arg(long, requires = "self_calibrate")]
+    pub(crate) max_distance: Option<f64>,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -105,13 +107,15 @@ pub(crate) struct RecvArgs {
 const SELF_CAL_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// The online self-calibrator `recv --self-calibrate` runs for `model` (the shipped one when
-/// `None`).
+/// `None`) on a receiver of PHY rate `phy_mbps` (if known).
 pub(crate) fn self_calibrator(
     model: Option<&ModelFile>,
-    max_distance: f64,
+    max_distance: Option<f64>,
+    phy_mbps: Option<f64>,
 ) -> Result<aggrate::train::online::OnlineCalibrator> {
-    if max_distance.is_nan() || max_distance < 0.0 {
-        bail!("--max-distance = {max_distance}: a distance of 0 or more (inf: no limit)");
+    use aggrate::train::online::DistanceLimit;
+    if let Some(d) = max_distance.filter(|d| d.is_nan() || *d < 0.0) {
+        bail!("--max-distance = {d}: a distance of 0 or more (inf: no limit)");
     }
     let shipped;
     let file = match model {
@@ -121,9 +125,10 @@ pub(crate) fn self_calibrator(
             &shipped
         }
     };
+    let limit = max_distance.map_or(DistanceLimit::ByPhy, DistanceLimit::Fixed);
     let like = aggrate::train::bank::Likeness {
         k: aggrate::train::online::DEFAULT_K,
-        max_distance,
+        max_distance: limit.resolve(file, phy_mbps.map(|m| (m * 1e6) as u64)),
     };
     aggrate::train::online::OnlineCalibrator::for_model(file, like).context("--self-calibrate")
 }
@@ -257,7 +262,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     );
     rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
     let mut cal = match a.self_calibrate {
-        true => Some(self_calibrator(model.as_ref(), a.max_distance)?),
+        true => Some(self_calibrator(model.as_ref(), a.max_distance, a.phy_mbps)?),
         false => None,
     };
     let sock = io::timestamped_socket(a.listen)?;

@@ -66,10 +66,11 @@ pub(crate) struct SimArgs {
     /// Without --model, the shipped model.
     #[arg(long)]
     pub(crate) self_calibrate: bool,
-    /// With --self-calibrate: a window whose nearest bank receiver lies farther than this
-    /// (standardised distance) keeps the model's own threshold at its load.
-    #[arg(long, default_value_t = aggrate::train::online::DEFAULT_MAX_DISTANCE)]
-    pub(crate) self_calibrate_max_distance: f64,
+    /// With --self-calibrate: a window whose nearest training receiver lies farther than this
+    /// (standardised distance) keeps the model's own threshold at its load. Default: none at
+    /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
+    #[arg(long)]
+    pub(crate) self_calibrate_max_distance: Option<f64>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -109,11 +110,8 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         (None, true) => EstimatorKind::Model(Box::new(ModelFile::shipped()?)),
         (None, false) => EstimatorKind::Mac,
     };
-    if a.self_calibrate_max_distance.is_nan() || a.self_calibrate_max_distance < 0.0 {
-        bail!(
-            "--self-calibrate-max-distance = {}: a distance of 0 or more (inf: no limit)",
-            a.self_calibrate_max_distance
-        );
+    if let Some(d) = a.self_calibrate_max_distance.filter(|d| d.is_nan() || *d < 0.0) {
+        bail!("--self-calibrate-max-distance = {d}: a distance of 0 or more (inf: no limit)");
     }
     if a.self_calibrate && (a.compare || a.sender != SenderArg::Aggrate) {
         bail!(
@@ -133,9 +131,9 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         interval: Duration::from_millis(a.interval_ms),
         duration_s: a.duration,
         seed: a.seed,
-        self_calibrate: a.self_calibrate.then_some(aggrate::train::bank::Likeness {
-            k: aggrate::train::online::DEFAULT_K,
-            max_distance: a.self_calibrate_max_distance,
+        self_calibrate: a.self_calibrate.then_some(match a.self_calibrate_max_distance {
+            Some(d) => aggrate::train::online::DistanceLimit::Fixed(d),
+            None => aggrate::train::online::DistanceLimit::ByPhy,
         }),
         ..SimConfig::default()
     };

@@ -32,13 +32,47 @@ use crate::train::calibrate::{best_threshold_weighted, load_input, median_load, 
 /// --measured`'s default).
 pub const DEFAULT_K: usize = 5;
 
-/// Farthest the nearest bank run may lie from a window for its threshold to be taken: the
-/// distance within which the shipped model holds on receivers it never saw
-/// ([`FAMILIAR_DISTANCE`](super::bank::FAMILIAR_DISTANCE)). Measured in the closed loop
-/// (models/README.md, "Calibrating while it runs"): at the bank's WLAN a limit of 1 keeps what
-/// no limit gains, and at another WLAN (VHT MCS 4, 7, 8), where the measured receivers' gaps
-/// mislead, it keeps the model's own threshold where no limit doubled the runs that queue.
+/// Farthest the nearest bank run may lie from a window for its threshold to be taken when the
+/// receiver's WLAN is not known to be the training one: the distance within which the shipped
+/// model holds on receivers it never saw ([`FAMILIAR_DISTANCE`](super::bank::FAMILIAR_DISTANCE)).
+/// Measured in the closed loop (models/README.md, "Calibrating while it runs"): at another WLAN
+/// (VHT MCS 4, 7, 8), where the measured receivers' gaps mislead, it keeps the model's own
+/// threshold where no limit doubled the runs that queue; at the training WLAN no limit is
+/// better (on the real-kernel test receivers it is where the gain is; [`DistanceLimit::ByPhy`]).
 pub const DEFAULT_MAX_DISTANCE: f64 = super::bank::FAMILIAR_DISTANCE;
+
+/// How near a window's nearest training receiver must lie for its threshold to be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum DistanceLimit {
+    /// By the receiver's PHY rate: no limit when it is the training WLAN's (the measured bank's
+    /// own WLAN, where calibrate --measured takes none either), [`DEFAULT_MAX_DISTANCE`] when it
+    /// is another or not known.
+    ByPhy,
+    /// This limit (standardised distance; infinity: none).
+    Fixed(f64),
+}
+
+impl DistanceLimit {
+    /// The limit for a receiver whose PHY rate is `phy_bps` (if known), running `file`.
+    pub fn resolve(self, file: &ModelFile, phy_bps: Option<u64>) -> f64 {
+        match self {
+            DistanceLimit::Fixed(d) => d,
+            DistanceLimit::ByPhy => match (training_phy_bps(file), phy_bps) {
+                // Within 1 %: a PHY rate said in Mb/s with a decimal or two.
+                (Some(t), Some(p)) if (t as f64 - p as f64).abs() <= 0.01 * t as f64 => f64::INFINITY,
+                _ => DEFAULT_MAX_DISTANCE,
+            },
+        }
+    }
+}
+
+/// The PHY rate of the WLAN `file` was trained over (its `training_wlan`, short guard interval as
+/// the datasets use), if it says.
+pub fn training_phy_bps(file: &ModelFile) -> Option<u64> {
+    let w: crate::wlan::manifest::WlanSettings =
+        serde_json::from_value(file.metrics.get("training_wlan")?.clone()).ok()?;
+    crate::phy::vht_rate_bps(w.mcs?, w.nss?, crate::phy::Bandwidth::from_mhz(w.bw_mhz?)?, true)
+}
 
 /// Gaps per calibration window: 0.4 s at 500 Mb/s of 1,500-byte packets, 2 s at 100 Mb/s. A
 /// capture of the bank holds about 20,000; the summary's quantiles over 16,384 gaps are within
@@ -429,5 +463,21 @@ mod tests {
             OnlineCalibrator::new(bank, &file.model, file.spec, like),
             Err(Error::NoLoad)
         ));
+    }
+
+    #[test]
+    fn the_limit_follows_the_receivers_phy_rate() {
+        let file = ModelFile::shipped().unwrap();
+        // VHT MCS 9, 2 SS, 80 MHz, short GI: 866.7 Mb/s.
+        assert_eq!(training_phy_bps(&file), Some(866_666_667));
+        let by = DistanceLimit::ByPhy;
+        assert_eq!(by.resolve(&file, Some(866_700_000)), f64::INFINITY);
+        assert_eq!(by.resolve(&file, Some(650_000_000)), DEFAULT_MAX_DISTANCE);
+        assert_eq!(by.resolve(&file, None), DEFAULT_MAX_DISTANCE);
+        assert_eq!(DistanceLimit::Fixed(2.5).resolve(&file, Some(866_700_000)), 2.5);
+        // A model that does not say its training WLAN: the limit.
+        let mut other = file.clone();
+        other.metrics = serde_json::json!({});
+        assert_eq!(by.resolve(&other, Some(866_700_000)), DEFAULT_MAX_DISTANCE);
     }
 }

@@ -1,5 +1,7 @@
 """The online estimator and the emulator from Python."""
 
+import pathlib
+
 import numpy as np
 import polars as pl
 import pytest
@@ -49,3 +51,35 @@ def test_simulate_is_deterministic_and_readable(tmp_path):
     assert amsdu["stations"][0]["stats"]["mpdus"] < amsdu["stations"][0]["stats"]["delivered"]
     with pytest.raises(ValueError, match="scenario"):
         aggrate.simulate(tmp_path / "d.pcapng", noise="no-such-preset")
+
+
+def test_online_self_calibration_sets_an_operating_point(tmp_path):
+    # A receiver the emulator draws (random receive path), 400 Mb/s for 1 s: two windows.
+    aggrate.simulate(tmp_path / "r.pcapng", rate_mbps=400, duration_s=1.0, noise="random", seed=11)
+    rows = aggrate.read_capture(tmp_path / "r.pcapng", m=1)
+    assert rows.height > 2 * 16_385
+    t = rows["host_ns"]
+    assert aggrate.OnlineEstimator().calibration() is None
+
+    # At the training WLAN's PHY rate: no distance limit, so the nearest receivers' threshold.
+    e = aggrate.OnlineEstimator(self_calibrate=True, phy_mbps=866.7)
+    e.run(t)
+    c = e.calibration()
+    assert c["windows"] + c["skipped"] == rows.height // 16_385
+    assert c["windows"] >= 1 and not c["last"]["too_far"]
+    assert 300 < c["last"]["rate_mbps"] < 500 and c["last"]["bank_rate_mbps"] == 400
+    assert [c["last"]["load"], c["last"]["threshold"]] in c["knots"]
+
+    # A limit no window meets: the model's own threshold, and the same frames as without.
+    far = aggrate.OnlineEstimator(self_calibrate=True, max_distance=0.0)
+    plain = aggrate.OnlineEstimator()
+    assert far.run(t).equals(plain.run(t))
+    assert far.calibration()["last"]["too_far"]
+    assert all(k[1] == 0.0 for k in far.calibration()["knots"])
+
+    with pytest.raises(ValueError, match="max_distance"):
+        aggrate.OnlineEstimator(self_calibrate=True, max_distance=-1.0)
+    with pytest.raises(aggrate.ModelError, match="shipped model"):
+        repo = pathlib.Path(__file__).resolve().parents[2]
+        logistic = aggrate.Model.load(repo / "models" / "logistic_m20_sigma.json")
+        aggrate.OnlineEstimator(logistic, self_calibrate=True)

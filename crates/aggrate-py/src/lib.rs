@@ -596,6 +596,11 @@ fn merge<T: serde::Serialize + serde::de::DeserializeOwned>(defaults: T, given: 
 struct PyEstimator {
     est: OnlineEstimator,
     last_ns: Option<u64>,
+    /// `recv --self-calibrate`'s calibrator and its last window, when asked for.
+    cal: Option<(
+        aggrate::train::online::OnlineCalibrator,
+        Option<aggrate::train::online::Step>,
+    )>,
 }
 
 fn report_dict<'py>(py: Python<'py>, r: &aggrate::runtime::AggReport) -> PyResult<Bound<'py, PyDict>> {
@@ -617,10 +622,19 @@ fn report_dict<'py>(py: Python<'py>, r: &aggrate::runtime::AggReport) -> PyResul
 
 #[pymethods]
 impl PyEstimator {
-    /// An estimator for `model` (default: the shipped model), reporting every `interval_ms`.
+    /// An estimator for `model` (default: the shipped model), reporting every `interval_ms`;
+    /// with `self_calibrate`, it sets its operating point from the receive times as it goes
+    /// (`recv --self-calibrate`: windows nearer than `max_distance` to a training receiver;
+    /// by default none at the training WLAN's PHY rate `phy_mbps`, else 1).
     #[new]
-    #[pyo3(signature = (model=None, interval_ms=100.0))]
-    fn new(model: Option<&PyModel>, interval_ms: f64) -> PyResult<PyEstimator> {
+    #[pyo3(signature = (model=None, interval_ms=100.0, self_calibrate=false, max_distance=None, phy_mbps=None))]
+    fn new(
+        model: Option<&PyModel>,
+        interval_ms: f64,
+        self_calibrate: bool,
+        max_distance: Option<f64>,
+        phy_mbps: Option<f64>,
+    ) -> PyResult<PyEstimator> {
         let file = match model {
             Some(m) => m.file.clone(),
             None => ModelFile::shipped().map_err(|e| model_err(chain(&e)))?,
@@ -632,7 +646,44 @@ impl PyEstimator {
         }
         let est = OnlineEstimator::from_model(&file, Duration::from_secs_f64(interval_ms / 1e3))
             .map_err(|e| model_err(chain(&e)))?;
-        Ok(PyEstimator { est, last_ns: None })
+        let cal = if self_calibrate {
+            use aggrate::train::online::DistanceLimit;
+            if let Some(d) = max_distance.filter(|d| d.is_nan() || *d < 0.0) {
+                return Err(PyValueError::new_err(format!(
+                    "max_distance = {d}: 0 or more (inf: no limit)"
+                )));
+            }
+            let limit = max_distance.map_or(DistanceLimit::ByPhy, DistanceLimit::Fixed);
+            let phy = phy_mbps.filter(|m| m.is_finite() && *m > 0.0).map(|m| (m * 1e6) as u64);
+            let like = aggrate::train::bank::Likeness {
+                k: aggrate::train::online::DEFAULT_K,
+                max_distance: limit.resolve(&file, phy),
+            };
+            let c =
+                aggrate::train::online::OnlineCalibrator::for_model(&file, like).map_err(|e| model_err(chain(&e)))?;
+            Some((c, None))
+        } else {
+            None
+        };
+        Ok(PyEstimator {
+            est,
+            last_ns: None,
+            cal,
+        })
+    }
+    /// What self-calibration did (None without it): windows used and not used, the last
+    /// window's step and the operating point's knots, as JSON.
+    fn calibration(&self) -> Option<String> {
+        let (c, last) = self.cal.as_ref()?;
+        Some(
+            serde_json::json!({
+                "windows": last.as_ref().map_or(0, |s| s.window),
+                "skipped": c.skipped(),
+                "last": last,
+                "knots": c.offset().map(|o| o.knots),
+            })
+            .to_string(),
+        )
     }
     /// One packet; returns `(start_ns, level)` when it closed a frame, else None. Receive times
     /// must not go backwards (ValueError).
@@ -650,7 +701,7 @@ impl PyEstimator {
             )));
         }
         self.last_ns = Some(kernel_ns);
-        Ok(self
+        let closed = self
             .est
             .push(&RxPacket {
                 host: Ts(kernel_ns),
@@ -659,7 +710,14 @@ impl PyEstimator {
                 len: length,
                 ..RxPacket::default()
             })
-            .map(|f| (f.start.as_nanos(), f.level)))
+            .map(|f| (f.start.as_nanos(), f.level));
+        if let Some((c, last)) = &mut self.cal {
+            if let Some(step) = c.push(Ts(kernel_ns), length) {
+                self.est.set_load_offset(c.offset()).map_err(|e| model_err(chain(&e)))?;
+                *last = Some(step);
+            }
+        }
+        Ok(closed)
     }
     /// The next finished report at receive time `now_ns`, if one is due (a dict).
     fn poll_report<'py>(&mut self, py: Python<'py>, now_ns: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
