@@ -3,6 +3,8 @@
 //! (m = 20 with σ) and in MAC-timestamp mode, on a realistic arrival pattern (A-MPDUs of 32
 //! packets, 10 µs apart inside, ~600 µs between frames).
 //!
+//! Also: the online self-calibrator's cost per window (`self_calibration`).
+//!
 //! Run: `cargo bench --bench estimator`
 
 use std::time::Duration;
@@ -121,6 +123,36 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+    // Online self-calibration (`recv --self-calibrate`): a push is a store into the window's
+    // buffer; the packet that completes a window of WINDOW_GAPS gaps pays for its summary, the
+    // nearest training receivers and their threshold - the receive thread's pause per window.
+    {
+        use aggrate::train::bank::Likeness;
+        use aggrate::train::online::{OnlineCalibrator, WINDOW_GAPS};
+        let like = Likeness {
+            k: aggrate::train::online::DEFAULT_K,
+            max_distance: f64::INFINITY,
+        };
+        let cal = OnlineCalibrator::for_model(&mlp, like).expect("the shipped model's bank");
+        let win = packets(WINDOW_GAPS + 1);
+        let mut g = c.benchmark_group("self_calibration");
+        g.throughput(Throughput::Elements(win.len() as u64));
+        g.bench_function("window_of_16385", |b| {
+            b.iter_batched_ref(
+                || cal.clone(),
+                |c| {
+                    let mut step = None;
+                    for p in &win {
+                        step = step.or(c.push(p.host, 1472));
+                    }
+                    assert!(step.is_some(), "one window per WINDOW_GAPS + 1 packets");
+                    step
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        g.finish();
+    }
     // The per-datagram cost of authenticated data (HMAC-SHA-256 over the whole datagram): what
     // a sender pays per packet to emit and a receiver to verify, at the demo's 1,472-byte size.
     use aggrate::transport::wire::{self, Data, Psk, SessionKeys};
