@@ -27,7 +27,7 @@ use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
 use crate::time::Ts;
-use crate::train::online::{OnlineCalibrator, Step};
+use crate::train::online::{OnlineCalibrator, Summary};
 use crate::transport::{wire, Receiver, Sender, SenderStats};
 use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
@@ -191,26 +191,12 @@ pub struct SimResult {
     pub transport: Option<SenderStats>,
     /// Data the receivers refused (bad tag, no session), summed over stations.
     pub receiver_dropped: u64,
-    /// Online self-calibration ([`SimConfig::self_calibrate`]), per station: its last window's
-    /// step and how many windows it used.
+    /// Online self-calibration ([`SimConfig::self_calibrate`]), per station: what it did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub self_calibration: Vec<SelfCalibrated>,
+    pub self_calibration: Vec<Summary>,
     /// Time series.
     #[serde(skip)]
     pub series: Vec<Sample>,
-}
-
-/// One station's online self-calibration over a run.
-#[derive(Clone, Debug, Serialize)]
-pub struct SelfCalibrated {
-    /// Windows used.
-    pub windows: u64,
-    /// Windows not used (mixed rates).
-    pub skipped: u64,
-    /// The last window's step.
-    pub last: Option<Step>,
-    /// The operating point at the end (`[load, threshold]` knots).
-    pub knots: Vec<[f64; 2]>,
 }
 
 fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
@@ -423,18 +409,12 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             })
         })
         .collect::<Result<_, _>>()?;
-    // Online self-calibration per station: the calibrator and its last step.
-    let mut cals: Vec<(OnlineCalibrator, Option<Step>)> = match (&cfg.estimator, cfg.self_calibrate) {
+    // Online self-calibration per station.
+    let mut cals: Vec<OnlineCalibrator> = match (&cfg.estimator, cfg.self_calibrate) {
         (EstimatorKind::Model(f), Some(limit)) if cfg.sender == SenderKind::Aggrate => phy
             .iter()
-            .map(|&p| {
-                let like = crate::train::bank::Likeness {
-                    k: crate::train::online::DEFAULT_K,
-                    max_distance: limit.resolve(f, Some(p as u64)),
-                };
-                Ok((OnlineCalibrator::for_model(f, like)?, None))
-            })
-            .collect::<Result<_, Error>>()?,
+            .map(|&p| OnlineCalibrator::for_receiver(f, limit, Some(p as u64)))
+            .collect::<Result<_, _>>()?,
         (_, Some(_)) => {
             return Err(Error::Bad {
                 field: "self_calibrate",
@@ -707,14 +687,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
                             let before = w.receivers[who].stats().received;
                             let _ = w.receivers[who].handle_datagram_radio(p.host, SENDER_ADDR, &b, p.tsft);
-                            if let Some(c) = cals.get_mut(who) {
-                                if w.receivers[who].stats().received > before {
-                                    if let Some(step) = c.0.push(p.host, b.len() as u32) {
-                                        c.1 = Some(step);
-                                        // A checked offset from finite knots: it cannot be refused.
-                                        let _ = w.receivers[who].estimator_mut().set_load_offset(c.0.offset());
-                                    }
-                                }
+                            if let Some(c) = cals.get_mut(who).filter(|_| w.receivers[who].stats().received > before) {
+                                c.feed(w.receivers[who].estimator_mut(), p.host, b.len() as u32);
                             }
                             w.answers(who, now, cfg.feedback_delay);
                         }
@@ -822,12 +796,11 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     0.0
                 },
                 estimated_agg: {
-                    let v: Vec<f64> = series
+                    let (sum, k) = series
                         .iter()
                         .filter(|x| x.sta as usize == i && x.t >= half.as_secs_f64() && x.mean_agg > 0.0)
-                        .map(|x| x.mean_agg)
-                        .collect();
-                    v.iter().sum::<f64>() / v.len().max(1) as f64
+                        .fold((0.0, 0usize), |(s, k), x| (s + x.mean_agg, k + 1));
+                    sum / k.max(1) as f64
                 },
                 delay_ms_mean: mean,
                 delay_ms_p95: p95,
@@ -848,15 +821,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         receiver_dropped: xport
             .as_ref()
             .map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
-        self_calibration: cals
-            .into_iter()
-            .map(|(c, last)| SelfCalibrated {
-                windows: last.as_ref().map_or(0, |s| s.window),
-                skipped: c.skipped(),
-                knots: c.offset().map(|o| o.knots).unwrap_or_default(),
-                last,
-            })
-            .collect(),
+        self_calibration: cals.iter().map(OnlineCalibrator::summary).collect(),
         series,
     })
 }

@@ -35,9 +35,10 @@ class OnlineEstimator:
         self._inner = _aggrate.OnlineEstimator(model, interval_ms, self_calibrate, max_distance, phy_mbps)
 
     def calibration(self) -> Optional[Dict[str, Any]]:
-        """With ``self_calibrate``: windows used (``windows``) and not (``skipped``), the last
-        window's step (rate, nearest training receiver, distance, threshold, load) and the
-        operating point's ``knots``; None without it."""
+        """With ``self_calibrate``: windows used (``windows``), not used (``skipped``) and used
+        but too far from every training receiver (``too_far``), the last window's step (rate,
+        nearest training receiver, distance, threshold, load) and the operating point's
+        ``knots``; None without it."""
         j = self._inner.calibration()
         return None if j is None else json.loads(j)
 

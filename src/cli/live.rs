@@ -113,10 +113,8 @@ pub(crate) fn self_calibrator(
     max_distance: Option<f64>,
     phy_mbps: Option<f64>,
 ) -> Result<aggrate::train::online::OnlineCalibrator> {
-    use aggrate::train::online::DistanceLimit;
-    if let Some(d) = max_distance.filter(|d| d.is_nan() || *d < 0.0) {
-        bail!("--max-distance = {d}: a distance of 0 or more (inf: no limit)");
-    }
+    use aggrate::train::online::{DistanceLimit, OnlineCalibrator};
+    let limit = DistanceLimit::given(max_distance).context("--max-distance")?;
     let shipped;
     let file = match model {
         Some(f) => f,
@@ -125,12 +123,7 @@ pub(crate) fn self_calibrator(
             &shipped
         }
     };
-    let limit = max_distance.map_or(DistanceLimit::ByPhy, DistanceLimit::Fixed);
-    let like = aggrate::train::bank::Likeness {
-        k: aggrate::train::online::DEFAULT_K,
-        max_distance: limit.resolve(file, phy_mbps.map(|m| (m * 1e6) as u64)),
-    };
-    aggrate::train::online::OnlineCalibrator::for_model(file, like).context("--self-calibrate")
+    OnlineCalibrator::for_receiver(file, limit, phy_mbps.map(|m| (m * 1e6) as u64)).context("--self-calibrate")
 }
 
 /// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
@@ -267,8 +260,8 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     };
     let sock = io::timestamped_socket(a.listen)?;
     let stop = AtomicBool::new(false);
-    let mut last_step = None;
-    let (mut logged, mut since, mut too_far) = (None, (0u64, 0u64), 0u64);
+    // What the windows since the last line came to: (windows, too far).
+    let (mut logged, mut since) = (None, (0u64, 0u64));
     let stats = io::run_receiver_with(
         &sock,
         &mut rx,
@@ -289,7 +282,6 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             // the first window, then what the windows since came to.
             since.0 += 1;
             since.1 += u64::from(s.too_far);
-            too_far += u64::from(s.too_far);
             if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
                 ui.info(format!(
                     "self-calibration: {} window(s) ({} too far) up to window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
@@ -307,21 +299,11 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
                 logged = Some(std::time::Instant::now());
                 since = (0, 0);
             }
-            last_step = Some(s.clone());
         },
     )?;
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
-        o.insert(
-            "self_calibration".into(),
-            serde_json::json!({
-                "windows": last_step.as_ref().map_or(0, |s| s.window),
-                "skipped": c.skipped(),
-                "too_far": too_far,
-                "last": last_step,
-                "knots": c.offset().map(|o| o.knots),
-            }),
-        );
+        o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);
     }
     println!("{out}");
     Ok(Exit::Ok)

@@ -110,9 +110,6 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         (None, true) => EstimatorKind::Model(Box::new(ModelFile::shipped()?)),
         (None, false) => EstimatorKind::Mac,
     };
-    if let Some(d) = a.self_calibrate_max_distance.filter(|d| d.is_nan() || *d < 0.0) {
-        bail!("--self-calibrate-max-distance = {d}: a distance of 0 or more (inf: no limit)");
-    }
     if a.self_calibrate && (a.compare || a.sender != SenderArg::Aggrate) {
         bail!(
             "--self-calibrate runs in the aggregation-target sender's receivers: not with --sender cubic or --compare"
@@ -131,10 +128,13 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         interval: Duration::from_millis(a.interval_ms),
         duration_s: a.duration,
         seed: a.seed,
-        self_calibrate: a.self_calibrate.then_some(match a.self_calibrate_max_distance {
-            Some(d) => aggrate::train::online::DistanceLimit::Fixed(d),
-            None => aggrate::train::online::DistanceLimit::ByPhy,
-        }),
+        self_calibrate: match a.self_calibrate {
+            true => Some(
+                aggrate::train::online::DistanceLimit::given(a.self_calibrate_max_distance)
+                    .context("--self-calibrate-max-distance")?,
+            ),
+            false => None,
+        },
         ..SimConfig::default()
     };
     cfg.control.target = a.target;
@@ -208,8 +208,8 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
                     )
                 });
                 println!(
-                    "\nstation {i} self-calibrated over {} windows ({} mixed-rate windows not used): {near}",
-                    c.windows, c.skipped
+                    "\nstation {i} self-calibrated over {} windows ({} too far, {} mixed-rate windows not used): {near}",
+                    c.windows, c.too_far, c.skipped
                 );
             }
         }

@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::features::{FeatureSpec, GapWindow};
 use crate::model::mlp::MAX_KNOTS;
 use crate::model::{EstimatorModel, LoadOffset, ModelFile};
+use crate::runtime::OnlineEstimator;
 use crate::time::Ts;
 use crate::train::bank::{self, Bank, GapStats, Likeness};
 use crate::train::calibrate::{best_threshold_weighted, load_input, median_load, without_offset};
@@ -53,6 +54,20 @@ pub enum DistanceLimit {
 }
 
 impl DistanceLimit {
+    /// A limit given by a user (`--max-distance`, Python's `max_distance`): `None` is
+    /// [`DistanceLimit::ByPhy`]; a fixed one must be 0 or more.
+    pub fn given(max_distance: Option<f64>) -> Result<DistanceLimit, Error> {
+        max_distance.map_or(DistanceLimit::ByPhy, DistanceLimit::Fixed).check()
+    }
+
+    /// The limit, if it is one: a fixed distance must be 0 or more (infinity: none).
+    pub fn check(self) -> Result<DistanceLimit, Error> {
+        match self {
+            DistanceLimit::Fixed(d) if d.is_nan() || d < 0.0 => Err(Error::BadDistance(d)),
+            l => Ok(l),
+        }
+    }
+
     /// The limit for a receiver whose PHY rate is `phy_bps` (if known), running `file`.
     pub fn resolve(self, file: &ModelFile, phy_bps: Option<u64>) -> f64 {
         match self {
@@ -104,6 +119,9 @@ pub enum Error {
     /// The model has no load offset to set.
     #[error("online self-calibration sets a perceptron's load offset; this model has none (only a perceptron on a receiver context)")]
     NoLoad,
+    /// A distance limit that is not a distance.
+    #[error("distance limit {0}: 0 or more (inf: no limit)")]
+    BadDistance(f64),
     /// The bank.
     #[error(transparent)]
     Bank(#[from] bank::Error),
@@ -150,13 +168,32 @@ pub struct OnlineCalibrator {
     spec: FeatureSpec,
     like: Likeness,
     load_input: usize,
-    /// Receive times (ns) of the window so far: at most `WINDOW_GAPS + 1`.
-    times: Vec<u64>,
+    /// Receive times of the window so far: at most `WINDOW_GAPS + 1`.
+    times: Vec<Ts>,
     /// IP bytes received in each half of the window.
     bytes: [u64; 2],
     knots: Vec<Knot>,
     windows: u64,
     skipped: u64,
+    too_far: u64,
+    last: Option<Step>,
+}
+
+/// What an [`OnlineCalibrator`] did over a run (`recv`'s and `sim`'s JSON, Python's
+/// `calibration()`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Windows used.
+    pub windows: u64,
+    /// Windows not used (mixed rates, a failed summary).
+    pub skipped: u64,
+    /// Used windows whose nearest training receiver lay beyond the limit (the model's own
+    /// threshold kept there).
+    pub too_far: u64,
+    /// The last used window.
+    pub last: Option<Step>,
+    /// The operating point now (`[load, threshold]` knots; empty before the first window).
+    pub knots: Vec<[f64; 2]>,
 }
 
 impl OnlineCalibrator {
@@ -165,6 +202,21 @@ impl OnlineCalibrator {
     pub fn for_model(file: &ModelFile, like: Likeness) -> Result<OnlineCalibrator, Error> {
         let bank = bank::shipped_bank_for(&file.model, &file.spec)?.ok_or(Error::NoBank)?;
         OnlineCalibrator::new(bank, &file.model, file.spec, like)
+    }
+
+    /// [`OnlineCalibrator::for_model`] for a receiver whose PHY rate is `phy_bps` (if known),
+    /// [`DEFAULT_K`] neighbours and the distance `limit` resolved for it (a fixed limit must be
+    /// 0 or more): what `recv`, `sim` and Python's estimator run.
+    pub fn for_receiver(
+        file: &ModelFile,
+        limit: DistanceLimit,
+        phy_bps: Option<u64>,
+    ) -> Result<OnlineCalibrator, Error> {
+        let like = Likeness {
+            k: DEFAULT_K,
+            max_distance: limit.check()?.resolve(file, phy_bps),
+        };
+        OnlineCalibrator::for_model(file, like)
     }
 
     /// A calibrator on any bank that can lend `model` its decisions (a summary made for it, or
@@ -188,6 +240,8 @@ impl OnlineCalibrator {
             knots: Vec::new(),
             windows: 0,
             skipped: 0,
+            too_far: 0,
+            last: None,
         })
     }
 
@@ -196,18 +250,37 @@ impl OnlineCalibrator {
         self.skipped
     }
 
+    /// What it did so far.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            windows: self.windows,
+            skipped: self.skipped,
+            too_far: self.too_far,
+            last: self.last.clone(),
+            knots: self.offset().map(|o| o.knots).unwrap_or_default(),
+        }
+    }
+
+    /// [`OnlineCalibrator::push`], and when a window was used, `est` takes the new operating
+    /// point at once; the window's step is returned.
+    pub fn feed(&mut self, est: &mut OnlineEstimator, host: Ts, len: u32) -> Option<&Step> {
+        self.push(host, len)?;
+        // Finite knots by increasing load on the model's own load input: not refused.
+        let _ = est.set_load_offset(self.offset());
+        self.last.as_ref()
+    }
+
     /// One accepted data packet: its receive time and datagram length. Returns what the window
     /// did when this packet completed one that was used; then apply [`OnlineCalibrator::offset`].
     pub fn push(&mut self, host: Ts, len: u32) -> Option<Step> {
-        let t = host.as_nanos();
         if let Some(&last) = self.times.last() {
-            if t.saturating_sub(last) > MAX_GAP.as_nanos() as u64 {
+            if host.saturating_since(last) > MAX_GAP {
                 self.restart();
             }
         }
         let half = (self.times.len() > WINDOW_GAPS / 2) as usize;
         self.bytes[half] += len as u64 + IP_UDP_HEADERS;
-        self.times.push(t);
+        self.times.push(host);
         if self.times.len() <= WINDOW_GAPS {
             return None;
         }
@@ -226,8 +299,11 @@ impl OnlineCalibrator {
 
     /// Received rate (Mb/s of IP packets) over times `t` carrying `bytes` (the first packet's
     /// bytes arrived before the span began, as a rate's first packet does).
-    fn rate(t: &[u64], bytes: u64) -> f64 {
-        let span = t.last().unwrap_or(&0).saturating_sub(*t.first().unwrap_or(&0));
+    fn rate(t: &[Ts], bytes: u64) -> f64 {
+        let span = match (t.first(), t.last()) {
+            (Some(a), Some(b)) => b.saturating_since(*a).as_nanos(),
+            _ => 0,
+        };
         if span == 0 {
             return f64::NAN;
         }
@@ -245,8 +321,7 @@ impl OnlineCalibrator {
         if !(a.is_finite() && b.is_finite() && rate.is_finite()) || (a - b).abs() > STEADY * a.max(b) {
             return None;
         }
-        let host: Vec<Ts> = t.iter().map(|&v| Ts(v)).collect();
-        let stats = GapStats::of(&host)?;
+        let stats = GapStats::of(t)?;
         let (bank_rate, nearest) = self.bank.nearest(rate, &stats, self.like.k)?;
         let (first, distance) = *nearest.first()?;
         let too_far = !self.like.admits(distance);
@@ -259,7 +334,7 @@ impl OnlineCalibrator {
         // The window's load as the offline calibration takes a capture's: the median of its
         // context rows' `lmean`.
         let mut gw = GapWindow::new(&self.spec);
-        let loads: Vec<f64> = host
+        let loads: Vec<f64> = t
             .iter()
             .filter_map(|&h| gw.push(h).map(|row| row[self.load_input]))
             .collect();
@@ -271,8 +346,9 @@ impl OnlineCalibrator {
             return None;
         }
         self.windows += 1;
+        self.too_far += u64::from(too_far);
         self.learn(load, threshold);
-        Some(Step {
+        let step = Step {
             window: self.windows,
             rate_mbps: rate,
             bank_rate_mbps: bank_rate,
@@ -282,7 +358,9 @@ impl OnlineCalibrator {
             threshold,
             too_far,
             knots: self.knots.len(),
-        })
+        };
+        self.last = Some(step.clone());
+        Some(step)
     }
 
     fn learn(&mut self, load: f64, threshold: f64) {
@@ -475,6 +553,14 @@ mod tests {
         assert_eq!(by.resolve(&file, Some(650_000_000)), DEFAULT_MAX_DISTANCE);
         assert_eq!(by.resolve(&file, None), DEFAULT_MAX_DISTANCE);
         assert_eq!(DistanceLimit::Fixed(2.5).resolve(&file, Some(866_700_000)), 2.5);
+        // What a user gives is checked once, for recv, sim and Python alike.
+        assert_eq!(DistanceLimit::given(None).unwrap(), by);
+        assert_eq!(DistanceLimit::given(Some(0.0)).unwrap(), DistanceLimit::Fixed(0.0));
+        for bad in [f64::NAN, -1.0] {
+            assert!(matches!(DistanceLimit::given(Some(bad)), Err(Error::BadDistance(_))));
+            let r = OnlineCalibrator::for_receiver(&file, DistanceLimit::Fixed(bad), None);
+            assert!(matches!(r, Err(Error::BadDistance(_))));
+        }
         // A model that does not say its training WLAN: the limit.
         let mut other = file.clone();
         other.metrics = serde_json::json!({});

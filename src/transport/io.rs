@@ -126,13 +126,9 @@ pub fn run_receiver_with(
             let before = rx.stats().received;
             // Refused datagrams are counted in the receiver's stats.
             let _ = rx.handle_datagram(host, from, &buf[..n]);
-            if let Some(c) = cal.as_deref_mut() {
-                if rx.stats().received > before {
-                    if let Some(step) = c.push(host, n as u32) {
-                        // Finite, ordered knots on the model's load input: never refused.
-                        let _ = rx.estimator_mut().set_load_offset(c.offset());
-                        on_step(&step);
-                    }
+            if let Some(c) = cal.as_deref_mut().filter(|_| rx.stats().received > before) {
+                if let Some(step) = c.feed(rx.estimator_mut(), host, n as u32) {
+                    on_step(step);
                 }
             }
         }

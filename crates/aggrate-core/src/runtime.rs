@@ -241,19 +241,14 @@ impl OnlineEstimator {
                 what: "only a perceptron has a load offset".into(),
             });
         };
-        if offset.is_some() && mlp.slow_inputs == 0 {
-            return Err(Error::Mismatch {
+        if let Some(o) = &offset {
+            // A perceptron without slow inputs has none to follow: refused here too.
+            mlp.check_offset(o).map_err(|what| Error::Mismatch {
                 field: "load_offset",
-                what: "the perceptron has no slow inputs to follow".into(),
-            });
+                what,
+            })?;
         }
-        let mut next = mlp.clone();
-        next.load_offset = offset;
-        next.check(next.inputs).map_err(|what| Error::Mismatch {
-            field: "load_offset",
-            what,
-        })?;
-        mlp.load_offset = next.load_offset;
+        mlp.load_offset = offset;
         // The kept base holds the old offset.
         self.mlp_base = None;
         Ok(())

@@ -596,11 +596,8 @@ fn merge<T: serde::Serialize + serde::de::DeserializeOwned>(defaults: T, given: 
 struct PyEstimator {
     est: OnlineEstimator,
     last_ns: Option<u64>,
-    /// `recv --self-calibrate`'s calibrator and its last window, when asked for.
-    cal: Option<(
-        aggrate::train::online::OnlineCalibrator,
-        Option<aggrate::train::online::Step>,
-    )>,
+    /// `recv --self-calibrate`'s calibrator, when asked for.
+    cal: Option<aggrate::train::online::OnlineCalibrator>,
 }
 
 fn report_dict<'py>(py: Python<'py>, r: &aggrate::runtime::AggReport) -> PyResult<Bound<'py, PyDict>> {
@@ -647,21 +644,11 @@ impl PyEstimator {
         let est = OnlineEstimator::from_model(&file, Duration::from_secs_f64(interval_ms / 1e3))
             .map_err(|e| model_err(chain(&e)))?;
         let cal = if self_calibrate {
-            use aggrate::train::online::DistanceLimit;
-            if let Some(d) = max_distance.filter(|d| d.is_nan() || *d < 0.0) {
-                return Err(PyValueError::new_err(format!(
-                    "max_distance = {d}: 0 or more (inf: no limit)"
-                )));
-            }
-            let limit = max_distance.map_or(DistanceLimit::ByPhy, DistanceLimit::Fixed);
+            use aggrate::train::online::{DistanceLimit, OnlineCalibrator};
+            let limit = DistanceLimit::given(max_distance)
+                .map_err(|e| PyValueError::new_err(format!("max_distance = {max_distance:?}: {e}")))?;
             let phy = phy_mbps.filter(|m| m.is_finite() && *m > 0.0).map(|m| (m * 1e6) as u64);
-            let like = aggrate::train::bank::Likeness {
-                k: aggrate::train::online::DEFAULT_K,
-                max_distance: limit.resolve(&file, phy),
-            };
-            let c =
-                aggrate::train::online::OnlineCalibrator::for_model(&file, like).map_err(|e| model_err(chain(&e)))?;
-            Some((c, None))
+            Some(OnlineCalibrator::for_receiver(&file, limit, phy).map_err(|e| model_err(chain(&e)))?)
         } else {
             None
         };
@@ -674,16 +661,7 @@ impl PyEstimator {
     /// What self-calibration did (None without it): windows used and not used, the last
     /// window's step and the operating point's knots, as JSON.
     fn calibration(&self) -> Option<String> {
-        let (c, last) = self.cal.as_ref()?;
-        Some(
-            serde_json::json!({
-                "windows": last.as_ref().map_or(0, |s| s.window),
-                "skipped": c.skipped(),
-                "last": last,
-                "knots": c.offset().map(|o| o.knots),
-            })
-            .to_string(),
-        )
+        serde_json::to_string(&self.cal.as_ref()?.summary()).ok()
     }
     /// One packet; returns `(start_ns, level)` when it closed a frame, else None. Receive times
     /// must not go backwards (ValueError).
@@ -711,11 +689,8 @@ impl PyEstimator {
                 ..RxPacket::default()
             })
             .map(|f| (f.start.as_nanos(), f.level));
-        if let Some((c, last)) = &mut self.cal {
-            if let Some(step) = c.push(Ts(kernel_ns), length) {
-                self.est.set_load_offset(c.offset()).map_err(|e| model_err(chain(&e)))?;
-                *last = Some(step);
-            }
+        if let Some(c) = &mut self.cal {
+            c.feed(&mut self.est, Ts(kernel_ns), length);
         }
         Ok(closed)
     }

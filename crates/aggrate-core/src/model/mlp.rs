@@ -259,20 +259,28 @@ impl MlpModel {
         if !finite.into_iter().all(|v| v.is_finite()) {
             return Err("non-finite weight".into());
         }
-        if let Some(o) = &self.load_offset {
-            let first_slow = self.inputs - self.slow_inputs;
-            if !(first_slow..self.inputs).contains(&o.input) {
-                return Err(format!(
-                    "load_offset follows input {}, which is not one of the slow inputs {first_slow}..{}",
-                    o.input, self.inputs
-                ));
-            }
-            if o.knots.is_empty() || o.knots.len() > MAX_KNOTS {
-                return Err(format!("load_offset has {} knots: 1..={MAX_KNOTS}", o.knots.len()));
-            }
-            if !o.knots.iter().flatten().all(|v| v.is_finite()) || o.knots.windows(2).any(|w| w[1][0] <= w[0][0]) {
-                return Err("load_offset knots must be finite with strictly increasing input values".into());
-            }
+        match &self.load_offset {
+            Some(o) => self.check_offset(o),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `o` can be this model's load offset: it follows one of the slow inputs, with
+    /// 1..=[`MAX_KNOTS`] finite knots by strictly increasing input value (the shapes checked
+    /// first, by [`MlpModel::check`]).
+    pub fn check_offset(&self, o: &LoadOffset) -> Result<(), String> {
+        let first_slow = self.inputs.saturating_sub(self.slow_inputs);
+        if !(first_slow..self.inputs).contains(&o.input) {
+            return Err(format!(
+                "load_offset follows input {}, which is not one of the slow inputs {first_slow}..{}",
+                o.input, self.inputs
+            ));
+        }
+        if o.knots.is_empty() || o.knots.len() > MAX_KNOTS {
+            return Err(format!("load_offset has {} knots: 1..={MAX_KNOTS}", o.knots.len()));
+        }
+        if !o.knots.iter().flatten().all(|v| v.is_finite()) || o.knots.windows(2).any(|w| w[1][0] <= w[0][0]) {
+            return Err("load_offset knots must be finite with strictly increasing input values".into());
         }
         Ok(())
     }
