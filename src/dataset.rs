@@ -35,6 +35,8 @@ pub struct RowMeta {
     pub level: u16,
     /// PHY rate of its frame.
     pub phy_rate_bps: Option<u64>,
+    /// IP length from its IP header (0 without one).
+    pub ip_len: u32,
 }
 
 /// Kernel receive times keyed by application sequence number.
@@ -173,6 +175,7 @@ impl RowExtractor {
                 frame_id: lab.frame_id,
                 level: 0,
                 phy_rate_bps: None, // the frame's rate, filled in when it closes
+                ip_len: r.l3.map_or(0, |l| l.ip_len),
             });
             if self.pending_meta.len() >= MAX_PENDING_ROWS {
                 if let Some(f) = self.labeler.finish() {

@@ -1296,11 +1296,11 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
 /// delay, AP queue) with a line per station, in `dir`.
 pub fn write_sim_series(dir: &Path, label: &str, r: &crate::sim::SimResult) -> Result<Vec<PathBuf>, WriteError> {
     use plot::Series;
-    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,delay_ms,queue,lost\n");
+    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,count_agg,true_agg,true_ampdus,delay_ms,queue,lost\n");
     for s in &r.series {
         csv.push_str(&format!(
-            "{:.3},{},{:.3},{:.3},{:.3},{},{}\n",
-            s.t, s.sta, s.rate_mbps, s.mean_agg, s.delay_ms, s.queue, s.lost
+            "{:.3},{},{:.3},{:.3},{:.3},{:.3},{},{:.3},{},{}\n",
+            s.t, s.sta, s.rate_mbps, s.mean_agg, s.count_agg, s.true_agg, s.true_ampdus, s.delay_ms, s.queue, s.lost
         ));
     }
     let mut written = vec![write_file(dir, &format!("{label}.series.csv"), csv.into_bytes())?];
@@ -1325,7 +1325,8 @@ pub fn write_sim_series(dir: &Path, label: &str, r: &crate::sim::SimResult) -> R
             "send rate (Mb/s)",
             &(|s: &crate::sim::Sample| s.rate_mbps) as &dyn Fn(&crate::sim::Sample) -> f64,
         ),
-        ("agg", "μ_N (MPDUs per A-MPDU)", &|s| s.mean_agg),
+        ("agg", "μ_N the sender steered by (MPDUs per A-MPDU)", &|s| s.mean_agg),
+        ("true_agg", "true μ_N at the AP (MPDUs per A-MPDU)", &|s| s.true_agg),
         ("delay", "one-way delay (ms)", &|s| s.delay_ms),
         ("queue", "AP queue (packets)", &|s| s.queue as f64),
     ] {
@@ -1390,4 +1391,87 @@ pub fn write_live(dir: &Path, rows: &[LiveRow], send: &[(f64, f64)]) -> Result<V
     )?;
     written.push(png);
     Ok(written)
+}
+
+/// μ_N per report interval against the truth (`aggrate eval`): a Markdown section with the
+/// pooled scores of the steered level and of the frame count, then one row per capture.
+pub fn levels_md(interval_ms: u64, caps: &[crate::train::levels::CaptureLevels]) -> String {
+    use crate::metrics::LevelError;
+    let cell = |e: &Option<LevelError>| match e {
+        Some(e) => format!(
+            "{:+.1} % | {:.1} % | {:.1} %",
+            e.bias * 100.0,
+            e.mae_rel_median * 100.0,
+            e.err_rel_p95 * 100.0
+        ),
+        None => "– | – | –".to_string(),
+    };
+    let (level, count) = crate::train::levels::pooled(caps);
+    let mut md = format!(
+        "\n## μ_N per report interval ({interval_ms} ms)\n\nThe level a controller steers by (from airtime \
+         when the PHY rate is known) and the frame count (packets ÷ predicted starts), each against \
+         the true MPDUs ÷ A-MPDUs of the same interval; bias is the mean relative error, then the \
+         median and 95th percentile of its absolute value. Intervals with fewer than {} true \
+         A-MPDUs are not scored.\n\n| | intervals | true μ_N | steered: bias | median | p95 | frame count: bias | median | p95 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        crate::metrics::MIN_AMPDUS
+    );
+    let row = |md: &mut String, name: &str, l: &Option<LevelError>, c: &Option<LevelError>| {
+        let n = l.or(*c).map_or(0, |e| e.intervals);
+        let t = l.or(*c).map_or(f64::NAN, |e| e.truth_mean);
+        md.push_str(&format!("| {name} | {n} | {t:.1} | {} | {} |\n", cell(l), cell(c)));
+    };
+    row(&mut md, "**all**", &level, &count);
+    for c in caps {
+        let name = match (&c.receiver, c.rate_mbps) {
+            (Some(r), Some(m)) => format!("{r} @ {m:.0} Mb/s"),
+            _ => crate::train::levels::short_name(&c.path),
+        };
+        row(&mut md, &name, &c.level, &c.count);
+    }
+    md
+}
+
+/// Every scored interval of `caps` as CSV.
+pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
+    let mut s = String::from("capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count\n");
+    for c in caps {
+        for i in &c.intervals {
+            s.push_str(&format!(
+                "{},{},{},{},{},{},{:.4},{:.4},{:.4}\n",
+                crate::train::levels::short_name(&c.path),
+                c.receiver.as_deref().unwrap_or(""),
+                c.rate_mbps.map_or(String::new(), |r| r.to_string()),
+                i.start_ns,
+                i.packets,
+                i.ampdus,
+                i.truth,
+                i.level,
+                i.count
+            ));
+        }
+    }
+    s
+}
+
+/// Estimated against true μ_N per interval (steered level and frame count), with the diagonal.
+pub fn levels_png(path: &Path, caps: &[crate::train::levels::CaptureLevels]) -> Result<(), WriteError> {
+    use plot::Series;
+    let pts = |pick: fn(&crate::train::levels::IntervalRow) -> f64| -> Vec<(f64, f64)> {
+        caps.iter()
+            .flat_map(|c| c.intervals.iter())
+            .filter(|i| i.ampdus >= crate::metrics::MIN_AMPDUS)
+            .map(|i| (i.truth, pick(i)))
+            .collect()
+    };
+    plot::scatter(
+        path,
+        "μ_N per report interval: estimated against true",
+        "true μ_N (MPDUs per A-MPDU)",
+        "estimated μ_N",
+        &[
+            Series::new("steered level", pts(|i| i.level)),
+            Series::new("frame count", pts(|i| i.count)),
+        ],
+    )?;
+    Ok(())
 }

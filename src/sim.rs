@@ -83,6 +83,20 @@ pub struct SimConfig {
     /// sender. `Some` with how near a window's nearest training receiver must be for its
     /// threshold to be taken (by each station's PHY rate, or fixed).
     pub self_calibrate: Option<crate::train::online::DistanceLimit>,
+    /// What the aggregation-target sender steers by.
+    pub steer: Steer,
+}
+
+/// What the aggregation-target sender steers by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Steer {
+    /// The level from airtime (each receiver's, and the cell's with several stations), where the
+    /// PHY rate is known ([`crate::runtime::LevelConfig`]); the default.
+    #[default]
+    Airtime,
+    /// The receivers' frame counts alone (packets ÷ predicted starts): the study's estimator.
+    FrameCount,
 }
 
 impl Default for SimConfig {
@@ -100,6 +114,7 @@ impl Default for SimConfig {
             duration_s: 60.0,
             seed: 1,
             self_calibrate: None,
+            steer: Steer::Airtime,
         }
     }
 }
@@ -143,8 +158,14 @@ pub struct Sample {
     pub sta: u16,
     /// Send rate (Mb/s).
     pub rate_mbps: f64,
-    /// μ_N the sender last heard (estimated).
+    /// μ_N the sender last heard: the level it steers by ([`AggReport::level`]).
     pub mean_agg: f64,
+    /// The same report's frame count: packets ÷ frames the receiver closed.
+    pub count_agg: f64,
+    /// True μ_N of the interval the report covers (MPDUs ÷ A-MPDUs by MAC time; 0 without).
+    pub true_agg: f64,
+    /// True A-MPDUs in it.
+    pub true_ampdus: u64,
     /// Mean one-way delay (ms) in the last report.
     pub delay_ms: f64,
     /// AP queue (packets) at the tick.
@@ -167,6 +188,10 @@ pub struct StationResult {
     /// Mean μ_N the receiver's estimator reported (what the sender holds at the target; equal
     /// to `mean_agg` for an exact estimator).
     pub estimated_agg: f64,
+    /// The level the sender steered by against the truth, per report interval (second half).
+    pub level_error: Option<crate::metrics::LevelError>,
+    /// The receiver's frame count (packets ÷ predicted starts) against the truth, per interval.
+    pub count_error: Option<crate::metrics::LevelError>,
     /// Mean one-way delay, send to kernel receive (ms).
     pub delay_ms_mean: f64,
     /// 95th percentile one-way delay (ms).
@@ -197,6 +222,27 @@ pub struct SimResult {
     /// Time series.
     #[serde(skip)]
     pub series: Vec<Sample>,
+}
+
+/// Station `sta`'s estimate (`pick`) against the truth over the report intervals of the second
+/// half.
+fn level_error(
+    series: &[Sample],
+    sta: usize,
+    half: Ts,
+    pick: impl Fn(&Sample) -> f64,
+) -> Option<crate::metrics::LevelError> {
+    let pairs: Vec<crate::metrics::LevelPair> = series
+        .iter()
+        .filter(|x| x.sta as usize == sta && x.t > half.as_secs_f64())
+        .map(|x| crate::metrics::LevelPair {
+            start: Ts((x.t * 1e9) as u64),
+            estimate: pick(x),
+            truth: x.true_agg,
+            ampdus: x.true_ampdus,
+        })
+        .collect();
+    crate::metrics::LevelError::of(&pairs)
 }
 
 fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
@@ -343,6 +389,9 @@ struct Station {
     ampdus: u64,
     expect_seq: u64,
     backhaul_lost: u64,
+    // The open report interval's truth (by MAC time).
+    iv_ampdus: u64,
+    iv_mpdus: u64,
 }
 
 /// Run the closed loop.
@@ -386,10 +435,16 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let noise = cfg.noise.clone().map(|p| p.check()).transpose()?;
     let mut stations: Vec<Station> = (0..n)
         .map(|i| -> Result<Station, Error> {
-            let est = match &cfg.estimator {
+            let mut est = match &cfg.estimator {
                 EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
                 EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
             };
+            if cfg.steer == Steer::FrameCount {
+                est.set_level_config(crate::runtime::LevelConfig {
+                    airtime: None,
+                    ..est.level_config().clone()
+                })?;
+            }
             let noise = model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64));
             Ok(Station {
                 seq: 0,
@@ -406,6 +461,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 ampdus: 0,
                 expect_seq: 0,
                 backhaul_lost: 0,
+                iv_ampdus: 0,
+                iv_mpdus: 0,
             })
         })
         .collect::<Result<_, _>>()?;
@@ -445,7 +502,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 b[8..16].copy_from_slice(&k.to_le_bytes());
                 b
             };
-            let sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
+            let mut sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
+            sender.set_cell_airtime(cfg.steer == Steer::Airtime);
             let receivers = stations
                 .iter()
                 .enumerate()
@@ -549,13 +607,29 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         match kind {
             0 => {
                 // Report tick: receivers report; the sender hears after the feedback delay.
+                // The level the sender steers each station by, from all of this interval's
+                // reports (the cell's airtime relation needs every station's).
+                let steered: Vec<Option<f64>> = match &mut xport {
+                    Some(w) => {
+                        for i in 0..n {
+                            w.answers(i, now, cfg.feedback_delay);
+                        }
+                        let reports: Vec<AggReport> = w
+                            .receivers
+                            .iter()
+                            .zip(&stations)
+                            .map(|(rx, st)| rx.last_report().copied().unwrap_or(st.last))
+                            .collect();
+                        (0..n).map(|i| Some(w.sender.level_of(&reports, i))).collect()
+                    }
+                    None => vec![None; n],
+                };
                 for (i, s) in stations.iter_mut().enumerate() {
                     let mut r = s.last;
                     match &mut xport {
                         // The receiver reports on its own timer (the same interval boundaries):
                         // its feedback leaves now.
                         Some(w) => {
-                            w.answers(i, now, cfg.feedback_delay);
                             if let Some(x) = w.receivers[i].last_report() {
                                 r = *x;
                             }
@@ -570,14 +644,18 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         r.phy_rate_bps = Some(phy[i]);
                     }
                     s.last = r;
+                    let (ampdus, mpdus) = (std::mem::take(&mut s.iv_ampdus), std::mem::take(&mut s.iv_mpdus));
                     series.push(Sample {
                         t: now.as_secs_f64(),
                         sta: i as u16,
+                        count_agg: r.mean_agg,
+                        true_agg: if ampdus > 0 { mpdus as f64 / ampdus as f64 } else { 0.0 },
+                        true_ampdus: ampdus,
                         rate_mbps: match &xport {
                             Some(w) => w.sender.rate(i).mbps,
                             None => window.as_ref().map_or(0.0, |c| c.rate(i).mbps),
                         },
-                        mean_agg: r.level(),
+                        mean_agg: steered[i].unwrap_or_else(|| r.level()),
                         delay_ms: r.owd_mean_ms.unwrap_or(0.0),
                         queue: sim.queue_len(StaId(i as u16)),
                         lost: s.lost_total,
@@ -741,6 +819,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 s.ampdus += 1;
                 s.mpdus += ampdu.len() as u64;
             }
+            s.iv_ampdus += 1;
+            s.iv_mpdus += ampdu.len() as u64;
             for (d, h) in ampdu.iter().zip(&hosts) {
                 // A packet the receive path dropped never reaches the estimator.
                 let Some(h) = h else { continue };
@@ -802,6 +882,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                         .fold((0.0, 0usize), |(s, k), x| (s + x.mean_agg, k + 1));
                     sum / k.max(1) as f64
                 },
+                level_error: level_error(&series, i, half, |x| x.mean_agg),
+                count_error: level_error(&series, i, half, |x| x.count_agg),
                 delay_ms_mean: mean,
                 delay_ms_p95: p95,
                 airtime_share: if air_total > 0 {

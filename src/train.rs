@@ -22,6 +22,7 @@ use crate::model::{EstimatorModel, MlpModel};
 pub mod bank;
 pub mod calibrate;
 pub mod cv;
+pub mod levels;
 mod mlp;
 pub mod online;
 mod svr;

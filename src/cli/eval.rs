@@ -31,6 +31,10 @@ pub(crate) struct EvalArgs {
     /// Output folder for the report.
     #[arg(short, long, default_value = "eval")]
     pub(crate) output: PathBuf,
+    /// Report interval for the μ_N error (ms): each capture is replayed through the online
+    /// estimator as `recv` runs it (whose default interval this is).
+    #[arg(long, default_value_t = 500)]
+    pub(crate) interval_ms: u64,
     #[command(flatten)]
     pub(crate) flow: FlowArgs,
 }
@@ -63,6 +67,8 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         None => serde_json::Value::Null,
     };
     let likeness = training_likeness(ui, &file, &data, &files);
+    let levels = replay_levels(ui, &file, &files, a.interval_ms, &a.flow)?;
+    let (mu, mu_count) = aggrate::train::levels::pooled(&levels);
     let ev = evaluate(&data, &file.model, &spec);
     let (bm, agg, rates) = (ev.binary, ev.agg, ev.rates);
     let slot_json = match ev.slots {
@@ -89,6 +95,19 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
         "recall": bm.recall(),
         "accuracy": bm.accuracy(),
         "agg_rmse": agg.rmse(),
+        "interval_ms": a.interval_ms,
+        "mu_bias": mu.map(|e| e.bias),
+        "mu_mae_rel_median": mu.map(|e| e.mae_rel_median),
+        "mu_err_rel_p95": mu.map(|e| e.err_rel_p95),
+        "mu": mu,
+        "mu_frame_count": mu_count,
+        "mu_per_capture": levels.iter().map(|c| serde_json::json!({
+            "capture": c.path.display().to_string(),
+            "receiver": c.receiver,
+            "rate_mbps": c.rate_mbps,
+            "level": c.level,
+            "frame_count": c.count,
+        })).collect::<Vec<_>>(),
         "per_rate": rates,
         "slot_svr": slot_json,
         "wlan": wlan,
@@ -107,6 +126,13 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     if let Some((_, m)) = &likeness {
         md.push_str(m);
     }
+    if !levels.is_empty() {
+        md.push_str(&aggrate::report::levels_md(a.interval_ms, &levels));
+        let csv = a.output.join(format!("{name}.eval.intervals.csv"));
+        std::fs::write(&csv, aggrate::report::levels_csv(&levels))
+            .with_context(|| format!("writing {}", csv.display()))?;
+        aggrate::report::levels_png(&a.output.join(format!("{name}.eval.mu.png")), &levels)?;
+    }
     let csv_path = a.output.join(format!("{name}.eval.per_rate.csv"));
     std::fs::write(&csv_path, rates_csv(&rates)).with_context(|| format!("writing {}", csv_path.display()))?;
     let md_path = a.output.join(format!("{name}.eval.md"));
@@ -123,6 +149,39 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
 /// section, and a warning for inputs farther than `FAMILIAR_DISTANCE` from all of them — where
 /// the model failed most on receivers it never saw. `None` for another model (nothing is known
 /// of its training receivers here) or inputs it cannot place (no send rate, too short: said).
+/// Every capture input replayed through the online estimator (in parallel), in input order.
+fn replay_levels(
+    ui: &Ui,
+    file: &ModelFile,
+    files: &[super::rows::Input],
+    interval_ms: u64,
+    flow: &FlowArgs,
+) -> Result<Vec<aggrate::train::levels::CaptureLevels>> {
+    if !(10..=60_000).contains(&interval_ms) {
+        anyhow::bail!("--interval-ms {interval_ms}: between 10 and 60000");
+    }
+    let interval = std::time::Duration::from_millis(interval_ms);
+    let caps: Vec<&super::rows::Input> = files.iter().filter(|f| !f.is_table()).collect();
+    if caps.len() < files.len() {
+        ui.warn("feature tables carry no packets to replay: μ_N per interval is scored on the captures only");
+    }
+    let filter = flow.filter();
+    let mut out: Vec<Option<Result<aggrate::train::levels::CaptureLevels, aggrate::train::levels::Error>>> =
+        (0..caps.len()).map(|_| None).collect();
+    aggrate::parallel::for_each(
+        caps.len(),
+        aggrate::parallel::all_cores(),
+        |i| aggrate::train::levels::replay_levels(caps[i], file, interval, &filter, flow.keep_going),
+        |i, r| out[i] = Some(r),
+    );
+    out.into_iter()
+        .map(|r| {
+            r.expect("every input replayed")
+                .context("replaying a capture through the online estimator")
+        })
+        .collect()
+}
+
 fn training_likeness(
     ui: &Ui,
     file: &ModelFile,

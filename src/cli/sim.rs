@@ -71,6 +71,11 @@ pub(crate) struct SimArgs {
     /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
     #[arg(long)]
     pub(crate) self_calibrate_max_distance: Option<f64>,
+    /// What the aggregation-target sender steers by, with --model: `airtime` (the level the
+    /// delivery rate and PHY rate give, from each receiver and, with several stations, the
+    /// cell) or `frame-count` (packets ÷ the model's predicted starts, the study's estimator).
+    #[arg(long, value_enum, default_value_t = SteerArg::Airtime)]
+    pub(crate) steer: SteerArg,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -78,6 +83,15 @@ pub(crate) struct SimArgs {
     /// JSON) is printed and nothing is written.
     #[arg(short, long)]
     pub(crate) output: Option<PathBuf>,
+}
+
+/// `--steer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SteerArg {
+    /// The level from airtime.
+    Airtime,
+    /// The frame count.
+    FrameCount,
 }
 
 impl SimArgs {
@@ -135,6 +149,10 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
             ),
             false => None,
         },
+        steer: match a.steer {
+            SteerArg::Airtime => aggrate::sim::Steer::Airtime,
+            SteerArg::FrameCount => aggrate::sim::Steer::FrameCount,
+        },
         ..SimConfig::default()
     };
     cfg.control.target = a.target;
@@ -181,25 +199,30 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
             println!("{}", serde_json::json!({ "runs": v }));
         }
     } else {
-        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | mean agg | estimated agg | delay ms (mean) | delay ms (p95) | airtime | lost |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | true μ_N | steered μ_N | its bias | frame-count bias | delay ms (mean) | delay ms (p95) | airtime | lost |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &results {
             for (i, s) in r.stations.iter().enumerate() {
+                let pct = |e: &Option<aggrate::metrics::LevelError>| {
+                    e.map_or("–".to_string(), |e| format!("{:+.1} %", e.bias * 100.0))
+                };
                 println!(
-                    "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.3} | {} |",
+                    "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} | {:.2} | {:.2} | {:.3} | {} |",
                     r.sender,
                     s.mcs,
                     s.phy_mbps,
                     s.rate_mbps,
                     s.mean_agg,
                     s.estimated_agg,
+                    pct(&s.level_error),
+                    pct(&s.count_error),
                     s.delay_ms_mean,
                     s.delay_ms_p95,
                     s.airtime_share,
                     s.lost
                 );
             }
-            println!("| {:?} | total | | | {:.1} | | | | | | |", r.sender, r.total_mbps);
+            println!("| {:?} | total | | | {:.1} | | | | | | | | |", r.sender, r.total_mbps);
             for (i, c) in r.self_calibration.iter().enumerate() {
                 let near = c.last.as_ref().map_or("none yet".to_string(), |s| {
                     format!(

@@ -1011,6 +1011,7 @@ mod tests {
             frame_id: i / 4,
             level: 4,
             phy_rate_bps: Some(866_700_000),
+            ip_len: 1500,
         }
     }
 

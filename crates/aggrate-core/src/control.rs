@@ -26,12 +26,17 @@
 //! geometrically towards `min_mbps`.
 //!
 //! Several stations: [`AirtimeSplit`] drives the station with the highest PHY rate μ_R with
-//! the loop and gives each other station x_j = x_i*·μ_R,j/μ_R,i* — equal airtime shares.
+//! the loop and gives each other station x_j = x_i*·μ_R,j/μ_R,i* — equal airtime shares. A
+//! receiver's airtime level ([`crate::airtime`]) knows only its own station's traffic; with
+//! several stations behind the AP the split, which knows every station's delivery rate and PHY
+//! rate, solves the cell's airtime relation ([`AirtimeParams::cell_levels`]) and steers by the
+//! larger of that and the receiver's level ([`AirtimeSplit::set_cell`]).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::airtime::{AirtimeParams, Measured};
 use crate::runtime::AggReport;
 use crate::time::Ts;
 
@@ -335,6 +340,17 @@ pub struct AirtimeSplit {
     phy: Vec<f64>,
     rates: Vec<f64>,
     driven: usize,
+    cell: Option<Cell>,
+}
+
+/// What [`AirtimeSplit`] needs to solve the cell's airtime relation: the airtime parameters and
+/// the IP length of the sender's packets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    /// Airtime of an exchange.
+    pub airtime: AirtimeParams,
+    /// IP length of each packet the sender sends (bytes).
+    pub ip_len: f64,
 }
 
 impl AirtimeSplit {
@@ -348,7 +364,36 @@ impl AirtimeSplit {
             phy: vec![0.0; stations.max(1)],
             rates: vec![x; stations.max(1)],
             driven: 0,
+            cell: None,
         })
+    }
+
+    /// Steer several stations by the cell's airtime relation too (`None`: by the receivers'
+    /// levels alone). With one station it changes nothing.
+    pub fn set_cell(&mut self, cell: Option<Cell>) {
+        self.cell = cell;
+    }
+
+    /// The driven station's level from the cell's airtime relation: every report needs its
+    /// packets, interval and μ_R.
+    fn cell_level(&self, reports: &[AggReport], driven: usize) -> Option<f64> {
+        let c = self.cell.as_ref()?;
+        if reports.len() < 2 {
+            return None;
+        }
+        let loads: Vec<Measured> = reports
+            .iter()
+            .map(|r| {
+                let secs = r.end.saturating_since(r.start).as_secs_f64();
+                Measured {
+                    pkt_rate: if secs > 0.0 { r.packets as f64 / secs } else { f64::NAN },
+                    ip_len: c.ip_len,
+                    phy_bps: r.phy_rate_bps.unwrap_or(f64::NAN),
+                    others_share: 0.0,
+                }
+            })
+            .collect();
+        c.airtime.cell_levels(&loads, 0.0).get(driven).copied().flatten()
     }
 
     /// One report per station (same interval). Reports without μ_R keep the last known μ_R.
@@ -364,7 +409,9 @@ impl AirtimeSplit {
             .unwrap_or(0);
         self.driven = best;
         if let Some(r) = reports.get(best) {
-            self.loop_.on_report(now, r);
+            let mut r = *r;
+            r.corrected_agg = Some(self.level_of(reports, best));
+            self.loop_.on_report(now, &r);
         }
         self.spread();
     }
@@ -394,6 +441,17 @@ impl AirtimeSplit {
     pub fn rate(&self, j: usize) -> Rate {
         Rate {
             mbps: self.rates.get(j).copied().unwrap_or(0.0),
+        }
+    }
+
+    /// The level station `i` is steered by, from one report per station of one interval: its
+    /// receiver's level, or the cell's airtime level when that is higher (several stations and
+    /// [`Self::set_cell`]).
+    pub fn level_of(&self, reports: &[AggReport], i: usize) -> f64 {
+        let own = reports.get(i).map_or(0.0, AggReport::level);
+        match self.cell_level(reports, i) {
+            Some(cell) => cell.max(own).min(1024.0),
+            None => own,
         }
     }
 

@@ -4,8 +4,8 @@
 //! sender and receiver. No IO, no clock, no training, no capture parsing: the `aggrate` crate
 //! holds those and re-exports this one.
 //!
-//! Layers (a module may use those above it): `time` → `features` → `model` → `runtime` →
-//! `control` → `transport`.
+//! Layers (a module may use those above it): `time` → `airtime` → `features` → `model` →
+//! `runtime` → `control` → `transport`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -30,6 +30,7 @@
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
+pub mod airtime;
 pub mod control;
 pub mod features;
 pub mod model;

@@ -10,11 +10,22 @@
 //! Two modes: [`Mode::Model`] estimates frame starts from kernel timestamps with a trained model
 //! (what a phone can do); [`Mode::Mac`] reads them from the radio's MAC timestamps (TSFT), the
 //! ground truth a rooted client or a capture has.
+//!
+//! **The level a controller steers by** ([`AggReport::level`]). Packets ÷ predicted starts
+//! (`mean_agg`) is only as good as the starts the receive path shows: hidden starts inflate it,
+//! invented ones deflate it. When the PHY rate is known (from the packets or
+//! [`OnlineEstimator::set_phy_rate`]), the model-mode estimator also reports the level the
+//! airtime relation gives for the interval's delivery rate and packet size
+//! ([`crate::airtime`]: what the access point must aggregate to deliver that rate), in
+//! `corrected_agg`, which [`AggReport::level`] prefers. Its inputs are counted per packet (two
+//! adds and a compare); the relation is solved once per interval. Pauses longer than
+//! [`SILENCE`] do not count as receiving time.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::airtime::{AirtimeParams, Measured};
 use crate::features::{FeatureSpec, FrameSlots, GapWindow};
 use crate::model::Predict;
 use crate::model::{EstimatorModel, ModelFile};
@@ -107,7 +118,8 @@ pub struct AggReport {
     pub packets: u64,
     /// μ_N: mean aggregation level of the frames closed in the interval (0 without frames).
     pub mean_agg: f64,
-    /// μ_N corrected by the slot SVR, when the model has one and enough slots have passed.
+    /// The corrected level: from airtime when the estimator knows the PHY rate (see the
+    /// module docs), else from the model's slot SVR when it has one and enough slots have passed.
     pub corrected_agg: Option<f64>,
     /// Receive rate (b/s of payload bytes as given in `len`).
     pub rx_rate_bps: f64,
@@ -141,6 +153,42 @@ struct Acc {
     owd_n: u64,
     phy_sum: f64,
     phy_n: u64,
+    /// Receiving time: the sum of the gaps shorter than [`SILENCE`] that end in the interval,
+    /// and how many there are.
+    active_ns: u64,
+    active_gaps: u64,
+}
+
+/// A gap between packets at least this long is a pause of the sender, not receiving time (the
+/// longest A-MPDU exchange, at the longest PPDU behind heavy contention, is a few ms).
+pub const SILENCE: Duration = Duration::from_millis(20);
+
+/// How the estimator turns an interval into a level besides counting frames: the airtime
+/// relation ([`crate::airtime`]), the bytes each packet's `len` lacks of its IP length, the PHY
+/// rate when packets do not carry it, and the share of the channel others take.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LevelConfig {
+    /// The airtime relation (`None`: report the frame count only).
+    pub airtime: Option<AirtimeParams>,
+    /// Added to each packet's `len` to get its IP length (28 for the UDP payload over IPv4; 0
+    /// when `len` is the IP length).
+    pub l3_overhead_bytes: u32,
+    /// PHY rate used when packets carry none (b/s).
+    pub phy_rate_bps: Option<u64>,
+    /// Share of the channel other transmissions take, from a channel survey (0: unknown — the
+    /// airtime level is then the least the station can be at).
+    pub others_share: f64,
+}
+
+impl Default for LevelConfig {
+    fn default() -> Self {
+        LevelConfig {
+            airtime: Some(AirtimeParams::default()),
+            l3_overhead_bytes: 0,
+            phy_rate_bps: None,
+            others_share: 0.0,
+        }
+    }
 }
 
 /// The per-packet estimator. See the module docs.
@@ -167,6 +215,9 @@ pub struct OnlineEstimator {
     next_seq: Option<u64>,
     seq_jumps: u64,
     ready: std::collections::VecDeque<AggReport>,
+    level: LevelConfig,
+    /// Receive time of the last packet (for receiving time across intervals).
+    last_host: Option<Ts>,
 }
 
 /// A sequence number further than this ahead of (or behind) the expected one is a jump — a
@@ -201,6 +252,14 @@ impl OnlineEstimator {
             Mode::Model(m) => fold(m, spec.width()),
             Mode::Mac => None,
         };
+        // MAC timestamps are the truth: no level but the frames'.
+        let level = match &mode {
+            Mode::Model(_) => LevelConfig::default(),
+            Mode::Mac => LevelConfig {
+                airtime: None,
+                ..LevelConfig::default()
+            },
+        };
         Ok(OnlineEstimator {
             folded,
             mlp_base: None,
@@ -219,7 +278,43 @@ impl OnlineEstimator {
             next_seq: None,
             seq_jumps: 0,
             ready: std::collections::VecDeque::with_capacity(READY_MAX),
+            level,
+            last_host: None,
         })
+    }
+
+    /// How intervals become levels besides counting frames (see [`LevelConfig`]); checked.
+    pub fn set_level_config(&mut self, mut c: LevelConfig) -> Result<(), Error> {
+        if let Some(a) = c.airtime.take() {
+            c.airtime = Some(a.check().map_err(|e| Error::Mismatch {
+                field: "airtime",
+                what: e.to_string(),
+            })?);
+        }
+        if !(c.others_share.is_finite() && (0.0..1.0).contains(&c.others_share)) {
+            return Err(Error::Mismatch {
+                field: "others_share",
+                what: format!("{} is not a share in [0, 1)", c.others_share),
+            });
+        }
+        self.level = c;
+        Ok(())
+    }
+
+    /// The level settings in use.
+    pub fn level_config(&self) -> &LevelConfig {
+        &self.level
+    }
+
+    /// The PHY rate to use when packets carry none (b/s; `None`: unknown).
+    pub fn set_phy_rate(&mut self, bps: Option<u64>) {
+        self.level.phy_rate_bps = bps.filter(|&b| b > 0);
+    }
+
+    /// The share of the channel other transmissions took, as a channel survey measured it
+    /// (clamped to [0, 0.99]; not finite: 0). Applies from the interval that is open.
+    pub fn set_others_share(&mut self, share: f64) {
+        self.level.others_share = if share.is_finite() { share.clamp(0.0, 0.99) } else { 0.0 };
     }
 
     /// Replace a perceptron's operating point while it runs (its
@@ -283,6 +378,13 @@ impl OnlineEstimator {
         let a = &mut self.acc;
         a.packets += 1;
         a.bytes += p.len as u64;
+        if let Some(prev) = self.last_host.replace(p.host) {
+            let gap = p.host.as_nanos().saturating_sub(prev.as_nanos());
+            if gap < SILENCE.as_nanos() as u64 {
+                a.active_ns += gap;
+                a.active_gaps += 1;
+            }
+        }
         if let Some(rate) = p.phy_rate_bps {
             a.phy_sum += rate as f64;
             a.phy_n += 1;
@@ -429,6 +531,24 @@ impl OnlineEstimator {
             (None, None)
         };
         self.owd.clear();
+        let phy = if a.phy_n > 0 {
+            Some(a.phy_sum / a.phy_n as f64)
+        } else {
+            self.level.phy_rate_bps.map(|v| v as f64)
+        };
+        let airtime = match (&self.level.airtime, phy) {
+            (Some(p), Some(phy_bps)) if a.active_gaps > 0 && a.active_ns > 0 && a.packets > 0 => p.level_with_count(
+                &Measured {
+                    pkt_rate: a.active_gaps as f64 * 1e9 / a.active_ns as f64,
+                    ip_len: a.bytes as f64 / a.packets as f64 + self.level.l3_overhead_bytes as f64,
+                    phy_bps,
+                    others_share: self.level.others_share,
+                },
+                // Near the RTS threshold the frame count tells which regime the AP is in.
+                (a.frames > 0).then(|| a.level_sum as f64 / a.frames as f64),
+            ),
+            _ => None,
+        };
         AggReport {
             start,
             end,
@@ -439,7 +559,9 @@ impl OnlineEstimator {
             } else {
                 0.0
             },
-            corrected_agg: self.svr_latest.map(|v| v.clamp(1.0, self.n_max as f64)),
+            corrected_agg: airtime
+                .map(|v| v.min(self.n_max as f64))
+                .or(self.svr_latest.map(|v| v.clamp(1.0, self.n_max as f64))),
             rx_rate_bps: a.bytes as f64 * 8.0 / secs,
             lost: a.lost,
             loss_rate: if a.lost + a.packets > 0 {
@@ -449,7 +571,7 @@ impl OnlineEstimator {
             },
             owd_mean_ms,
             owd_p95_ms,
-            phy_rate_bps: (a.phy_n > 0).then(|| a.phy_sum / a.phy_n as f64),
+            phy_rate_bps: phy,
         }
     }
 }

@@ -175,7 +175,7 @@ impl Sender {
                 last_feedback: now,
             });
         }
-        Ok(Sender {
+        let mut sender = Sender {
             psk,
             rng,
             payload,
@@ -187,7 +187,24 @@ impl Sender {
             last_feedback: now,
             next_silence_check: now + interval * 3,
             stats: SenderStats::default(),
-        })
+        };
+        sender.set_cell_airtime(true);
+        Ok(sender)
+    }
+
+    /// Steer several stations by the cell's airtime relation as well as by their receivers'
+    /// levels (the default), or by the receivers' levels alone.
+    pub fn set_cell_airtime(&mut self, on: bool) {
+        self.split.set_cell(on.then(|| crate::control::Cell {
+            airtime: crate::airtime::AirtimeParams::default(),
+            ip_len: (self.payload + wire::DATA_HEADER_LEN + 28) as f64,
+        }));
+    }
+
+    /// The level the controller steers station `i` by, given one report per station of the
+    /// same interval ([`AirtimeSplit::level_of`]).
+    pub fn level_of(&self, reports: &[AggReport], i: usize) -> f64 {
+        self.split.level_of(reports, i)
     }
 
     /// Rate of station `i`.
@@ -414,8 +431,13 @@ pub struct Receiver {
 
 impl Receiver {
     /// A receiver under the pre-shared key `psk` running `est`; `seed` seeds its nonces (fresh OS
-    /// entropy outside tests: `aggrate::transport::io::entropy`).
-    pub fn new(psk: Psk, seed: [u8; 32], est: OnlineEstimator) -> Receiver {
+    /// entropy outside tests: `aggrate::transport::io::entropy`). Its packets' lengths are UDP
+    /// payloads over IPv4: the estimator's airtime level adds 28 bytes of headers to them.
+    pub fn new(psk: Psk, seed: [u8; 32], mut est: OnlineEstimator) -> Receiver {
+        let mut level = est.level_config().clone();
+        level.l3_overhead_bytes = 28;
+        // The estimator's own settings were checked; only the overhead changed.
+        let _ = est.set_level_config(level);
         Receiver {
             psk,
             rng: NonceGen::new(seed),

@@ -1,0 +1,191 @@
+//! Scores as data, below everything that computes them (`train`, `sim`, `eval`) and above
+//! nothing: the error of an estimated mean aggregation level μ_N per report interval against
+//! the truth, and the truth per interval itself from labelled packets.
+//!
+//! A controller steers by μ_N per interval, not by per-packet decisions, so this is the score
+//! that says whether it steers right: a model can score 0.85 F1 with balanced errors and be
+//! unbiased, or 0.95 and be 20 % off.
+//!
+//! No clock, no IO; times are the receive clock's [`Ts`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Ts;
+
+/// One report interval: the estimate and the truth.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LevelPair {
+    /// Interval start.
+    pub start: Ts,
+    /// The estimated μ_N.
+    pub estimate: f64,
+    /// The true μ_N (MPDUs ÷ A-MPDUs of the interval).
+    pub truth: f64,
+    /// True A-MPDUs in the interval.
+    pub ampdus: u64,
+}
+
+impl LevelPair {
+    /// (estimate − truth) / truth.
+    pub fn rel_error(&self) -> f64 {
+        (self.estimate - self.truth) / self.truth
+    }
+}
+
+/// Intervals with fewer true A-MPDUs than this are not scored (a partial interval at the start
+/// or end of a run, or a pause).
+pub const MIN_AMPDUS: u64 = 5;
+
+/// The error of μ_N over report intervals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelError {
+    /// Intervals scored.
+    pub intervals: u64,
+    /// Mean relative error (estimate − truth) / truth: the bias.
+    pub bias: f64,
+    /// Median absolute relative error.
+    pub mae_rel_median: f64,
+    /// 95th percentile of the absolute relative error.
+    pub err_rel_p95: f64,
+    /// Mean true μ_N of the scored intervals.
+    pub truth_mean: f64,
+    /// Mean estimated μ_N of the scored intervals.
+    pub estimate_mean: f64,
+}
+
+impl LevelError {
+    /// Score the pairs with at least [`MIN_AMPDUS`] true A-MPDUs and a finite estimate; `None`
+    /// when none qualifies.
+    pub fn of<'a>(pairs: impl IntoIterator<Item = &'a LevelPair>) -> Option<LevelError> {
+        let mut errs = Vec::new();
+        let (mut t, mut e) = (0.0, 0.0);
+        for p in pairs {
+            if p.ampdus < MIN_AMPDUS || p.truth.is_nan() || p.truth <= 0.0 || !p.estimate.is_finite() {
+                continue;
+            }
+            errs.push(p.rel_error());
+            t += p.truth;
+            e += p.estimate;
+        }
+        if errs.is_empty() {
+            return None;
+        }
+        let n = errs.len() as f64;
+        let bias = errs.iter().sum::<f64>() / n;
+        let mut abs: Vec<f64> = errs.iter().map(|x| x.abs()).collect();
+        abs.sort_by(f64::total_cmp);
+        Some(LevelError {
+            intervals: errs.len() as u64,
+            bias,
+            mae_rel_median: quantile(&abs, 0.5),
+            err_rel_p95: quantile(&abs, 0.95),
+            truth_mean: t / n,
+            estimate_mean: e / n,
+        })
+    }
+
+    /// Within the study's bounds for a receiver: |bias| ≤ 5 % and median |relative error| ≤ 10 %.
+    pub fn holds(&self) -> bool {
+        self.bias.abs() <= 0.05 && self.mae_rel_median <= 0.10
+    }
+}
+
+/// Linear-interpolated quantile of sorted values.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let x = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (x - lo as f64)
+}
+
+/// The true μ_N per interval of a receive clock's grid of `interval` (aligned to multiples of it,
+/// as the online estimator's reports are): each A-MPDU counts in the interval where its first
+/// packet was received, with all its packets. `packets` are (receive time, starts an A-MPDU) in
+/// receive order; returns (interval start, MPDUs, A-MPDUs) for every interval with packets.
+pub fn truth_per_interval(
+    packets: impl IntoIterator<Item = (Ts, bool)>,
+    interval: std::time::Duration,
+) -> Vec<(Ts, u64, u64)> {
+    let step = interval.as_nanos().max(1) as u64;
+    let mut out: Vec<(Ts, u64, u64)> = Vec::new();
+    // The interval of the A-MPDU now open (its packets count there).
+    let mut open: Option<usize> = None;
+    for (t, first) in packets {
+        if first || open.is_none() {
+            let start = Ts(t.as_nanos() - t.as_nanos() % step);
+            if out.last().is_none_or(|l| l.0 != start) {
+                out.push((start, 0, 0));
+            }
+            let i = out.len() - 1;
+            out[i].2 += 1;
+            open = Some(i);
+        }
+        if let Some(i) = open {
+            out[i].1 += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pair(estimate: f64, truth: f64) -> LevelPair {
+        LevelPair {
+            start: Ts::ZERO,
+            estimate,
+            truth,
+            ampdus: 100,
+        }
+    }
+
+    #[test]
+    fn bias_median_and_p95() {
+        let pairs: Vec<LevelPair> = [1.1, 0.9, 1.2, 1.0, 0.95]
+            .iter()
+            .map(|&f| pair(20.0 * f, 20.0))
+            .collect();
+        let e = LevelError::of(&pairs).unwrap();
+        assert_eq!(e.intervals, 5);
+        assert!((e.bias - 0.03).abs() < 1e-12, "{}", e.bias);
+        assert!((e.mae_rel_median - 0.1).abs() < 1e-12);
+        assert!((e.err_rel_p95 - 0.18).abs() < 1e-9, "{}", e.err_rel_p95);
+        assert!(e.holds());
+        let off: Vec<LevelPair> = (0..10).map(|_| pair(26.0, 20.0)).collect();
+        assert!(!LevelError::of(&off).unwrap().holds());
+        // Too few A-MPDUs, no truth or no estimate: not scored.
+        let skipped = [
+            LevelPair {
+                ampdus: 2,
+                ..pair(1.0, 1.0)
+            },
+            pair(f64::NAN, 2.0),
+            pair(3.0, 0.0),
+        ];
+        assert_eq!(LevelError::of(&skipped), None);
+    }
+
+    #[test]
+    fn truth_counts_each_ampdu_where_it_starts() {
+        let ms = Duration::from_millis(1);
+        // A-MPDUs of 4 packets every 300 µs; the one starting at 900 µs spills into the next ms.
+        let mut pkts = Vec::new();
+        for f in 0..10u64 {
+            for k in 0..4u64 {
+                pkts.push((Ts::from_micros(f * 300 + k * 40), k == 0));
+            }
+        }
+        let t = truth_per_interval(pkts, ms);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0], (Ts::ZERO, 16, 4), "0, 300, 600, 900 start in the first ms");
+        assert_eq!(t[1], (Ts::from_millis(1), 12, 3));
+        assert_eq!(t[2], (Ts::from_millis(2), 12, 3));
+        // Packets before the first start count as an A-MPDU of their own.
+        let t = truth_per_interval([(Ts::from_micros(5), false), (Ts::from_micros(6), false)], ms);
+        assert_eq!(t, vec![(Ts::ZERO, 2, 1)]);
+    }
+}
