@@ -70,7 +70,7 @@ rx = json.load(open(f"{w}/rx.json"))
 rep = [l for l in open(f"{w}/rx.err") if "μ_N" in l]
 mu, rate, owd = [], [], []
 for l in rep:
-    m = re.search(r"μ_N\s+([\d.]+)\s+rx\s+([\d.]+) Mb/s\s+owd\s+([\d.]+|NaN) ms", l)
+    m = re.search(r"μ_N\s+([\d.]+)\s+\(frame count\s+[\d.]+\)\s+rx\s+([\d.]+) Mb/s\s+owd\s+([\d.]+|NaN) ms", l)
     if m and float(m.group(2)) > 0:
         mu.append(float(m.group(1))); rate.append(float(m.group(2))); owd.append(float(m.group(3)))
 # Over the whole run, as the AP counts (ramp-up included).

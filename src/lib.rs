@@ -19,6 +19,7 @@ pub use aggrate_core::{control, features, runtime, time};
 pub mod capture;
 pub mod dataset;
 pub mod label;
+pub mod livelog;
 pub mod metrics;
 pub mod model;
 pub mod parallel;

@@ -1345,8 +1345,12 @@ pub struct LiveRow {
     pub t_s: f64,
     /// The sender's rate then (Mb/s).
     pub rate_mbps: f64,
-    /// μ_N.
+    /// μ_N the sender steered by.
     pub mean_agg: f64,
+    /// The receiver's frame count (packets ÷ predicted starts).
+    pub count_agg: f64,
+    /// True μ_N: MPDUs ÷ A-MPDUs the AP sent in the interval (NaN when unknown).
+    pub true_agg: f64,
     /// Receive rate (Mb/s).
     pub rx_mbps: f64,
     /// Mean one-way delay (ms; NaN without send times).
@@ -1359,11 +1363,11 @@ pub struct LiveRow {
 /// and `live_agg.png` (μ_N) in `dir`.
 pub fn write_live(dir: &Path, rows: &[LiveRow], send: &[(f64, f64)]) -> Result<Vec<PathBuf>, WriteError> {
     use plot::Series;
-    let mut csv = String::from("t_s,send_mbps,mean_agg,rx_mbps,owd_ms,lost\n");
+    let mut csv = String::from("t_s,send_mbps,mean_agg,frame_count,true_agg,rx_mbps,owd_ms,lost\n");
     for r in rows {
         csv.push_str(&format!(
-            "{:.3},{:.3},{:.3},{:.3},{:.4},{}\n",
-            r.t_s, r.rate_mbps, r.mean_agg, r.rx_mbps, r.owd_ms, r.lost
+            "{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{}\n",
+            r.t_s, r.rate_mbps, r.mean_agg, r.count_agg, r.true_agg, r.rx_mbps, r.owd_ms, r.lost
         ));
     }
     let mut written = vec![write_file(dir, "live.csv", csv.into_bytes())?];
@@ -1383,10 +1387,20 @@ pub fn write_live(dir: &Path, rows: &[LiveRow], send: &[(f64, f64)]) -> Result<V
     let png = dir.join("live_agg.png");
     plot::lines(
         &png,
-        "live loop: estimated aggregation level μ_N",
+        "live loop: aggregation level μ_N",
         "time (s)",
         "MPDUs per A-MPDU",
-        &[Series::new("μ_N", rows.iter().map(|r| (r.t_s, r.mean_agg)).collect())],
+        &[
+            Series::new("steered by", rows.iter().map(|r| (r.t_s, r.mean_agg)).collect()),
+            Series::new("frame count", rows.iter().map(|r| (r.t_s, r.count_agg)).collect()),
+            Series::new(
+                "true (AP)",
+                rows.iter()
+                    .filter(|r| r.true_agg.is_finite())
+                    .map(|r| (r.t_s, r.true_agg))
+                    .collect(),
+            ),
+        ],
         None,
     )?;
     written.push(png);

@@ -60,6 +60,8 @@ fn sender_ap_receiver_processes_close_the_loop() {
         &format!("127.0.0.1:{rx}"),
         "--duration",
         "5",
+        "--truth",
+        dir.path().join("ap.csv").to_str().unwrap(),
     ]));
     let rx_p = spawn(s(&[
         "-q",
@@ -71,6 +73,8 @@ fn sender_ap_receiver_processes_close_the_loop() {
         "--phy-mbps",
         "866.7",
         "--self-calibrate",
+        "--log",
+        dir.path().join("recv.csv").to_str().unwrap(),
     ]));
     std::thread::sleep(std::time::Duration::from_millis(300));
     let tx_p = spawn(s(&[
@@ -132,6 +136,73 @@ fn sender_ap_receiver_processes_close_the_loop() {
             "{sc}"
         );
     }
+    // The AP's truth per interval joined with the receiver's reports (`aggrate join`): the
+    // same grid, the truth the AP's own count, a release error measured.
+    let truth = std::fs::read_to_string(dir.path().join("ap.csv")).unwrap();
+    let reports = std::fs::read_to_string(dir.path().join("recv.csv")).unwrap();
+    assert!(truth.starts_with(::aggrate::livelog::TRUTH_HEADER), "{truth}");
+    assert!(reports.starts_with(::aggrate::livelog::REPORT_HEADER), "{reports}");
+    let t = ::aggrate::livelog::read_truth(&dir.path().join("ap.csv")).unwrap();
+    assert_eq!(t.iter().map(|r| r.mpdus).sum::<u64>(), ap["data_out"].as_u64().unwrap());
+    assert_eq!(t.iter().map(|r| r.ampdus).sum::<u64>(), ap["ampdus"].as_u64().unwrap());
+    assert!(
+        t.windows(2).all(|w| w[1].start_ns == w[0].start_ns + 500_000_000),
+        "{truth}"
+    );
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "join",
+            "--truth",
+            "ap.csv",
+            "--reports",
+            "recv.csv",
+            "--skip",
+            "0",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let jn: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    assert!(jn["intervals"].as_u64().unwrap() >= 4, "{jn}");
+    assert!(jn["level"]["intervals"].as_u64().unwrap() >= 1, "{jn}");
+    assert!(jn["release_p50_us"].as_f64().unwrap().is_finite(), "{jn}");
+    let o = aggrate(
+        dir.path(),
+        &["-q", "join", "--truth", "ap.csv", "--reports", "recv.csv"],
+    );
+    assert!(
+        text(&o).0.contains("true μ_N (AP)") && text(&o).0.contains("AP release error"),
+        "{}",
+        text(&o).0
+    );
+    // The logs swapped, or another station's: clear errors naming the files, exit code 3.
+    let o = aggrate(
+        dir.path(),
+        &["-q", "join", "--truth", "recv.csv", "--reports", "ap.csv"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o).1);
+    assert!(
+        text(&o).1.contains("recv.csv: line 1 is not the AP truth"),
+        "{}",
+        text(&o).1
+    );
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "join",
+            "--truth",
+            "ap.csv",
+            "--reports",
+            "recv.csv",
+            "--station",
+            "3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o).1);
+    assert!(text(&o).1.contains("share no report interval"), "{}", text(&o).1);
 }
 
 #[test]

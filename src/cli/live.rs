@@ -5,6 +5,7 @@
 //! This is an IO edge: it reads the real clock for its live table.
 #![allow(clippy::disallowed_methods)]
 
+use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -56,6 +57,14 @@ pub(crate) struct ApArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// Write what the AP sent each station per report interval (CSV: A-MPDUs, MPDUs, level, and
+    /// how late it released its bursts), on the receivers' grid: `aggrate join --truth FILE
+    /// --reports RECV.csv` scores a receiver's `recv --log` against it.
+    #[arg(long)]
+    pub(crate) truth: Option<PathBuf>,
+    /// Report interval of --truth (ms): the receivers' (`recv --interval-ms`, default 500).
+    #[arg(long, default_value_t = 500)]
+    pub(crate) interval_ms: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -99,6 +108,15 @@ pub(crate) struct RecvArgs {
     /// --phy-mbps is the model's training WLAN's (866.7: VHT MCS 9, 2 SS, 80 MHz), else 1.
     #[arg(long, requires = "self_calibrate")]
     pub(crate) max_distance: Option<f64>,
+    /// Share of the channel other transmissions take (0 ≤ x < 1), e.g. from `iw dev IFACE survey
+    /// dump` (busy time less this station's receive time, over the survey's time): the airtime
+    /// level counts it. Unknown (0): the level is the least the station can be at.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) others_share: f64,
+    /// Write every report sent (CSV: interval, packets, frames, frame count, the level steered
+    /// by, receive rate, delay, losses), for `aggrate join` with the AP's --truth.
+    #[arg(long)]
+    pub(crate) log: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -207,7 +225,46 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         .collect();
     let stop = AtomicBool::new(false);
     ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
-    let s = aggrate::wlan::live::run_ap(&listen, &a.stations, wlan(&a.mcs, n)?, a.seed, secs(a.duration)?, &stop)?;
+    let mut truth_out = match &a.truth {
+        Some(p) => {
+            let mut f =
+                std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?);
+            writeln!(f, "{}", aggrate::livelog::TRUTH_HEADER).with_context(|| format!("writing {}", p.display()))?;
+            Some((p.clone(), f))
+        }
+        None => None,
+    };
+    if !(10..=60_000).contains(&a.interval_ms) {
+        bail!("--interval-ms {}: between 10 and 60000", a.interval_ms);
+    }
+    let mut write_err: Option<std::io::Error> = None;
+    let mut on_row = |r: &aggrate::wlan::live::TruthRow| {
+        if let Some((_, f)) = truth_out.as_mut() {
+            if let Err(e) = writeln!(f, "{}", aggrate::livelog::truth_line(r)) {
+                write_err.get_or_insert(e);
+            }
+        }
+    };
+    let truth = a.truth.is_some().then(|| aggrate::wlan::live::ApTruth {
+        interval: Duration::from_millis(a.interval_ms),
+        on_row: &mut on_row,
+    });
+    let s = aggrate::wlan::live::run_ap_with(
+        &listen,
+        &a.stations,
+        wlan(&a.mcs, n)?,
+        a.seed,
+        secs(a.duration)?,
+        &stop,
+        truth,
+    )?;
+    if let Some((p, mut f)) = truth_out {
+        if let Some(e) = write_err {
+            return Err(e).with_context(|| format!("writing {}", p.display()));
+        }
+        f.flush().with_context(|| format!("writing {}", p.display()))?;
+        ui.info(format!("wrote the AP's truth per interval to {}", p.display()));
+    }
     println!("{}", serde_json::to_string(&s)?);
     Ok(Exit::Ok)
 }
@@ -254,6 +311,30 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         estimator(model.as_ref(), interval)?,
     );
     rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
+    match a.phy_mbps {
+        Some(m) if !(m.is_finite() && m > 0.0 && m * 1e6 <= aggrate::transport::wire::MAX_RATE_BPS) => {
+            bail!("--phy-mbps {m}: a PHY rate in Mb/s, above 0 and at most 9607.8")
+        }
+        Some(_) => {}
+        None => ui.warn(
+            "no --phy-mbps: the level is the frame count (packets ÷ predicted starts), which receive paths that hide \
+             frame starts read high; give the link's PHY rate for the level from airtime",
+        ),
+    }
+    if !(a.others_share.is_finite() && (0.0..1.0).contains(&a.others_share)) {
+        bail!("--others-share {}: a share in [0, 1)", a.others_share);
+    }
+    rx.estimator_mut().set_others_share(a.others_share);
+    let mut log = match &a.log {
+        Some(p) => {
+            let mut f =
+                std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?);
+            writeln!(f, "{}", aggrate::livelog::REPORT_HEADER).with_context(|| format!("writing {}", p.display()))?;
+            Some((p.clone(), f))
+        }
+        None => None,
+    };
+    let mut log_err: Option<std::io::Error> = None;
     let mut cal = match a.self_calibrate {
         true => Some(self_calibrator(model.as_ref(), a.max_distance, a.phy_mbps)?),
         false => None,
@@ -269,9 +350,15 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         &stop,
         cal.as_mut(),
         |r| {
+            if let Some((_, f)) = log.as_mut() {
+                if let Err(e) = writeln!(f, "{}", aggrate::livelog::report_line(r)) {
+                    log_err.get_or_insert(e);
+                }
+            }
             ui.info(format!(
-                "μ_N {:5.1}  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
+                "μ_N {:5.1} (frame count {:5.1})  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
                 r.level(),
+                r.mean_agg,
                 r.rx_rate_bps / 1e6,
                 r.owd_mean_ms.unwrap_or(f64::NAN),
                 r.lost
@@ -301,12 +388,26 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             }
         },
     )?;
+    if let Some((p, mut f)) = log {
+        if let Some(e) = log_err {
+            return Err(e).with_context(|| format!("writing {}", p.display()));
+        }
+        f.flush().with_context(|| format!("writing {}", p.display()))?;
+    }
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);
     }
     println!("{out}");
     Ok(Exit::Ok)
+}
+
+/// The AP's true level of the interval starting at `start` (NaN when it has none yet).
+fn true_level(truth: &[aggrate::wlan::live::TruthRow], start: aggrate::Ts) -> f64 {
+    truth
+        .iter()
+        .find(|t| t.start_ns == start.as_nanos() && t.ampdus > 0)
+        .map_or(f64::NAN, |t| t.mpdus as f64 / t.ampdus as f64)
 }
 
 fn free_port() -> Result<SocketAddr> {
@@ -331,21 +432,34 @@ pub(crate) fn live_loop(
     // A fresh key for this run only: both ends live in this process.
     let key = Psk::new(&io::entropy()?)?;
     let mut rx = Receiver::new(key.clone(), io::entropy()?, estimator(model, interval)?);
+    let cfg = wlan(&[mcs], 1)?;
+    // The station's PHY rate, as a receiver reads its link speed: the level from airtime.
+    rx.phy_rate_bps = cfg.modes()[0].rate_bps();
     let stop = Arc::new(AtomicBool::new(false));
     let reports: Arc<Mutex<Vec<AggReport>>> = Arc::new(Mutex::new(Vec::new()));
+    let truth: Arc<Mutex<Vec<aggrate::wlan::live::TruthRow>>> = Arc::new(Mutex::new(Vec::new()));
     let rates: Arc<Mutex<Vec<(f64, f64)>>> = Arc::new(Mutex::new(Vec::new()));
-    let cfg = wlan(&[mcs], 1)?;
     let t0 = io::realtime();
     std::thread::scope(|sc| -> Result<()> {
         let (stop_ap, stop_rx, stop_tx) = (stop.clone(), stop.clone(), stop.clone());
+        let tr = truth.clone();
         let ap = sc.spawn(move || {
-            aggrate::wlan::live::run_ap(
+            let mut keep = |r: &aggrate::wlan::live::TruthRow| {
+                if let Ok(mut v) = tr.lock() {
+                    v.push(*r);
+                }
+            };
+            aggrate::wlan::live::run_ap_with(
                 &[ap_port],
                 &[rx_addr],
                 cfg,
                 1,
                 duration + Duration::from_millis(300),
                 &stop_ap,
+                Some(aggrate::wlan::live::ApTruth {
+                    interval,
+                    on_row: &mut keep,
+                }),
             )
         });
         let reps = reports.clone();
@@ -389,19 +503,21 @@ pub(crate) fn live_loop(
             )?)
         });
         // The live table, from the main thread.
-        ui.info("     t s   send Mb/s   μ_N    rx Mb/s   one-way ms   lost");
+        ui.info("     t s   send Mb/s   μ_N   true μ_N   rx Mb/s   one-way ms   lost");
         let mut shown = 0;
         let start = std::time::Instant::now();
         while start.elapsed() < duration + Duration::from_millis(400) {
             std::thread::sleep(Duration::from_millis(100));
             let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
             let rate = rates.lock().ok().and_then(|v| v.last().map(|x| x.1)).unwrap_or(0.0);
+            let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
             for r in reps.iter().skip(shown) {
                 ui.info(format!(
-                    "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:10.2}   {:4}",
+                    "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:8.1}   {:10.2}   {:4}",
                     r.end.saturating_since(t0).as_secs_f64(),
                     rate,
                     r.level(),
+                    true_level(&tr, r.start),
                     r.rx_rate_bps / 1e6,
                     r.owd_mean_ms.unwrap_or(f64::NAN),
                     r.lost
@@ -426,6 +542,7 @@ pub(crate) fn live_loop(
     })?;
     let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
     let rate_series = rates.lock().map(|v| v.clone()).unwrap_or_default();
+    let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
     let rows: Vec<LiveRow> = reps
         .iter()
         .map(|r| {
@@ -435,6 +552,8 @@ pub(crate) fn live_loop(
                 t_s: t,
                 rate_mbps: rate,
                 mean_agg: r.level(),
+                count_agg: r.mean_agg,
+                true_agg: true_level(&tr, r.start),
                 rx_mbps: r.rx_rate_bps / 1e6,
                 owd_ms: r.owd_mean_ms.unwrap_or(f64::NAN),
                 lost: r.lost,

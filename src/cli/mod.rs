@@ -9,6 +9,7 @@ mod export;
 mod features;
 mod ingest;
 mod inspect;
+mod join;
 mod live;
 mod progress;
 mod rows;
@@ -69,6 +70,8 @@ pub(crate) enum Command {
     Recv(live::RecvArgs),
     /// Write a random pre-shared key for `send` and `recv` (hex, mode 600).
     Keygen(live::KeygenArgs),
+    /// Score a live run: the receiver's reports (`recv --log`) against the AP's truth (`ap --truth`).
+    Join(join::JoinArgs),
     /// Closed loop on a virtual clock: sender → emulated WLAN → estimator → controller.
     Sim(sim::SimArgs),
     /// Run the whole job on the embedded sample capture (the README's main command).
@@ -182,6 +185,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Send(a) => live::send(&ui, a),
         Command::Recv(a) => live::recv(&ui, a),
         Command::Keygen(a) => live::keygen(&ui, a),
+        Command::Join(a) => join::run(&ui, a),
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Calibrate(a) => calibrate::run(&ui, a),

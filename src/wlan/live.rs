@@ -180,6 +180,57 @@ pub struct ApStats {
     pub foreign: u64,
 }
 
+/// What the live AP sent one station in one report interval: the truth a receiver's estimate is
+/// joined with (`ap --truth FILE`), and how late the AP released its bursts, so that a late AP
+/// (a loaded host: several emulated A-MPDUs leave together and look like one) is told apart
+/// from a receiver that hides frame starts.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct TruthRow {
+    /// Interval start: `CLOCK_REALTIME` ns, a multiple of the interval (the grid a receiver's
+    /// reports on the same host sit on).
+    pub start_ns: u64,
+    /// Station.
+    pub station: u16,
+    /// A-MPDUs released in the interval.
+    pub ampdus: u64,
+    /// Packets (MPDUs) in them.
+    pub mpdus: u64,
+    /// Median release error: how long after its emulated end time an A-MPDU left (µs).
+    pub release_p50_us: f64,
+    /// 99th percentile of the release error (µs).
+    pub release_p99_us: f64,
+    /// A-MPDUs released less than [`MERGE_GAP`] after the previous one: a receiver cannot see
+    /// them apart whatever its receive path.
+    pub merged: u64,
+}
+
+/// Two A-MPDUs the AP releases closer together than this reach a station as one burst (less
+/// than the shortest possible A-MPDU exchange: AIFS 43 µs + preamble 40 µs + Block Ack 32 µs).
+pub const MERGE_GAP: Duration = Duration::from_micros(100);
+
+/// Per-station truth of the open interval.
+#[derive(Clone, Debug, Default)]
+struct TruthAcc {
+    ampdus: u64,
+    mpdus: u64,
+    merged: u64,
+    late_us: Vec<f32>,
+    last_release: Option<Instant>,
+}
+
+/// Largest number of A-MPDUs per station and interval whose release error is kept (beyond it the
+/// quantiles come from the first ones; at 64 A-MPDUs per ms this is a 4 s interval).
+const TRUTH_SAMPLES_MAX: usize = 1 << 18;
+
+/// The AP's per-interval truth: `on_row` is called for every station at the end of every
+/// interval of `interval` (aligned to multiples of it on `CLOCK_REALTIME`).
+pub struct ApTruth<'a> {
+    /// Report interval Δ.
+    pub interval: Duration,
+    /// Called with each finished row.
+    pub on_row: &'a mut dyn FnMut(&TruthRow),
+}
+
 /// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
 /// 64 KB in the worst case, ≈ 100 MB at 1,500 B). The emulator's queues hold far fewer; packets
 /// it drops without delivering are overwritten here rather than kept forever.
@@ -197,6 +248,19 @@ pub fn run_ap(
     seed: u64,
     duration: Duration,
     stop: &AtomicBool,
+) -> Result<ApStats, ReplayError> {
+    run_ap_with(listen, stations, wlan, seed, duration, stop, None)
+}
+
+/// [`run_ap`], and with `truth` what it sent each station per interval ([`TruthRow`]).
+pub fn run_ap_with(
+    listen: &[std::net::SocketAddr],
+    stations: &[std::net::SocketAddr],
+    wlan: super::ValidWlanConfig,
+    seed: u64,
+    duration: Duration,
+    stop: &AtomicBool,
+    mut truth: Option<ApTruth<'_>>,
 ) -> Result<ApStats, ReplayError> {
     use rand::SeedableRng;
     if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
@@ -216,7 +280,14 @@ pub fn run_ap(
         .collect::<Result<_, ReplayError>>()?;
     let mut sim = super::WlanSim::new(wlan, rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let start = Instant::now();
+    // CLOCK_REALTIME at `start`: the truth's intervals sit on the receivers' grid.
+    let real0 = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let vnow = || Ts(start.elapsed().as_nanos() as u64);
+    let step = truth.as_ref().map_or(1, |t| t.interval.as_nanos().max(1) as u64);
+    let mut acc: Vec<TruthAcc> = vec![TruthAcc::default(); stations.len()];
+    let mut open_start = (real0 / step) * step;
     // A ring indexed by packet id: bounded whatever the emulator drops.
     let mut store: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
     store.resize_with(AP_STORE_CAP, || None);
@@ -275,11 +346,34 @@ pub fn run_ap(
         if sim.poll_timeout().is_some_and(|t| t <= now) {
             sim.handle_timeout(now);
         }
+        if let Some(t) = truth.as_mut() {
+            let real = real0 + start.elapsed().as_nanos() as u64;
+            while real >= open_start + step {
+                for (i, a) in acc.iter_mut().enumerate() {
+                    (t.on_row)(&a.finish(open_start, i as u16));
+                }
+                open_start += step;
+            }
+        }
         while let Some(d) = sim.poll_delivery() {
             busy = true;
             if d.ampdu_ref != last_ref {
                 stats.ampdus += 1;
                 last_ref = d.ampdu_ref;
+                if let Some(a) = acc.get_mut(d.sta.0 as usize) {
+                    let now_i = Instant::now();
+                    a.ampdus += 1;
+                    if a.last_release.is_some_and(|l| now_i.duration_since(l) < MERGE_GAP) {
+                        a.merged += 1;
+                    }
+                    a.last_release = Some(now_i);
+                    if a.late_us.len() < TRUTH_SAMPLES_MAX {
+                        a.late_us.push(vnow().saturating_since(d.mac_time).as_secs_f32() * 1e6);
+                    }
+                }
+            }
+            if let Some(a) = acc.get_mut(d.sta.0 as usize) {
+                a.mpdus += 1;
             }
             let slot = &mut store[d.packet.seq as usize % AP_STORE_CAP];
             if let Some((_, bytes)) = slot.take_if(|(id, _)| *id == d.packet.seq) {
@@ -299,5 +393,37 @@ pub fn run_ap(
             }
         }
     }
+    if let Some(t) = truth.as_mut() {
+        for (i, a) in acc.iter_mut().enumerate() {
+            (t.on_row)(&a.finish(open_start, i as u16));
+        }
+    }
     Ok(stats)
+}
+
+impl TruthAcc {
+    /// The row of the interval starting at `start_ns`, and a fresh interval.
+    fn finish(&mut self, start_ns: u64, station: u16) -> TruthRow {
+        let q = |v: &mut Vec<f32>, p: f64| -> f64 {
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            let k = ((v.len() - 1) as f64 * p).round() as usize;
+            *v.select_nth_unstable_by(k, |a, b| a.total_cmp(b)).1 as f64
+        };
+        let row = TruthRow {
+            start_ns,
+            station,
+            ampdus: self.ampdus,
+            mpdus: self.mpdus,
+            release_p50_us: q(&mut self.late_us, 0.5),
+            release_p99_us: q(&mut self.late_us, 0.99),
+            merged: self.merged,
+        };
+        self.ampdus = 0;
+        self.mpdus = 0;
+        self.merged = 0;
+        self.late_us.clear();
+        row
+    }
 }
