@@ -258,7 +258,7 @@ fn write_calibrated(ui: &Ui, output: &Path, mut file: ModelFile, report: serde_j
     let md_path = output.with_extension("calibration.md");
     std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {
-        print!("{md}");
+        out!("{md}");
     }
     ui.info(format!("wrote {} and {}", output.display(), md_path.display()));
     Ok(Exit::Ok)

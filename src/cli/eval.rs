@@ -138,7 +138,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let md_path = a.output.join(format!("{name}.eval.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
     if !ui.quiet {
-        print!("{md}");
+        out!("{md}");
     }
     ui.info(format!("wrote {} and {}", json_path.display(), md_path.display()));
     Ok(Exit::Ok)

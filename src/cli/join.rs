@@ -49,7 +49,7 @@ pub(crate) fn run(_ui: &Ui, a: JoinArgs) -> Result<Exit> {
     let true_mean = j.level.or(j.frame_count).map_or(f64::NAN, |e| e.truth_mean);
     let off = (true_mean - a.target) / a.target;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "intervals": j.pairs.len(),
@@ -77,19 +77,19 @@ pub(crate) fn run(_ui: &Ui, a: JoinArgs) -> Result<Exit> {
             )
         })
     };
-    println!(
+    outln!(
         "{} intervals of station {} joined (the first {skip} reports left out)",
         j.pairs.len(),
         a.station
     );
-    println!(
+    outln!(
         "true μ_N (AP): {true_mean:.1}, {:+.1} % from the target {}",
         off * 100.0,
         a.target
     );
-    println!("steered level: {}", pct(&j.level));
-    println!("frame count:   {}", pct(&j.frame_count));
-    println!(
+    outln!("steered level: {}", pct(&j.level));
+    outln!("frame count:   {}", pct(&j.frame_count));
+    outln!(
         "AP release error: median {:.0} µs, worst p99 {:.0} µs; {:.1} % of A-MPDUs left less than {} µs after the previous one (one burst to any receiver)",
         j.release_p50_us,
         j.release_p99_us,

@@ -65,6 +65,11 @@ pub(crate) struct ApArgs {
     /// Report interval of --truth (ms): the receivers' (`recv --interval-ms`, default 500).
     #[arg(long, default_value_t = 500)]
     pub(crate) interval_ms: u64,
+    /// Release each A-MPDU at the next multiple of this period (µs) after its end, as a station
+    /// driver that hands frames to the host on a timer does (for testbeds of real receive paths;
+    /// 0: at its end).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) release_tick_us: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -245,10 +250,16 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
             }
         }
     };
-    let truth = a.truth.is_some().then(|| aggrate::wlan::live::ApTruth {
-        interval: Duration::from_millis(a.interval_ms),
-        on_row: &mut on_row,
-    });
+    if a.release_tick_us > 100_000 {
+        bail!("--release-tick-us {}: at most 100000", a.release_tick_us);
+    }
+    let opts = aggrate::wlan::live::ApOptions {
+        truth: a.truth.is_some().then(|| aggrate::wlan::live::ApTruth {
+            interval: Duration::from_millis(a.interval_ms),
+            on_row: &mut on_row,
+        }),
+        release_tick: Duration::from_micros(a.release_tick_us),
+    };
     let s = aggrate::wlan::live::run_ap_with(
         &listen,
         &a.stations,
@@ -256,7 +267,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         a.seed,
         secs(a.duration)?,
         &stop,
-        truth,
+        opts,
     )?;
     if let Some((p, mut f)) = truth_out {
         if let Some(e) = write_err {
@@ -265,7 +276,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         f.flush().with_context(|| format!("writing {}", p.display()))?;
         ui.info(format!("wrote the AP's truth per interval to {}", p.display()));
     }
-    println!("{}", serde_json::to_string(&s)?);
+    outln!("{}", serde_json::to_string(&s)?);
     Ok(Exit::Ok)
 }
 
@@ -298,7 +309,7 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
             ui.info(format!("rates Mb/s: {}", rates.join(", ")));
         }
     })?;
-    println!("{}", serde_json::to_string(&stats)?);
+    outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)
 }
 
@@ -398,7 +409,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);
     }
-    println!("{out}");
+    outln!("{out}");
     Ok(Exit::Ok)
 }
 
@@ -456,10 +467,13 @@ pub(crate) fn live_loop(
                 1,
                 duration + Duration::from_millis(300),
                 &stop_ap,
-                Some(aggrate::wlan::live::ApTruth {
-                    interval,
-                    on_row: &mut keep,
-                }),
+                aggrate::wlan::live::ApOptions {
+                    truth: Some(aggrate::wlan::live::ApTruth {
+                        interval,
+                        on_row: &mut keep,
+                    }),
+                    release_tick: Duration::ZERO,
+                },
             )
         });
         let reps = reports.clone();

@@ -1,6 +1,23 @@
 //! Command-line interface: clap-derive arguments → resolved settings → library calls. All
 //! printing, progress bars and exit codes live here.
 
+/// `println!` to stdout that returns the write error (`?`) instead of panicking, so that a closed
+/// pipe (`aggrate … | head`) ends the process cleanly (main treats `BrokenPipe` as success).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
+
+/// `print!` to stdout, as [`outln!`].
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($t)*)?
+    }};
+}
+
 mod calibrate;
 mod dataset;
 mod demo;
@@ -20,6 +37,7 @@ mod tool;
 mod train;
 
 use std::net::IpAddr;
+
 use std::process::ExitCode;
 
 use anyhow::Result;

@@ -71,6 +71,10 @@ pub(crate) struct SimArgs {
     /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
     #[arg(long)]
     pub(crate) self_calibrate_max_distance: Option<f64>,
+    /// The receivers' receive path from a TOML file (`name`, `[[stages]]`; see
+    /// datasets/README.md) instead of --noise.
+    #[arg(long, conflicts_with = "noise")]
+    pub(crate) receiver: Option<PathBuf>,
     /// What the aggregation-target sender steers by, with --model: `airtime` (the level the
     /// delivery rate and PHY rate give, from each receiver and, with several stations, the
     /// cell) or `frame-count` (packets ÷ the model's predicted starts, the study's estimator).
@@ -129,9 +133,19 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
             "--self-calibrate runs in the aggregation-target sender's receivers: not with --sender cubic or --compare"
         );
     }
+    let noise = match &a.receiver {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Some(
+                aggrate::wlan::noise::ReceivePath::from_toml(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: invalid receive path: {e}", p.display()))?,
+            )
+        }
+        None => a.noise.resolve(a.seed, None),
+    };
     let mut cfg = SimConfig {
         wlan: WlanConfig::vht_stations(&mcs),
-        noise: a.noise.resolve(a.seed, None),
+        noise,
         estimator,
         sender,
         backhaul: a.backhaul_mbps.map(|r| BackhaulConfig {
@@ -194,19 +208,19 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
     if a.json {
         let v: Vec<serde_json::Value> = results.iter().map(serde_json::to_value).collect::<Result<_, _>>()?;
         if v.len() == 1 {
-            println!("{}", v[0]);
+            outln!("{}", v[0]);
         } else {
-            println!("{}", serde_json::json!({ "runs": v }));
+            outln!("{}", serde_json::json!({ "runs": v }));
         }
     } else {
-        println!("| sender | station | MCS | PHY Mb/s | rate Mb/s | true μ_N | steered μ_N | its bias | frame-count bias | delay ms (mean) | delay ms (p95) | airtime | lost |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        outln!("| sender | station | MCS | PHY Mb/s | rate Mb/s | true μ_N | steered μ_N | its bias | frame-count bias | delay ms (mean) | delay ms (p95) | airtime | lost |");
+        outln!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &results {
             for (i, s) in r.stations.iter().enumerate() {
                 let pct = |e: &Option<aggrate::metrics::LevelError>| {
                     e.map_or("–".to_string(), |e| format!("{:+.1} %", e.bias * 100.0))
                 };
-                println!(
+                outln!(
                     "| {:?} | {i} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} | {:.2} | {:.2} | {:.3} | {} |",
                     r.sender,
                     s.mcs,
@@ -222,7 +236,7 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
                     s.lost
                 );
             }
-            println!("| {:?} | total | | | {:.1} | | | | | | | | |", r.sender, r.total_mbps);
+            outln!("| {:?} | total | | | {:.1} | | | | | | | | |", r.sender, r.total_mbps);
             for (i, c) in r.self_calibration.iter().enumerate() {
                 let near = c.last.as_ref().map_or("none yet".to_string(), |s| {
                     format!(
@@ -230,7 +244,7 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
                         s.rate_mbps, s.nearest, s.distance, s.threshold
                     )
                 });
-                println!(
+                outln!(
                     "\nstation {i} self-calibrated over {} windows ({} too far, {} mixed-rate windows not used): {near}",
                     c.windows, c.too_far, c.skipped
                 );
@@ -241,7 +255,7 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
             let delay = |r: &SimResult| {
                 r.stations.iter().map(|s| s.delay_ms_mean).sum::<f64>() / r.stations.len().max(1) as f64
             };
-            println!(
+            outln!(
                 "\naggrate / cubic: rate {:.0} %, mean one-way delay {:.3}×",
                 o.total_mbps / c.total_mbps.max(1e-9) * 100.0,
                 delay(o) / delay(c).max(1e-9)

@@ -153,8 +153,8 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario> {
     }
     if let Some(path) = &a.receiver {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let rp: ReceivePath =
-            toml::from_str(&text).with_context(|| format!("{}: invalid receive path", path.display()))?;
+        let rp = ReceivePath::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: invalid receive path: {e}", path.display()))?;
         s.noise = Some(rp);
     }
     if let Some(b) = a.backhaul_mbps {
@@ -325,7 +325,7 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {
         simulate_to(ui, &scn, &a.output, a.snaplen)?
     };
     if a.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        outln!("{}", serde_json::to_string(&summary)?);
     }
     for (st, p) in summary.stations.iter().zip(&paths) {
         let mpdus = if st.stats.mpdus < st.stats.delivered && st.ampdus > 0 {

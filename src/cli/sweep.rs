@@ -199,10 +199,10 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     });
     aggrate::report::sweep::write_sweep(&a.output, &json, &points, d5.as_ref(), &dpoints)?;
     if !ui.quiet {
-        println!("| model | m | σ | F1 (mean ± std over folds) |");
-        println!("| --- | --- | --- | --- |");
+        outln!("| model | m | σ | F1 (mean ± std over folds) |");
+        outln!("| --- | --- | --- | --- |");
         for p in &points {
-            println!(
+            outln!(
                 "| {} | {} | {} | {:.4} ± {:.4} |",
                 p.model,
                 p.m,
@@ -212,9 +212,14 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
             );
         }
         for p in &dpoints {
-            println!(
+            outln!(
                 "slot SVR d = {}: slot RMSE {:.3} (logistic alone {:.3}; C = {}, γ = {}, ε = {})",
-                p.d, p.slot_rmse, p.base_slot_rmse, p.c, p.gamma, p.epsilon
+                p.d,
+                p.slot_rmse,
+                p.base_slot_rmse,
+                p.c,
+                p.gamma,
+                p.epsilon
             );
         }
     }

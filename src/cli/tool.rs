@@ -169,7 +169,7 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
     let write_secs = start.elapsed().as_secs_f64();
     let bytes = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
     let _ = std::fs::remove_file(&tmp);
-    println!(
+    outln!(
         "{}",
         serde_json::json!({
             "records": records,
@@ -230,7 +230,7 @@ fn svr_cv(path: &std::path::Path, k: usize, c: f64, gamma: f64, epsilon: f64) ->
     let pred = cv_predict_svr(&x, d, &y, &folds, &p)?;
     let secs = start.elapsed().as_secs_f64();
     let rmse = (pred.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f64>() / y.len().max(1) as f64).sqrt();
-    println!(
+    outln!(
         "{}",
         serde_json::json!({ "rows": y.len(), "features": d, "folds": k, "fit_seconds": secs, "rmse": rmse })
     );
@@ -296,7 +296,7 @@ fn pace_bench(mbps: f64, seconds: f64) -> Result<Exit> {
     let secs = start.elapsed().as_secs_f64().min(seconds).max(1e-9);
     let sent_mbps = stats.sent as f64 * 1500.0 * 8.0 / seconds / 1e6;
     let recv_mbps = (rstats.received * 1500) as f64 * 8.0 / secs / 1e6;
-    println!(
+    outln!(
         "{}",
         serde_json::json!({
             "target_mbps": mbps,

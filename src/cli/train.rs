@@ -442,7 +442,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let written =
         aggrate::report::write_model_reports(&a.output, &name, &headline, &report, &rates, slot_stage.as_ref())?;
     if !ui.quiet {
-        print!("{}", aggrate::report::rates_md(&name, &headline, &rates));
+        out!("{}", aggrate::report::rates_md(&name, &headline, &rates));
     }
     ui.info(format!("wrote {} and {}", model_path.display(), list(&written)));
     Ok(Exit::Ok)
@@ -589,7 +589,7 @@ fn receiver_run(
             &a.output, &stem, &report, &md, reports,
         )?);
         if !ui.quiet {
-            print!("{md}");
+            out!("{md}");
         }
     }
     let tested = if tests.is_empty() {

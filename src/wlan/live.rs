@@ -231,6 +231,18 @@ pub struct ApTruth<'a> {
     pub on_row: &'a mut dyn FnMut(&TruthRow),
 }
 
+/// What else a live AP run does besides relaying ([`run_ap_with`]).
+#[derive(Default)]
+pub struct ApOptions<'a> {
+    /// Report the truth per interval.
+    pub truth: Option<ApTruth<'a>>,
+    /// Release each A-MPDU at the next multiple of this period after its end (zero: at its
+    /// end): a station driver that hands received frames to the host on a timer (a polling
+    /// driver, USB bus intervals), made at the AP because a veth pair has no such stage. The
+    /// truth counts A-MPDUs as the emulator sends them.
+    pub release_tick: Duration,
+}
+
 /// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
 /// 64 KB in the worst case, ≈ 100 MB at 1,500 B). The emulator's queues hold far fewer; packets
 /// it drops without delivering are overwritten here rather than kept forever.
@@ -249,10 +261,11 @@ pub fn run_ap(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<ApStats, ReplayError> {
-    run_ap_with(listen, stations, wlan, seed, duration, stop, None)
+    run_ap_with(listen, stations, wlan, seed, duration, stop, ApOptions::default())
 }
 
-/// [`run_ap`], and with `truth` what it sent each station per interval ([`TruthRow`]).
+/// [`run_ap`], and with `opts.truth` what it sent each station per interval ([`TruthRow`]),
+/// with `opts.release_tick` releases on a timer.
 pub fn run_ap_with(
     listen: &[std::net::SocketAddr],
     stations: &[std::net::SocketAddr],
@@ -260,8 +273,15 @@ pub fn run_ap_with(
     seed: u64,
     duration: Duration,
     stop: &AtomicBool,
-    mut truth: Option<ApTruth<'_>>,
+    opts: ApOptions<'_>,
 ) -> Result<ApStats, ReplayError> {
+    let ApOptions {
+        mut truth,
+        release_tick,
+    } = opts;
+    let tick_ns = release_tick.as_nanos() as u64;
+    // Datagrams waiting for their tick: (release time, station, bytes); bounded like the store.
+    let mut held: std::collections::VecDeque<(Ts, usize, Vec<u8>)> = std::collections::VecDeque::new();
     use rand::SeedableRng;
     if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
         return Err(ReplayError::Io {
@@ -378,14 +398,33 @@ pub fn run_ap_with(
             let slot = &mut store[d.packet.seq as usize % AP_STORE_CAP];
             if let Some((_, bytes)) = slot.take_if(|(id, _)| *id == d.packet.seq) {
                 let i = d.sta.0 as usize;
+                if tick_ns > 0 {
+                    let at = Ts(d.mac_time.as_nanos().div_ceil(tick_ns).saturating_mul(tick_ns));
+                    if held.len() == AP_STORE_CAP {
+                        held.pop_front();
+                        stats.evicted += 1;
+                    }
+                    held.push_back((at, i, bytes));
+                } else {
+                    let _ = socks[i].send_to(&bytes, stations[i]);
+                    stats.data_out += 1;
+                }
+            }
+        }
+        let now = vnow();
+        while held.front().is_some_and(|h| h.0 <= now) {
+            if let Some((_, i, bytes)) = held.pop_front() {
                 let _ = socks[i].send_to(&bytes, stations[i]);
                 stats.data_out += 1;
+                busy = true;
             }
         }
         if !busy {
-            let wait = sim
-                .poll_timeout()
-                .map_or(Duration::from_micros(200), |t| t.saturating_since(vnow()));
+            let next = match (sim.poll_timeout(), held.front().map(|h| h.0)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = next.map_or(Duration::from_micros(200), |t| t.saturating_since(vnow()));
             if wait > Duration::from_micros(120) {
                 std::thread::sleep(Duration::from_micros(50));
             } else {

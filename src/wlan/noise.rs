@@ -391,6 +391,12 @@ impl ValidReceivePath {
 }
 
 impl ReceivePath {
+    /// A receive path from TOML text (`name`, `[[stages]]`; datasets/README.md), checked by
+    /// [`ReceivePath::check`] when used.
+    pub fn from_toml(text: &str) -> Result<ReceivePath, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
     /// A named path with these stages.
     pub fn new(name: impl Into<String>, stages: Vec<Stage>) -> ReceivePath {
         ReceivePath {
