@@ -53,9 +53,9 @@ for path in "${paths[@]}"; do
   ip netns exec "$rx" sh -c "echo $threaded > $sysfs/threaded" 2>/dev/null || true
   ip netns exec "$rx" sh -c "echo $((flush * 1000)) > $sysfs/gro_flush_timeout" 2>/dev/null || true
   ip netns exec "$rx" sh -c "echo $defer > $sysfs/napi_defer_hard_irqs" 2>/dev/null || true
-  ip -n "$tx" qdisc del dev "${tag}t" root 2>/dev/null || true
+  ip netns exec "$tx" tc qdisc del dev "${tag}t" root 2>/dev/null || true
   if [ "$shape" != 0 ]; then
-    ip -n "$tx" qdisc add dev "${tag}t" root tbf rate "${shape}mbit" burst 3028 latency 50ms
+    ip netns exec "$tx" tc qdisc add dev "${tag}t" root tbf rate "${shape}mbit" burst 3028 latency 50ms
   fi
   for steer in airtime frame-count; do
     phy=(); [ "$steer" = airtime ] && phy=(--phy-mbps 866.7)

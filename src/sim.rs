@@ -85,6 +85,10 @@ pub struct SimConfig {
     pub self_calibrate: Option<crate::train::online::DistanceLimit>,
     /// What the aggregation-target sender steers by.
     pub steer: Steer,
+    /// Each receiver reads a channel survey every report interval (as `iw dev … survey dump`
+    /// gives: the medium's busy time less its own station's exchanges) and its airtime level
+    /// counts that share of the channel as taken by others (`recv --others-share`).
+    pub survey: bool,
 }
 
 /// What the aggregation-target sender steers by.
@@ -115,6 +119,7 @@ impl Default for SimConfig {
             seed: 1,
             self_calibrate: None,
             steer: Steer::Airtime,
+            survey: false,
         }
     }
 }
@@ -531,6 +536,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     // (The aggregation-target sender's feedback travels as datagrams in `xport`.)
     let mut acks: VecDeque<(Ts, usize, bool)> = VecDeque::new();
     let mut next_tick = Ts::ZERO + cfg.interval;
+    // The channel survey's counters at the last tick: busy, and each station's own exchanges.
+    let mut survey_last = (0u64, vec![0u64; n]);
     let mut series = Vec::new();
     let mut air_half = vec![0u64; n];
     let mut drops_half = vec![0u64; n];
@@ -624,6 +631,20 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     }
                     None => vec![None; n],
                 };
+                if cfg.survey {
+                    let busy = sim.busy_ns();
+                    let own: Vec<u64> = sim.stats().iter().map(|s| s.airtime_ns).collect();
+                    let span = cfg.interval.as_nanos().max(1) as f64;
+                    for i in 0..n {
+                        let others = (busy - survey_last.0).saturating_sub(own[i] - survey_last.1[i]);
+                        let share = others as f64 / span;
+                        match &mut xport {
+                            Some(w) => w.receivers[i].estimator_mut().set_others_share(share),
+                            None => stations[i].est.set_others_share(share),
+                        }
+                    }
+                    survey_last = (busy, own);
+                }
                 for (i, s) in stations.iter_mut().enumerate() {
                     let mut r = s.last;
                     match &mut xport {

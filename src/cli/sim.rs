@@ -71,6 +71,16 @@ pub(crate) struct SimArgs {
     /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
     #[arg(long)]
     pub(crate) self_calibrate_max_distance: Option<f64>,
+    /// Contending stations on the channel (single-MPDU frames at VHT MCS 7, 1 SS, Poisson).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) contenders: u32,
+    /// Offered load of each contender (Mb/s).
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) contender_mbps: f64,
+    /// The receivers read a channel survey each report interval (busy time less their own
+    /// station's exchanges) and the airtime level counts it, as `recv --others-share` does.
+    #[arg(long)]
+    pub(crate) survey: bool,
     /// The receivers' receive path from a TOML file (`name`, `[[stages]]`; see
     /// datasets/README.md) instead of --noise.
     #[arg(long, conflicts_with = "noise")]
@@ -143,9 +153,13 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         }
         None => a.noise.resolve(a.seed, None),
     };
+    let mut wlan = WlanConfig::vht_stations(&mcs);
+    wlan.contenders = a.contenders;
+    wlan.contender_rate_mbps = a.contender_mbps;
     let mut cfg = SimConfig {
-        wlan: WlanConfig::vht_stations(&mcs),
+        wlan,
         noise,
+        survey: a.survey,
         estimator,
         sender,
         backhaul: a.backhaul_mbps.map(|r| BackhaulConfig {

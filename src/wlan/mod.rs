@@ -210,6 +210,7 @@ pub struct WlanSim<R: Rng> {
     out: VecDeque<Delivery>,
     collisions: u64,
     contender_frames: u64,
+    busy_ns: u64,
     /// Current PHY mode per station (moves under rate adaptation).
     mode: Vec<timing::PhyMode>,
     /// Next rate-adaptation step per station.
@@ -263,6 +264,7 @@ impl<R: Rng> WlanSim<R> {
             out: VecDeque::new(),
             collisions: 0,
             contender_frames: 0,
+            busy_ns: 0,
             mode: cfg.modes.clone(),
             next_ra: vec![None; n],
             cfg,
@@ -282,6 +284,12 @@ impl<R: Rng> WlanSim<R> {
             x.queued = q.len() as u64;
         }
         s
+    }
+
+    /// Medium time of every exchange so far — the AP's, the contenders', collisions — as a
+    /// station's channel survey counts busy time (ns).
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns
     }
 
     /// Collisions so far.
@@ -500,6 +508,7 @@ impl<R: Rng> WlanSim<R> {
         if ap_tx {
             self.stats[self.ampdu_sta].airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
         }
+        self.busy_ns += ex.end.saturating_since(t).as_nanos() as u64;
         self.exchange = Some(ex);
     }
 

@@ -25,6 +25,14 @@
 //! When reports stop (lost feedback), [`RateController::on_silence`] decays the rate
 //! geometrically towards `min_mbps`.
 //!
+//! **Queue guard.** A level estimate that reads low (the airtime level under traffic it was not
+//! told of, a frame count that invents starts) lets the loop overshoot until the AP's queue
+//! stands. An A-MPDU level below the Block Ack window queues at most a few ms at any PHY rate, so
+//! a report whose 95th-percentile one-way delay lies more than `queue_guard_ms` (10 ms) above the
+//! lowest mean delay of the last [`GUARD_WINDOW`] reports (the path's own delay: the clocks of
+//! the two hosts need not agree, only keep their offset) is a standing queue whatever the level
+//! says: the loop steps as if the level were twice the target, until the delay falls.
+//!
 //! Several stations: [`AirtimeSplit`] drives the station with the highest PHY rate μ_R with
 //! the loop and gives each other station x_j = x_i*·μ_R,j/μ_R,i* — equal airtime shares. A
 //! receiver's airtime level ([`crate::airtime`]) knows only its own station's traffic; with
@@ -97,6 +105,9 @@ pub struct PiParams {
     pub backhaul_probe: f64,
     /// Start-up: rate multiplier per update while μ_N < N_ε/2 (1 = no start-up phase).
     pub startup_factor: f64,
+    /// Queue guard (ms; 0 = off): a report's p95 one-way delay this far above the lowest recent
+    /// mean delay is a standing queue (see the module docs).
+    pub queue_guard_ms: f64,
 }
 
 impl Default for PiParams {
@@ -112,6 +123,7 @@ impl Default for PiParams {
             backhaul_loss: 0.01,
             backhaul_probe: 0.02,
             startup_factor: 1.5,
+            queue_guard_ms: 10.0,
         }
     }
 }
@@ -143,6 +155,9 @@ impl PiParams {
         }
         if !(1.0..=4.0).contains(&self.startup_factor) {
             return err("control.startup_factor", self.startup_factor, "in [1, 4]");
+        }
+        if !(self.queue_guard_ms.is_finite() && self.queue_guard_ms >= 0.0) {
+            return err("control.queue_guard_ms", self.queue_guard_ms, "finite, >= 0 (0: off)");
         }
         if !(0.0..=1.0).contains(&self.backhaul_loss) || !(0.0..=1.0).contains(&self.backhaul_probe) {
             return err(
@@ -221,6 +236,10 @@ impl BottleneckClassifier {
 /// Reports after a backhaul-limited one during which the rate rises by the probe step at most.
 const RECENT_BACKHAUL: u32 = 40;
 
+/// Reports over which the queue guard takes the path's own delay (the lowest mean one-way
+/// delay): 64, 32 s at the default interval.
+pub const GUARD_WINDOW: usize = 64;
+
 /// The study's integral controller with clamps, anti-windup, silence decay and the backhaul
 /// freeze (see the module docs).
 #[derive(Clone, Debug)]
@@ -232,6 +251,10 @@ pub struct PiController {
     startup: bool,
     /// Reports since the last backhaul-limited one (u32::MAX: never).
     since_backhaul: u32,
+    /// Mean one-way delays of the last reports (ring; NaN: none yet).
+    owd_recent: [f64; GUARD_WINDOW],
+    owd_next: usize,
+    guarded: u64,
 }
 
 impl PiController {
@@ -245,7 +268,38 @@ impl PiController {
             p,
             updates: 0,
             since_backhaul: u32::MAX,
+            owd_recent: [f64::NAN; GUARD_WINDOW],
+            owd_next: 0,
+            guarded: 0,
         })
+    }
+
+    /// Reports the queue guard took as a standing queue.
+    pub fn guarded(&self) -> u64 {
+        self.guarded
+    }
+
+    /// The level to step by: the report's, or twice the target when its delay shows a standing
+    /// queue (the queue guard).
+    fn guard(&mut self, r: &AggReport) -> f64 {
+        let level = r.level();
+        if let Some(mean) = r.owd_mean_ms.filter(|v| v.is_finite()) {
+            self.owd_recent[self.owd_next] = mean;
+            self.owd_next = (self.owd_next + 1) % GUARD_WINDOW;
+        }
+        let base = self
+            .owd_recent
+            .iter()
+            .copied()
+            .filter(|v| !v.is_nan())
+            .fold(f64::INFINITY, f64::min);
+        match r.owd_p95_ms {
+            Some(p95) if self.p.queue_guard_ms > 0.0 && base.is_finite() && p95 - base > self.p.queue_guard_ms => {
+                self.guarded += 1;
+                level.max(2.0 * self.p.target)
+            }
+            _ => level,
+        }
     }
 
     /// K = K0 / n.
@@ -297,7 +351,8 @@ impl RateController for PiController {
         match self.bottleneck.on_report(r) {
             Bottleneck::Wlan => {
                 let before = self.x;
-                self.step(r.level());
+                let level = self.guard(r);
+                self.step(level);
                 // Shortly after a backhaul limit, rise only by the probe step: the aggregation
                 // signal stays low behind such a bottleneck and would wind the rate up.
                 if self.since_backhaul < RECENT_BACKHAUL {
@@ -577,6 +632,57 @@ mod tests {
         let mut w = PiController::new(PiParams::default()).unwrap();
         w.on_report(Ts::ZERO, &report(60.0, 8000, 400, 500.0));
         assert_eq!(w.bottleneck(), Bottleneck::Wlan);
+    }
+
+    /// A level that reads at the target while the delay climbs 10 ms above the path's own is a
+    /// standing queue: the loop backs off; when the delay falls it integrates again. Off at 0.
+    #[test]
+    fn the_queue_guard_backs_off_from_a_standing_queue() {
+        let at = |owd: f64, p95: f64| AggReport {
+            owd_mean_ms: Some(owd),
+            owd_p95_ms: Some(p95),
+            ..report(31.0, 20_000, 0, 500.0)
+        };
+        let p = PiParams {
+            initial_mbps: 500.0,
+            startup_factor: 1.0,
+            ..PiParams::default()
+        };
+        let mut c = PiController::new(p).unwrap();
+        // The path's own delay: 40 ms one way (another host's clock offset included), jitter 3 ms.
+        for _ in 0..10 {
+            c.on_report(Ts::ZERO, &at(40.0, 43.0));
+        }
+        assert_eq!(c.guarded(), 0);
+        assert!((c.rate().mbps - 510.0).abs() < 1e-9, "integrates (32 - 31) per report");
+        // A queue: p95 12 ms above the lowest mean delay. The step is as if the level were 64.
+        c.on_report(Ts::ZERO, &at(48.0, 52.5));
+        assert_eq!(c.guarded(), 1);
+        assert!((c.rate().mbps - (510.0 - 32.0)).abs() < 1e-9, "{}", c.rate().mbps);
+        // Drained: back to integrating.
+        c.on_report(Ts::ZERO, &at(40.5, 44.0));
+        assert!((c.rate().mbps - 479.0).abs() < 1e-9, "{}", c.rate().mbps);
+        // Off.
+        let mut off = PiController::new(PiParams {
+            queue_guard_ms: 0.0,
+            ..p
+        })
+        .unwrap();
+        off.on_report(Ts::ZERO, &at(40.0, 40.0));
+        off.on_report(Ts::ZERO, &at(80.0, 90.0));
+        assert_eq!(off.guarded(), 0);
+        assert!(PiParams {
+            queue_guard_ms: f64::NAN,
+            ..p
+        }
+        .check()
+        .is_err());
+        assert!(PiParams {
+            queue_guard_ms: -1.0,
+            ..p
+        }
+        .check()
+        .is_err());
     }
 
     #[test]
