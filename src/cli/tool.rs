@@ -54,6 +54,20 @@ pub(crate) enum ToolCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Time the whole per-packet path of the online estimator (features, the model's decision,
+    /// frames, the airtime level's counters, report polling) on a capture's packets, as `recv`
+    /// runs it; print one JSON line (ns per packet, best of `repeat`). For
+    /// `benches/estimator_vs_ort.sh`, which times ONNX Runtime on the same rows beside it.
+    EstimatorRate {
+        /// Capture file.
+        input: PathBuf,
+        /// Model file (default: the shipped model).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Passes over the packets (the fastest counts).
+        #[arg(long, default_value_t = 20)]
+        repeat: u32,
+    },
     /// Redraw Figure 13 (a) from a sweep.json.
     ReplotSweep {
         /// sweep.json.
@@ -86,6 +100,7 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
     match t {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
+        ToolCommand::EstimatorRate { input, model, repeat } => estimator_rate(&input, model.as_deref(), repeat),
         ToolCommand::Hostile { kind, n, output } => hostile(ui, &kind, n, &output),
         ToolCommand::ReplotSweep { json, output } => {
             super::sweep::replot(&json, &output)?;
@@ -181,6 +196,48 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
             "parquet_write_seconds": write_secs,
             "parquet_bytes": bytes,
         })
+    );
+    Ok(Exit::Ok)
+}
+
+#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
+fn estimator_rate(input: &Path, model: Option<&Path>, repeat: u32) -> Result<Exit> {
+    use aggrate::runtime::{OnlineEstimator, RxPacket};
+    let file = match model {
+        Some(p) => aggrate::model::ModelFile::load(p)?,
+        None => aggrate::model::ModelFile::shipped()?,
+    };
+    let opts = aggrate::pipeline::RowsOptions::new(file.spec);
+    let mut pkts: Vec<RxPacket> = Vec::new();
+    aggrate::pipeline::capture_rows(input, &opts, &mut aggrate::progress::NoProgress, |m, _| {
+        pkts.push(RxPacket {
+            host: m.host,
+            seq: m.seq.map(u64::from),
+            sent: None,
+            len: m.ip_len,
+            tsft: None,
+            phy_rate_bps: m.phy_rate_bps,
+        })
+    })?
+    .check()?;
+    pkts.sort_by_key(|p| p.host);
+    let mut best = f64::INFINITY;
+    let mut reports = 0usize;
+    for _ in 0..repeat.max(1) {
+        let mut est = OnlineEstimator::from_model(&file, Duration::from_millis(500))?;
+        let start = std::time::Instant::now();
+        reports = 0;
+        for p in &pkts {
+            std::hint::black_box(est.push(p));
+            while est.poll_report(p.host).is_some() {
+                reports += 1;
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    outln!(
+        "{}",
+        serde_json::json!({ "packets": pkts.len(), "reports": reports, "ns_per_packet": best * 1e9 / pkts.len().max(1) as f64 })
     );
     Ok(Exit::Ok)
 }
