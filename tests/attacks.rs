@@ -38,7 +38,7 @@ fn receiver(seed: u8) -> Receiver {
 /// A key holder that answers the sender's hello itself: it can tag anything.
 fn rogue_keys(s: &mut Sender, now: Ts) -> SessionKeys {
     let t = s.poll_transmit(now).expect("a hello");
-    let hello = wire::parse_hello(&s.buffer()[..t.len], &psk()).unwrap();
+    let (hello, _) = wire::parse_hello(&s.buffer()[..t.len], &psk()).unwrap();
     let ack = HelloAck {
         hello,
         nonce_r: [0x5a; NONCE_LEN],
@@ -411,45 +411,477 @@ fn over_real_sockets_a_third_address_cannot_steer_the_loop() {
     assert!(last.lost < 1000, "{last:?}");
 }
 
+/// The live AP binds each station's sender by the handshake the station answers, not by who
+/// talks first: an address that sends before the sender, and keeps sending, is dropped; the
+/// sender's hello reaches the station, the station's answer goes back to the sender, and only
+/// then does the sender's data go through (and feedback back to it alone).
 #[test]
-fn the_live_ap_does_not_let_a_third_address_take_the_senders_place() {
+fn the_live_ap_binds_the_sender_the_station_answers_not_the_first_talker() {
     let ap_port = UdpSocket::bind(addr(0)).unwrap().local_addr().unwrap();
     let station = UdpSocket::bind(addr(0)).unwrap();
     station.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let sender = UdpSocket::bind(addr(0)).unwrap();
-    sender.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let sender_sock = UdpSocket::bind(addr(0)).unwrap();
+    sender_sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let attacker = UdpSocket::bind(addr(0)).unwrap();
-    attacker.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    attacker.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let wlan = aggrate::wlan::WlanConfig::vht_stations(&[9]).check().unwrap();
     let stop = AtomicBool::new(false);
     let sta_addr = station.local_addr().unwrap();
+    let mut s = sender(1);
+    let mut r = receiver(2);
     let stats = std::thread::scope(|sc| {
         let ap = sc.spawn(|| {
-            aggrate::wlan::live::run_ap(&[ap_port], &[sta_addr], wlan, 1, Duration::from_millis(1500), &stop)
+            aggrate::wlan::live::run_ap(&[ap_port], &[sta_addr], wlan, 1, Duration::from_millis(2000), &stop)
         });
         std::thread::sleep(Duration::from_millis(100));
-        for _ in 0..20 {
-            sender.send_to(&[1u8; 200], ap_port).unwrap();
-        }
+        // The first talker: raw junk and a data-looking datagram, before the sender.
+        let mut fake = vec![0u8; wire::DATA_HEADER_LEN + 100];
+        fake[..2].copy_from_slice(&wire::MAGIC);
+        fake[2] = wire::VERSION;
+        fake[3] = 1;
         for _ in 0..10 {
             attacker.send_to(&[2u8; 200], ap_port).unwrap();
+            attacker.send_to(&fake, ap_port).unwrap();
         }
-        // The station hears the sender's data (not the attacker's), then sends feedback.
-        let mut buf = [0u8; 512];
-        let mut got = Vec::new();
-        while station.recv(&mut buf).is_ok() {
-            got.push(buf[0]);
-            if got.len() == 20 {
-                break;
+        // The handshake through the AP: hello, cookie, hello with the cookie, ack.
+        let mut buf = [0u8; 2048];
+        let mut now = Ts::from_millis(1);
+        for _ in 0..2 {
+            let t = s.poll_transmit(now).expect("a hello");
+            sender_sock.send_to(&s.buffer()[..t.len], ap_port).unwrap();
+            let n = station.recv(&mut buf).expect("the hello reached the station");
+            r.handle_datagram(now, ap_port, &buf[..n]).unwrap();
+            let (m, _) = r.poll_transmit(now).expect("an answer");
+            station.send_to(&r.buffer()[..m], ap_port).unwrap();
+            let n = sender_sock.recv(&mut buf).expect("the answer came back to the sender");
+            s.handle_datagram(now, 0, &buf[..n]).unwrap();
+            now = now + Duration::from_millis(1);
+        }
+        assert!(s.connected(0), "{:?}", s.stats());
+        assert!(attacker.recv(&mut buf).is_err(), "nothing reached the first talker");
+        // The attacker keeps talking; the sender's data goes through, the attacker's does not.
+        for _ in 0..10 {
+            attacker.send_to(&fake, ap_port).unwrap();
+        }
+        let mut sent = 0;
+        while sent < 20 {
+            if let Some(t) = s.poll_transmit(now) {
+                sender_sock.send_to(&s.buffer()[..t.len], ap_port).unwrap();
+                sent += 1;
             }
+            now = now + Duration::from_micros(100);
         }
-        assert_eq!(got, vec![1u8; 20]);
+        let mut got = 0;
+        while got < 20 && station.recv(&mut buf).is_ok() {
+            assert!(r
+                .handle_datagram(now, ap_port, &buf[..wire::DATA_HEADER_LEN + 1000])
+                .is_ok());
+            got += 1;
+        }
+        assert_eq!(got, 20);
         station.send_to(b"feedback", ap_port).unwrap();
-        let n = sender.recv(&mut buf).expect("feedback relayed to the sender");
+        let n = sender_sock.recv(&mut buf).expect("feedback relayed to the sender");
         assert_eq!(&buf[..n], b"feedback");
         assert!(attacker.recv(&mut buf).is_err(), "nothing relayed to the attacker");
         ap.join().unwrap().unwrap()
     });
-    assert_eq!(stats.foreign, 10, "{stats:?}");
-    assert_eq!(stats.data_in, 20);
+    assert_eq!(stats.foreign, 30, "{stats:?}");
+    assert_eq!((stats.data_in, stats.bindings, stats.hellos), (20, 1, 2), "{stats:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay and lock-out (wire version 3): each of these moved the loop or locked the sender out
+// before it. The virtual-clock loops are deterministic, so "unchanged" is compared exactly and
+// printed beside the run without the attacker.
+
+/// A sender and receiver over the virtual clock for `until`, with `attack(now, receiver)` called
+/// every millisecond (its datagrams are the attacker's); returns the sender's rate, the last
+/// report's level and packets, and both ends' counters.
+fn attacked_loop(
+    until: Ts,
+    mut attack: impl FnMut(Ts, &mut Receiver),
+) -> (
+    f64,
+    AggReport,
+    aggrate::transport::SenderStats,
+    aggrate::transport::ReceiverStats,
+) {
+    let (mut s, mut r) = (sender(11), level_receiver(12));
+    let mut now = Ts::ZERO;
+    let mut next_attack = Ts::ZERO;
+    while now < until {
+        s.handle_timeout(now);
+        while let Some(t) = s.poll_transmit(now) {
+            let b = s.buffer()[..t.len].to_vec();
+            let _ = r.handle_datagram(now, addr(1), &b);
+        }
+        if now >= next_attack {
+            attack(now, &mut r);
+            next_attack = next_attack + Duration::from_millis(1);
+        }
+        while let Some((n, to)) = r.poll_transmit(now) {
+            if to == addr(1) {
+                let b = r.buffer()[..n].to_vec();
+                let _ = s.handle_datagram(now, 0, &b);
+            }
+        }
+        now = s
+            .poll_timeout()
+            .min(now + Duration::from_millis(1))
+            .max(now + Duration::from_micros(1));
+    }
+    (s.rate(0).mbps, *r.last_report().unwrap(), s.stats(), r.stats())
+}
+
+/// A receiver whose reports carry a level: the shipped model's estimator at the paper's PHY rate
+/// (the level from airtime: receive rate and packet size).
+fn level_receiver(seed: u8) -> Receiver {
+    let file = aggrate::model::ModelFile::shipped().unwrap();
+    let est = OnlineEstimator::from_model(&file, INTERVAL).unwrap();
+    let mut r = Receiver::new(psk(), [seed; 32], est);
+    r.phy_rate_bps = Some(866_700_000);
+    r
+}
+
+/// Hellos a run of the sender sent: the first (no cookie) and the one with the receiver's cookie.
+fn recorded_hellos() -> Vec<Vec<u8>> {
+    let (mut s, mut r) = (sender(21), receiver(22));
+    let mut out = Vec::new();
+    let mut now = Ts::ZERO;
+    while !s.connected(0) {
+        while let Some(t) = s.poll_transmit(now) {
+            let b = s.buffer()[..t.len].to_vec();
+            if b[3] == 3 {
+                out.push(b.clone());
+            }
+            let _ = r.handle_datagram(now, addr(1), &b);
+        }
+        while let Some((n, _)) = r.poll_transmit(now) {
+            let b = r.buffer()[..n].to_vec();
+            let _ = s.handle_datagram(now, 0, &b);
+        }
+        now = now + Duration::from_millis(1);
+    }
+    assert!(out.len() >= 2, "a hello without and one with the cookie");
+    out
+}
+
+fn print_pair(what: &str, clean: (f64, &AggReport), attacked: (f64, &AggReport)) {
+    eprintln!(
+        "{what}: without the attacker rate {:.1} Mb/s, μ_N {:.2}, {} packets; with it rate {:.1} Mb/s, μ_N {:.2}, {} packets",
+        clean.0,
+        clean.1.level(),
+        clean.1.packets,
+        attacked.0,
+        attacked.1.level(),
+        attacked.1.packets
+    );
+}
+
+#[test]
+fn an_old_hello_replayed_from_two_ports_does_not_lock_the_sender_out() {
+    let old = recorded_hellos();
+    let until = Ts::from_millis(4000);
+    let (rate0, rep0, tx0, _) = attacked_loop(until, |_, _| {});
+    // A few thousand replays per second from each of two ports, all run long.
+    let (rate, rep, tx, rx) = attacked_loop(until, |now, r| {
+        for port in [7, 8] {
+            for b in &old {
+                for _ in 0..3 {
+                    let _ = r.handle_datagram(now, addr(port), b);
+                }
+            }
+        }
+    });
+    print_pair("old hello from two ports", (rate0, &rep0), (rate, &rep));
+    assert_eq!(tx.sessions, 1, "{tx:?}");
+    assert_eq!(
+        (rate, rep.packets, tx.feedback),
+        (rate0, rep0.packets, tx0.feedback),
+        "the loop did not notice"
+    );
+    assert!(rep.level() > 1.0 && rep.level() == rep0.level(), "{rep:?}");
+    // No handshake for the replays, and their answers bounded per source: cookies only, at most
+    // a burst plus the rate per port over 4 s.
+    assert_eq!(rx.hellos, 1, "{rx:?}");
+    let bound = 2 * (aggrate::transport::HELLO_PER_SOURCE as u64 * 5) + 1;
+    assert!(rx.cookies <= bound, "{rx:?}");
+    assert!(rx.hellos_limited > 40_000, "{rx:?}");
+}
+
+#[test]
+fn a_hello_replayed_from_one_port_draws_a_bounded_answer_of_its_own_size() {
+    let old = recorded_hellos();
+    let mut r = receiver(31);
+    let (mut sent, mut answered, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
+    for ms in 0..2000u64 {
+        let now = Ts::from_millis(ms);
+        for b in &old {
+            for _ in 0..10 {
+                let _ = r.handle_datagram(now, addr(9), b);
+                sent += 1;
+                bytes_in += b.len() as u64;
+            }
+        }
+        while let Some((n, to)) = r.poll_transmit(now) {
+            assert_eq!(to, addr(9));
+            assert_eq!(
+                r.buffer()[3],
+                5,
+                "a cookie, never an ack: the cookie was not this address's"
+            );
+            answered += 1;
+            bytes_out += n as u64;
+        }
+    }
+    eprintln!("{sent} replays drew {answered} answers ({bytes_out} of {bytes_in} bytes)");
+    assert!(
+        answered <= aggrate::transport::HELLO_PER_SOURCE as u64 * 3,
+        "{answered}"
+    );
+    assert!(bytes_out <= answered * wire::HELLO_LEN as u64);
+    assert_eq!(r.stats().hellos, 0);
+}
+
+#[test]
+fn replayed_data_is_dropped_before_the_estimator_and_the_counters() {
+    let until = Ts::from_millis(3000);
+    let (rate0, rep0, _, rx0) = attacked_loop(until, |_, _| {});
+    // The attacker (on the path: it sends from the sender's own address) records data
+    // datagrams of the session and replays each ten times.
+    let mut recorded: Vec<Vec<u8>> = Vec::new();
+    let (rate, rep, _, rx) = {
+        let (mut s, mut r) = (sender(11), level_receiver(12));
+        let mut now = Ts::ZERO;
+        let mut replays = 0u64;
+        while now < until {
+            s.handle_timeout(now);
+            while let Some(t) = s.poll_transmit(now) {
+                let b = s.buffer()[..t.len].to_vec();
+                let _ = r.handle_datagram(now, addr(1), &b);
+                if b[3] == 1 && recorded.len() < 200 {
+                    recorded.push(b);
+                }
+            }
+            if now.as_nanos() % 1_000_000 < 1_000 {
+                for b in &recorded {
+                    for _ in 0..10 {
+                        assert!(r.handle_datagram(now, addr(1), b).is_err());
+                        replays += 1;
+                    }
+                }
+                recorded.clear();
+            }
+            while let Some((n, to)) = r.poll_transmit(now) {
+                if to == addr(1) {
+                    let b = r.buffer()[..n].to_vec();
+                    let _ = s.handle_datagram(now, 0, &b);
+                }
+            }
+            now = s
+                .poll_timeout()
+                .min(now + Duration::from_millis(1))
+                .max(now + Duration::from_micros(1));
+        }
+        assert!(replays > 1000, "{replays}");
+        assert_eq!(r.stats().replayed, replays);
+        (s.rate(0).mbps, *r.last_report().unwrap(), s.stats(), r.stats())
+    };
+    print_pair("replayed data", (rate0, &rep0), (rate, &rep));
+    assert_eq!(rx.received, rx0.received, "{rx:?} vs {rx0:?}");
+    assert_eq!((rate, rep.packets, rep.lost), (rate0, rep0.packets, rep0.lost));
+    assert!(
+        rep.level() > 1.0 && (rep.level() - rep0.level()).abs() < 1e-12,
+        "{rep:?}"
+    );
+}
+
+#[test]
+fn a_report_of_2_pow_64_packets_does_not_panic() {
+    let mut s = sender(1);
+    let keys = rogue_keys(&mut s, Ts::ZERO);
+    let huge = AggReport {
+        frames: u64::MAX,
+        packets: u64::MAX,
+        lost: u64::MAX,
+        ..report(10.0)
+    };
+    // Accepted (every field in range) or refused, never a panic (debug builds check overflow).
+    let _ = s.handle_datagram(Ts::from_millis(10), 0, &feedback(&keys, 1, huge));
+    let _ = s.handle_datagram(
+        Ts::from_millis(20),
+        0,
+        &feedback(&keys, 2, AggReport { lost: 1, ..huge }),
+    );
+    assert!(s.rate(0).mbps.is_finite());
+}
+
+#[test]
+fn the_most_a_sender_sends_is_its_own_limit() {
+    let p = PiParams {
+        max_mbps: 50.0,
+        ..PiParams::default()
+    };
+    let mut s = Sender::new(psk(), [1; 32], 1, 1000, p, INTERVAL, Ts::ZERO).unwrap();
+    let keys = rogue_keys(&mut s, Ts::ZERO);
+    // A key holder reporting a level of 0 every interval for a minute.
+    for n in 1..=120u32 {
+        let now = Ts::from_millis(500 * n as u64);
+        let _ = s.handle_datagram(now, 0, &feedback(&keys, n, report(0.0)));
+        assert!(s.rate(0).mbps <= 50.0, "{}", s.rate(0).mbps);
+    }
+    assert_eq!(s.rate(0).mbps, 50.0);
+}
+
+#[test]
+fn clocks_an_hour_apart_keep_the_feedback_and_drop_the_delay() {
+    let (mut s, mut r) = (sender(1), receiver(2));
+    run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(200));
+    // The receiver's clock two hours ahead of the sender's.
+    let skew = Duration::from_secs(7200);
+    let mut now = Ts::from_millis(200);
+    let mut reports = Vec::new();
+    while now < Ts::from_millis(3000) {
+        s.handle_timeout(now);
+        while let Some(t) = s.poll_transmit(now) {
+            let b = s.buffer()[..t.len].to_vec();
+            let _ = r.handle_datagram(now + skew, addr(1), &b);
+        }
+        while let Some((n, _)) = r.poll_transmit(now + skew) {
+            let b = r.buffer()[..n].to_vec();
+            if s.handle_datagram(now, 0, &b).is_ok() && b[3] == 2 {
+                reports.push(*r.last_report().unwrap());
+            }
+        }
+        now = now + Duration::from_millis(1);
+    }
+    assert!(reports.len() >= 4, "feedback still flows: {:?}", s.stats());
+    assert!(
+        reports.iter().rev().take(3).all(|x| x.owd_mean_ms.is_none()),
+        "{reports:?}"
+    );
+    assert!(r.stats().clock_skewed > 1000, "{:?}", r.stats());
+    assert_eq!(s.stats().feedback_dropped, 0, "{:?}", s.stats());
+}
+
+#[test]
+fn a_restarted_receiver_is_reachable_within_four_intervals() {
+    let (mut s, mut r) = (sender(1), receiver(2));
+    run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(2000));
+    let fed = s.stats().feedback;
+    let mut r = receiver(9);
+    // Four report intervals after the restart, feedback flows again.
+    run(
+        &mut s,
+        &mut r,
+        Ts::from_millis(2000),
+        Ts::from_millis(2000) + INTERVAL * 4 + Duration::from_millis(20),
+    );
+    assert!(s.stats().feedback > fed, "{:?}", s.stats());
+    assert_eq!(s.stats().sessions, 2);
+}
+
+#[test]
+fn over_real_sockets_replayed_hellos_from_two_ports_do_not_lock_the_sender_out() {
+    let key = Psk::new(&io::entropy().unwrap()).unwrap();
+    // An old hello under the key (another sender's), and one it sent with a cookie.
+    let old = {
+        let mut s = Sender::new(key.clone(), [5; 32], 1, 1000, PiParams::default(), INTERVAL, Ts::ZERO).unwrap();
+        let est = OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), INTERVAL).unwrap();
+        let mut r = Receiver::new(key.clone(), [6; 32], est);
+        let mut out = Vec::new();
+        for k in 0..2 {
+            let now = Ts::from_millis(k);
+            let t = s.poll_transmit(now).unwrap();
+            out.push(s.buffer()[..t.len].to_vec());
+            let _ = r.handle_datagram(now, addr(40000), &out[k as usize]);
+            let (n, _) = r.poll_transmit(now).unwrap();
+            let b = r.buffer()[..n].to_vec();
+            let _ = s.handle_datagram(now, 0, &b);
+        }
+        out
+    };
+    let rx_sock = io::timestamped_socket(addr(0)).unwrap();
+    let rx_addr = rx_sock.local_addr().unwrap();
+    let est = OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(100)).unwrap();
+    let mut rx = Receiver::new(key.clone(), io::entropy().unwrap(), est);
+    let mut tx = Sender::new(
+        key,
+        io::entropy().unwrap(),
+        1,
+        1000,
+        PiParams::default(),
+        Duration::from_millis(100),
+        io::realtime(),
+    )
+    .unwrap();
+    let tx_sock = UdpSocket::bind(addr(0)).unwrap();
+    let attackers = [UdpSocket::bind(addr(0)).unwrap(), UdpSocket::bind(addr(0)).unwrap()];
+    let stop = AtomicBool::new(false);
+    let (ts, rs) = std::thread::scope(|sc| {
+        let r = sc.spawn(|| io::run_receiver(&rx_sock, &mut rx, Duration::from_millis(2000), &stop, |_| {}));
+        // The replays start first and go on throughout (bounded: 20,000 per port).
+        let a = sc.spawn(|| {
+            for i in 0..20_000 {
+                for s in &attackers {
+                    let _ = s.send_to(&old[i % 2], rx_addr);
+                }
+                if i % 100 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let t = sc.spawn(|| {
+            io::run_sender(
+                &tx_sock,
+                &[rx_addr],
+                &mut tx,
+                Duration::from_millis(1800),
+                &stop,
+                |_, _| {},
+            )
+        });
+        a.join().unwrap();
+        (t.join().unwrap().unwrap(), r.join().unwrap().unwrap())
+    });
+    eprintln!("{ts:?}\n{rs:?}");
+    assert_eq!(ts.sessions, 1, "{ts:?}");
+    assert!(ts.feedback >= 5, "{ts:?}");
+    assert_eq!(rs.hellos, 1, "{rs:?}");
+    assert!(
+        rs.cookies <= 2 * aggrate::transport::HELLO_PER_SOURCE as u64 * 3 + 2,
+        "{rs:?}"
+    );
+}
+
+#[test]
+fn a_key_file_that_is_not_a_key_is_refused_clearly() {
+    let bin = env!("CARGO_BIN_EXE_aggrate");
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.key");
+    std::fs::write(&big, "ab".repeat(50_000)).unwrap();
+    for (file, says) in [
+        ("/dev/zero".as_ref(), "not a regular file"),
+        (dir.path(), "not a regular file"),
+        (big.as_path(), "longer than"),
+    ] {
+        let o = std::process::Command::new(bin)
+            .args([
+                "-q",
+                "recv",
+                "--listen",
+                "127.0.0.1:0",
+                "--duration",
+                "0.1",
+                "--key-file",
+            ])
+            .arg(file)
+            .env_remove("AGGRATE_KEY")
+            .env_remove("AGGRATE_KEY_FILE")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{}: {err}", file.display());
+    }
 }

@@ -83,6 +83,9 @@ pub(crate) struct SendArgs {
     /// Target aggregation level N_ε.
     #[arg(long, default_value_t = 32.0)]
     pub(crate) target: f64,
+    /// The most the sender ever sends per station (Mb/s), whatever the reports say.
+    #[arg(long, default_value_t = 2000.0)]
+    pub(crate) max_rate_mbps: f64,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -150,9 +153,33 @@ pub(crate) fn self_calibrator(
 }
 
 /// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
+/// Longest key file read: a 1,024-byte key in hex (what `keygen` can write at most), a newline
+/// and some whitespace.
+const MAX_KEY_FILE: u64 = 2 * aggrate::transport::wire::MAX_KEY_LEN as u64 + 64;
+
 pub(crate) fn load_key(a: &SessionArgs) -> Result<Psk> {
     if let Some(p) = &a.key_file {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading the key file {}", p.display()))?;
+        use std::io::Read;
+        let f = std::fs::File::open(p).with_context(|| format!("reading the key file {}", p.display()))?;
+        let meta = f
+            .metadata()
+            .with_context(|| format!("reading the key file {}", p.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "key file {}: not a regular file (a device, pipe or folder); `aggrate keygen FILE` writes one",
+                p.display()
+            );
+        }
+        let mut text = String::new();
+        f.take(MAX_KEY_FILE + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the key file {}: not hex text", p.display()))?;
+        if text.len() as u64 > MAX_KEY_FILE {
+            bail!(
+                "key file {}: longer than {MAX_KEY_FILE} bytes, not a key (`aggrate keygen FILE` writes 64 hex digits)",
+                p.display()
+            );
+        }
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -289,8 +316,13 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     let interval = Duration::from_millis(a.session.interval_ms);
     let control = PiParams {
         target: a.target,
+        max_mbps: a.max_rate_mbps,
+        initial_mbps: PiParams::default().initial_mbps.min(a.max_rate_mbps),
+        min_mbps: PiParams::default().min_mbps.min(a.max_rate_mbps),
         ..PiParams::default()
-    };
+    }
+    .check()
+    .with_context(|| format!("--max-rate-mbps {}", a.max_rate_mbps))?;
     let mut tx = Sender::new(
         load_key(&a.session)?,
         io::entropy()?,
@@ -404,6 +436,19 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             return Err(e).with_context(|| format!("writing {}", p.display()));
         }
         f.flush().with_context(|| format!("writing {}", p.display()))?;
+    }
+    if stats.clock_skewed > 0 {
+        ui.warn(format!(
+            "{} packets carried a send time more than an hour from their receive time: the sender's and this \
+             host's clocks disagree, so the reports carried no one-way delay for them (sync the clocks, e.g. NTP)",
+            stats.clock_skewed
+        ));
+    }
+    if stats.replayed > 0 || stats.hellos_limited > 0 || stats.hellos_refused > 0 {
+        ui.warn(format!(
+            "refused {} replayed data datagrams, {} hellos over the rate, {} hellos while another address's handshake was pending",
+            stats.replayed, stats.hellos_limited, stats.hellos_refused
+        ));
     }
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 
 use crate::time::Ts;
+use crate::transport::wire::{handshake_id, Hello, Kind};
 
 /// Result of a replay.
 #[derive(Clone, Debug)]
@@ -175,10 +176,18 @@ pub struct ApStats {
     /// Stored datagrams overwritten before the emulator released or dropped them (the store
     /// holds at most [`AP_STORE_CAP`]).
     pub evicted: u64,
-    /// Datagrams from a third address while the sender was active (dropped: they neither enter
+    /// Datagrams from an address other than the station's sender (dropped: they neither enter
     /// the emulator nor move where feedback is relayed).
     pub foreign: u64,
+    /// Hellos relayed to stations.
+    pub hellos: u64,
+    /// Handshakes the AP saw a station answer: each binds that station's sender.
+    pub bindings: u64,
 }
+
+/// Hellos per station whose source the AP remembers, to route the station's answer (a cookie
+/// or a hello-ack) back to it; the oldest goes first.
+pub const AP_HELLOS_KEPT: usize = 64;
 
 /// What the live AP sent one station in one report interval: the truth a receiver's estimate is
 /// joined with (`ap --truth FILE`), and how late the AP released its bursts, so that a late AP
@@ -253,6 +262,14 @@ pub const AP_STORE_CAP: usize = 1 << 16;
 /// is released to `stations[i]` in bursts at the emulated A-MPDU end times. Datagrams from
 /// `stations[i]` (feedback) are relayed to the sender from the same socket, so the sender sees
 /// each station's feedback come from the address it sends that station's data to.
+///
+/// **Whose data.** The AP holds no key, so it binds each station's sender by the handshake it
+/// relays: hellos from any address go to the station (their sources remembered, at most
+/// [`AP_HELLOS_KEPT`]: the first address a hello came from keeps it), the station's answer — a
+/// cookie or a hello-ack, which names the hello it answers — goes back to that hello's source,
+/// and a hello-ack makes that source the station's sender. Data from any other address, or
+/// before any handshake, is counted as foreign and dropped; feedback goes to the bound sender
+/// only. Talking first takes nothing: only the station, which holds the key, chooses.
 pub fn run_ap(
     listen: &[std::net::SocketAddr],
     stations: &[std::net::SocketAddr],
@@ -312,8 +329,10 @@ pub fn run_ap_with(
     let mut store: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
     store.resize_with(AP_STORE_CAP, || None);
     let mut next_id = 0u32;
-    let mut sender: Option<std::net::SocketAddr> = None;
-    let mut sender_seen = Instant::now();
+    // Per station: the bound sender, and recent hellos' sources.
+    let mut sender: Vec<Option<std::net::SocketAddr>> = vec![None; stations.len()];
+    let mut hellos: Vec<std::collections::VecDeque<(Hello, std::net::SocketAddr)>> =
+        vec![std::collections::VecDeque::new(); stations.len()];
     let mut stats = ApStats::default();
     let mut buf = vec![0u8; 65_536];
     let mut last_ref = u32::MAX;
@@ -322,25 +341,46 @@ pub fn run_ap_with(
         for (i, s) in socks.iter().enumerate() {
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 busy = true;
+                let id = handshake_id(&buf[..n]);
                 if from == stations[i] {
-                    if let Some(to) = sender {
-                        let _ = s.send_to(&buf[..n], to);
-                        stats.feedback += 1;
+                    match id {
+                        // The station answers a hello: back to where that hello came from.
+                        Some((k @ (Kind::Cookie | Kind::HelloAck), h)) => {
+                            if let Some(&(_, to)) = hellos[i].iter().find(|(x, _)| *x == h) {
+                                let _ = s.send_to(&buf[..n], to);
+                                if k == Kind::HelloAck {
+                                    if sender[i] != Some(to) {
+                                        stats.bindings += 1;
+                                    }
+                                    sender[i] = Some(to);
+                                }
+                            }
+                        }
+                        _ => {
+                            if let Some(to) = sender[i] {
+                                let _ = s.send_to(&buf[..n], to);
+                                stats.feedback += 1;
+                            }
+                        }
                     }
                     continue;
                 }
-                // The sender is the first address that sends; another takes its place only after
-                // a second without data from it (a restarted sender), never in between.
-                let now_i = Instant::now();
-                match sender {
-                    Some(s) if s != from && now_i.duration_since(sender_seen) < Duration::from_secs(1) => {
-                        stats.foreign += 1;
-                        continue;
+                if let Some((Kind::Hello, h)) = id {
+                    // The first source of a hello keeps it (a copy replayed from elsewhere does
+                    // not take its answer).
+                    if !hellos[i].iter().any(|(x, _)| *x == h) {
+                        if hellos[i].len() == AP_HELLOS_KEPT {
+                            hellos[i].pop_front();
+                        }
+                        hellos[i].push_back((h, from));
                     }
-                    _ => {
-                        sender = Some(from);
-                        sender_seen = now_i;
-                    }
+                    let _ = s.send_to(&buf[..n], stations[i]);
+                    stats.hellos += 1;
+                    continue;
+                }
+                if sender[i] != Some(from) {
+                    stats.foreign += 1;
+                    continue;
                 }
                 stats.data_in += 1;
                 let now = vnow();

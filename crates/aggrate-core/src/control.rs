@@ -207,7 +207,8 @@ impl BottleneckClassifier {
     pub fn on_report(&mut self, r: &AggReport) -> Bottleneck {
         // Loss over the last p = 100 packets: weight the interval's loss rate by how many of
         // the last 100 packets it holds.
-        let n = (r.packets + r.lost) as f64;
+        // In f64: a peer's counts near 2^64 cannot overflow a sum there.
+        let n = r.packets as f64 + r.lost as f64;
         let w = (n / 100.0).min(1.0);
         self.loss_ewma = (1.0 - w) * self.loss_ewma + w * r.loss_rate;
         if self.loss_ewma > self.threshold && r.level() < self.target / 2.0 {

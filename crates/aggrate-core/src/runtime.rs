@@ -218,7 +218,12 @@ pub struct OnlineEstimator {
     level: LevelConfig,
     /// Receive time of the last packet (for receiving time across intervals).
     last_host: Option<Ts>,
+    clock_skewed: u64,
 }
+
+/// Send and receive times further apart than this (an hour) are clocks that disagree, not a
+/// delay: such packets give no one-way delay ([`OnlineEstimator::clock_skewed`]).
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(3600);
 
 /// A sequence number further than this ahead of (or behind) the expected one is a jump — a
 /// restarted or misbehaving sender — not that many losses: counted in
@@ -280,7 +285,14 @@ impl OnlineEstimator {
             ready: std::collections::VecDeque::with_capacity(READY_MAX),
             level,
             last_host: None,
+            clock_skewed: 0,
         })
+    }
+
+    /// Packets whose send time lay more than [`MAX_CLOCK_SKEW`] from their receive time (the two
+    /// hosts' clocks disagree): they gave no one-way delay.
+    pub fn clock_skewed(&self) -> u64 {
+        self.clock_skewed
     }
 
     /// How intervals become levels besides counting frames (see [`LevelConfig`]); checked.
@@ -390,18 +402,24 @@ impl OnlineEstimator {
             a.phy_n += 1;
         }
         if let Some(sent) = p.sent {
-            let d_ns = p.host.0.saturating_sub(sent.0);
-            a.owd_sum_ns += d_ns as u128;
-            a.owd_n += 1;
-            if self.owd.len() < 1 << 20 {
-                self.owd.push(d_ns as f32 * 1e-6);
+            // Clocks more than MAX_CLOCK_SKEW apart give no one-way delay (counted in
+            // `clock_skewed`): a report must not carry an hour of "delay" the sender would refuse.
+            if p.host.0.abs_diff(sent.0) > MAX_CLOCK_SKEW.as_nanos() as u64 {
+                self.clock_skewed = self.clock_skewed.saturating_add(1);
+            } else {
+                let d_ns = p.host.0.saturating_sub(sent.0);
+                a.owd_sum_ns += d_ns as u128;
+                a.owd_n += 1;
+                if self.owd.len() < 1 << 20 {
+                    self.owd.push(d_ns as f32 * 1e-6);
+                }
             }
         }
         if let Some(seq) = p.seq {
             // Checked sequence arithmetic with a window: no wrapping sums, no overflow at 2^64.
             match self.next_seq {
                 Some(n) if seq >= n && seq - n <= SEQ_WINDOW => {
-                    a.lost += seq - n;
+                    a.lost = a.lost.saturating_add(seq - n);
                     self.next_seq = seq.checked_add(1);
                 }
                 // Reordered or duplicate packets do not move the expectation back.
@@ -564,8 +582,8 @@ impl OnlineEstimator {
                 .or(self.svr_latest.map(|v| v.clamp(1.0, self.n_max as f64))),
             rx_rate_bps: a.bytes as f64 * 8.0 / secs,
             lost: a.lost,
-            loss_rate: if a.lost + a.packets > 0 {
-                a.lost as f64 / (a.lost + a.packets) as f64
+            loss_rate: if a.lost.saturating_add(a.packets) > 0 {
+                a.lost as f64 / (a.lost as f64 + a.packets as f64)
             } else {
                 0.0
             },

@@ -5,15 +5,22 @@
 //!
 //! **Trust.** Both ends hold a pre-shared key ([`wire::Psk`], ≥ 16 random bytes, never a
 //! default). Per station, the sender opens a session with a hello carrying a fresh nonce; the
-//! receiver answers with its own nonce; both derive the session's keys from the key and both
-//! nonces ([`wire::SessionKeys`]). Every datagram after that carries a tag under them: data the
-//! receiver cannot verify, or that comes from another address than the hello's, is dropped and
-//! counted, and feedback goes only to that address. Feedback from another session (an earlier
+//! receiver answers a hello without a valid cookie with a cookie only (stateless, bound to the
+//! source address and [`wire::COOKIE_EPOCH`]), and a hello that carries one with its own nonce;
+//! both derive the session's keys from the key and both nonces ([`wire::SessionKeys`]). An old
+//! hello replayed, from any address, never opens a handshake. Hellos are limited per source
+//! ([`HELLO_PER_SOURCE`] per second, [`HELLO_SOURCES`] sources tracked) and in all
+//! ([`HELLO_GLOBAL`] per second); a pending handshake is not replaced by another address's until
+//! data verifies under it or [`PENDING_TIMEOUT`] passes. Every datagram after that carries a tag
+//! under the session's keys: data the receiver cannot verify, that comes from another address
+//! than the hello's, or that it has seen before ([`wire::ReplayWindow`]) is dropped and counted
+//! before the estimator or a counter sees it, and feedback goes only to that address. Feedback from another session (an earlier
 //! run, a restarted receiver) never verifies; within a session, report numbers only rise. A
 //! verified report is range-checked ([`wire::check_report`]) and at most [`REPORT_BURST`]
 //! reports are accepted per report interval. When feedback stops for three intervals the
-//! sender decays its rate and opens a new session (a restarted receiver rejoins that way); until
-//! it is answered, data continues under the old keys.
+//! sender decays its rate and opens a new session (a restarted receiver rejoins that way, within
+//! four report intervals: three of silence, then a cookie and a hello); until it is answered,
+//! data continues under the old keys.
 //!
 //! The sender paces each station at the rate the controller sets ([`AirtimeSplit`] over the
 //! study's loop). The receiver runs the [`OnlineEstimator`] on kernel receive times and emits one
@@ -27,11 +34,24 @@ use std::time::Duration;
 use crate::control::{AirtimeSplit, PiParams, Rate};
 use crate::runtime::{AggReport, OnlineEstimator, RxPacket};
 use crate::time::Ts;
-use wire::{Data, Feedback, Hello, HelloAck, Kind, Psk, SessionKeys, WireError, NONCE_LEN};
+use wire::{
+    Cookie, Data, Feedback, Hello, HelloAck, Kind, Psk, ReplayWindow, SessionKeys, WireError, COOKIE_BYTES, NONCE_LEN,
+};
 
 /// Reports accepted per station per report interval at most (a burst allowance; the bucket
 /// refills at this many per interval).
 pub const REPORT_BURST: u32 = 3;
+
+/// Hellos a receiver answers per source address per second (a burst of as many).
+pub const HELLO_PER_SOURCE: u32 = 8;
+/// Hellos a receiver answers per second in all (a burst of as many).
+pub const HELLO_GLOBAL: u32 = 256;
+/// Source addresses whose hello rate a receiver tracks (a fixed table; the least useful entry
+/// makes room for a new source).
+pub const HELLO_SOURCES: usize = 64;
+/// A handshake a receiver has answered is not replaced by another address's hello for this long
+/// unless data verifies under it (at least this, or two report intervals).
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Counters of a sender.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -50,6 +70,8 @@ pub struct SenderStats {
     pub feedback_limited: u64,
     /// Silence decays applied.
     pub silence_decays: u64,
+    /// Cookies taken from a receiver (a hello sent again with it).
+    pub cookies: u64,
 }
 
 /// One datagram to send.
@@ -69,6 +91,12 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Tokens there would be at `now`.
+    fn level(&self, now: Ts, cap: u32, per: Duration) -> f64 {
+        let dt = now.saturating_since(self.at).as_secs_f64();
+        (self.tokens + dt * cap as f64 / per.as_secs_f64().max(1e-9)).min(cap as f64)
+    }
+
     fn take(&mut self, now: Ts, cap: u32, per: Duration) -> bool {
         let dt = now.saturating_since(self.at).as_secs_f64();
         self.at = self.at.max(now);
@@ -91,6 +119,8 @@ struct Station {
     keys: Option<SessionKeys>,
     /// The hello waiting for an answer, and when to send it again.
     hello: Option<(Hello, Ts)>,
+    /// The receiver's cookie for that hello (zero: none yet).
+    cookie: [u8; COOKIE_BYTES],
     bucket: Bucket,
     last_feedback: Ts,
 }
@@ -168,6 +198,7 @@ impl Sender {
                     },
                     now,
                 )),
+                cookie: [0; COOKIE_BYTES],
                 bucket: Bucket {
                     tokens: REPORT_BURST as f64,
                     at: now,
@@ -244,7 +275,7 @@ impl Sender {
             if let Some((h, at)) = &mut s.hello {
                 if *at <= now {
                     *at = now + retry;
-                    wire::emit_hello(&mut self.buf, &self.psk, h);
+                    wire::emit_hello(&mut self.buf, &self.psk, h, &s.cookie);
                     self.stats.hellos += 1;
                     return Some(Transmit {
                         station: i,
@@ -312,6 +343,8 @@ impl Sender {
                     },
                     now,
                 ));
+                // A cookie is bound to its hello's nonce.
+                self.stations[i].cookie = [0; COOKIE_BYTES];
             }
         }
     }
@@ -335,6 +368,23 @@ impl Sender {
             return Err(WireError::Peer);
         };
         match kind {
+            Kind::Cookie => {
+                let c: Cookie = wire::parse_cookie(bytes, &self.psk)?;
+                let Some((h, at)) = &mut s.hello else {
+                    return Err(WireError::Kind(5));
+                };
+                if c.hello != *h {
+                    return Err(WireError::Session {
+                        got: c.hello.session,
+                        want: h.session,
+                    });
+                }
+                // Send the hello again now, with the cookie.
+                s.cookie = c.cookie;
+                *at = now;
+                self.stats.cookies += 1;
+                Ok(())
+            }
             Kind::HelloAck => {
                 let a: HelloAck = wire::parse_hello_ack(bytes, &self.psk)?;
                 let Some((h, _)) = &s.hello else {
@@ -396,8 +446,17 @@ pub struct ReceiverStats {
     pub dropped: u64,
     /// Hellos answered.
     pub hellos: u64,
-    /// Hellos not answered (over the rate: one per tenth of a report interval).
+    /// Hellos not answered: over the rate allowed per source or in all.
     pub hellos_limited: u64,
+    /// Hellos without a valid cookie, answered with a cookie (no handshake).
+    pub cookies: u64,
+    /// Valid hellos refused because another address's handshake is pending.
+    pub hellos_refused: u64,
+    /// Data that verified but was seen before, or too old (replays).
+    pub replayed: u64,
+    /// Data whose send time lay more than an hour from its receive time: the hosts' clocks
+    /// disagree, and the reports carry no one-way delay for it.
+    pub clock_skewed: u64,
     /// Sessions started (first verified data under new keys).
     pub sessions: u64,
     /// Feedback emitted.
@@ -408,6 +467,58 @@ struct Peer {
     keys: SessionKeys,
     addr: SocketAddr,
     ack: HelloAck,
+    /// When the handshake was answered.
+    since: Ts,
+}
+
+/// Hello rates per source address (a fixed table) and in all.
+struct HelloLimiter {
+    sources: Vec<(SocketAddr, Bucket)>,
+    global: Bucket,
+}
+
+impl HelloLimiter {
+    fn new() -> HelloLimiter {
+        HelloLimiter {
+            sources: Vec::with_capacity(HELLO_SOURCES),
+            global: Bucket {
+                tokens: HELLO_GLOBAL as f64,
+                at: Ts::ZERO,
+            },
+        }
+    }
+
+    /// One hello from `from` at `now`: within both rates?
+    fn allow(&mut self, from: SocketAddr, now: Ts) -> bool {
+        let sec = Duration::from_secs(1);
+        let i = match self.sources.iter().position(|(a, _)| *a == from) {
+            Some(i) => i,
+            None => {
+                let fresh = Bucket {
+                    tokens: HELLO_PER_SOURCE as f64,
+                    at: now,
+                };
+                if self.sources.len() < HELLO_SOURCES {
+                    self.sources.push((from, fresh));
+                    self.sources.len() - 1
+                } else {
+                    // Make room: the entry that would lose least — the fullest bucket (a full
+                    // bucket is what a fresh entry starts with), the oldest on ties.
+                    let i = (0..self.sources.len())
+                        .max_by(|&a, &b| {
+                            let (x, y) = (&self.sources[a].1, &self.sources[b].1);
+                            x.level(now, HELLO_PER_SOURCE, sec)
+                                .total_cmp(&y.level(now, HELLO_PER_SOURCE, sec))
+                                .then(y.at.cmp(&x.at))
+                        })
+                        .unwrap_or(0);
+                    self.sources[i] = (from, fresh);
+                    i
+                }
+            }
+        };
+        self.sources[i].1.take(now, HELLO_PER_SOURCE, sec) && self.global.take(now, HELLO_GLOBAL, sec)
+    }
 }
 
 /// The sans-IO receiver.
@@ -424,7 +535,13 @@ pub struct Receiver {
     pending: Option<Peer>,
     /// A hello-ack to send, and where.
     ack_due: Option<SocketAddr>,
-    next_ack: Ts,
+    /// A cookie to send, and where.
+    cookie_due: Option<(SocketAddr, Cookie)>,
+    /// The secret cookies are made under (drawn per receiver).
+    cookie_secret: [u8; 32],
+    hellos: HelloLimiter,
+    /// Data sequence numbers of the current session.
+    window: ReplayWindow,
     /// μ_R to report when packets carry none (b/s), e.g. from the OS or configuration.
     pub phy_rate_bps: Option<u64>,
 }
@@ -438,9 +555,11 @@ impl Receiver {
         level.l3_overhead_bytes = 28;
         // The estimator's own settings were checked; only the overhead changed.
         let _ = est.set_level_config(level);
+        let mut rng = NonceGen::new(seed);
+        let cookie_secret = nonce(&mut rng);
         Receiver {
             psk,
-            rng: NonceGen::new(seed),
+            rng,
             est,
             number: 0,
             highest: 0,
@@ -450,14 +569,20 @@ impl Receiver {
             current: None,
             pending: None,
             ack_due: None,
-            next_ack: Ts::ZERO,
+            cookie_due: None,
+            cookie_secret,
+            hellos: HelloLimiter::new(),
+            window: ReplayWindow::default(),
             phy_rate_bps: None,
         }
     }
 
     /// Counters.
     pub fn stats(&self) -> ReceiverStats {
-        self.stats
+        ReceiverStats {
+            clock_skewed: self.est.clock_skewed(),
+            ..self.stats
+        }
     }
 
     /// The estimator, to set its operating point while it runs
@@ -508,7 +633,24 @@ impl Receiver {
         let (kind, _, _) = wire::peek(bytes)?;
         match kind {
             Kind::Hello => {
-                let h = wire::parse_hello(bytes, &self.psk)?;
+                let (h, cookie) = wire::parse_hello(bytes, &self.psk)?;
+                if !self.hellos.allow(from, host) {
+                    self.stats.hellos_limited += 1;
+                    return Err(WireError::HelloFlood);
+                }
+                let epoch = host.as_nanos() / wire::COOKIE_EPOCH.as_nanos() as u64;
+                if !wire::cookie_valid(&self.cookie_secret, epoch, &from, &h, &cookie) {
+                    // Stateless: the cookie alone, at the hello's size, to the hello's source.
+                    self.cookie_due = Some((
+                        from,
+                        Cookie {
+                            hello: h,
+                            cookie: wire::make_cookie(&self.cookie_secret, epoch, &from, &h),
+                        },
+                    ));
+                    self.stats.cookies += 1;
+                    return Ok(());
+                }
                 // The sender repeats a hello until it is answered: answer it the same way.
                 if let Some(p) = self.pending.as_ref().or(self.current.as_ref()) {
                     if p.ack.hello == h && p.addr == from {
@@ -516,21 +658,26 @@ impl Receiver {
                         return Ok(());
                     }
                 }
-                if host < self.next_ack {
-                    self.stats.hellos_limited += 1;
-                    return Ok(());
+                // A handshake answered for another address stands until data verifies under it
+                // or it times out.
+                let timeout = PENDING_TIMEOUT.max(self.est.interval() * 2);
+                if let Some(p) = &self.pending {
+                    if p.addr != from && host.saturating_since(p.since) < timeout {
+                        self.stats.hellos_refused += 1;
+                        return Err(WireError::Pending);
+                    }
                 }
-                self.next_ack = host + (self.est.interval() / 10).max(Duration::from_millis(10));
                 let ack = HelloAck {
                     hello: h,
                     nonce_r: nonce(&mut self.rng),
                 };
-                // The current session stays until data verifies under the new keys: a replayed
-                // hello costs one answer, not the session.
+                // The current session stays until data verifies under the new keys: a hello
+                // costs one answer, not the session.
                 self.pending = Some(Peer {
                     keys: SessionKeys::derive(&self.psk, h.session, h.station, &h.nonce_s, &ack.nonce_r),
                     addr: from,
                     ack,
+                    since: host,
                 });
                 self.ack_due = Some(from);
                 self.stats.hellos += 1;
@@ -557,11 +704,21 @@ impl Receiver {
                         self.current = self.pending.take();
                         self.number = 0;
                         self.highest = 0;
+                        self.window = ReplayWindow::default();
                         self.est.reset_sequence();
                         self.stats.sessions += 1;
                         x
                     }
                 };
+                // Verified, but seen before (or too old): a replay, dropped before the estimator
+                // and every counter.
+                if !self.window.accept(d.seq) {
+                    self.stats.replayed += 1;
+                    return Err(WireError::Replay {
+                        seq: d.seq,
+                        highest: self.window.highest().unwrap_or(0),
+                    });
+                }
                 self.stats.received += 1;
                 self.highest = self.highest.max(d.seq);
                 self.est.push(&RxPacket {
@@ -581,6 +738,10 @@ impl Receiver {
     /// A datagram due at `now` — a hello-ack or a feedback — in [`Receiver::buffer`], with its
     /// destination (call until `None`). Feedback goes only to the session's peer.
     pub fn poll_transmit(&mut self, now: Ts) -> Option<(usize, SocketAddr)> {
+        if let Some((to, c)) = self.cookie_due.take() {
+            wire::emit_cookie(&mut self.buf, &self.psk, &c);
+            return Some((self.buf.len(), to));
+        }
         if let Some(to) = self.ack_due.take() {
             let p = self
                 .pending

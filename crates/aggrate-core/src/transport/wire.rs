@@ -1,4 +1,4 @@
-//! The reference protocol's packets (version 2): checked parse and emit that never panic, every
+//! The reference protocol's packets (version 3): checked parse and emit that never panic, every
 //! packet authenticated.
 //!
 //! Every packet starts with a 12-byte header (big endian):
@@ -6,18 +6,31 @@
 //! | bytes | field |
 //! | --- | --- |
 //! | 0..2 | magic `0xA6 0x67` |
-//! | 2 | version (2) |
-//! | 3 | kind: 1 = data, 2 = feedback, 3 = hello, 4 = hello-ack |
+//! | 2 | version (3) |
+//! | 3 | kind: 1 = data, 2 = feedback, 3 = hello, 4 = hello-ack, 5 = cookie |
 //! | 4..8 | session id (chosen by the sender per handshake) |
 //! | 8..12 | station index |
 //!
-//! **Hello** (sender → receiver, kind 3), 64 bytes: `12..44` the sender's nonce, `44..48` zero,
-//! `48..64` tag. **Hello-ack** (receiver → sender, kind 4), 96 bytes: `12..44` the sender's
-//! nonce echoed, `44..76` the receiver's nonce, `76..80` zero, `80..96` tag. Both tags are
+//! **Hello** (sender → receiver, kind 3), 96 bytes: `12..44` the sender's nonce, `44..60` the
+//! receiver's cookie (zero in the first hello), `60..80` zero, `80..96` tag. **Cookie**
+//! (receiver → sender, kind 5), 96 bytes, the same layout: the hello's nonce echoed and a fresh
+//! cookie. **Hello-ack** (receiver → sender, kind 4), 96 bytes: `12..44` the sender's nonce
+//! echoed, `44..76` the receiver's nonce, `76..80` zero, `80..96` tag. All three tags are
 //! HMAC-SHA-256 under the handshake key (derived from the pre-shared key), so only holders of the
-//! key can start a session, and an ack answers exactly one hello. Both sides then derive the
-//! session's keys with HKDF-SHA-256 from the pre-shared key, salted with both nonces, one per
-//! direction and station ([`SessionKeys`]): nothing recorded in one session verifies in another.
+//! key can start a session, and an ack answers exactly one hello; no answer is larger than the
+//! hello that asked for it.
+//!
+//! **Freshness without state** (as QUIC's Retry and DTLS's HelloVerifyRequest): a receiver
+//! answers a hello without a valid cookie with a cookie only — `HMAC(secret, epoch ‖ source
+//! address ‖ session ‖ station ‖ nonce)`, its secret drawn per receiver, its epoch
+//! [`COOKIE_EPOCH`] on the receiver's clock, valid for the current and the previous epoch — and
+//! opens a handshake only for a hello that carries one. The sender puts the cookie in its hello
+//! (under the tag). An old hello replayed, or replayed from another address, carries no valid
+//! cookie and a keyless attacker cannot put one in: it costs one cookie of its own size.
+//!
+//! Both sides then derive the session's keys with HKDF-SHA-256 from the pre-shared key, salted
+//! with both nonces, one per direction and station ([`SessionKeys`]): nothing recorded in one
+//! session verifies in another.
 //!
 //! **Data** (kind 1): `12..20` sequence number (u64), `20..28` send time (ns on the sender's
 //! clock, u64), `28..44` tag over the whole datagram (with the tag bytes taken as zero) under the
@@ -26,7 +39,12 @@
 //! **Feedback** (kind 2), 128 bytes: `12..16` report number (u32), `16..24` highest sequence
 //! received (u64), then the report: start, end (ns, u64), frames, packets, lost (u64 each),
 //! μ_N, corrected μ_N, receive rate, mean and p95 one-way delay (ms), μ_R (f64 each; NaN = none),
-//! then the tag under the session's feedback key. A verified report is then range-checked
+//! then the tag under the session's feedback key.
+//!
+//! Within a session the receiver keeps a [`ReplayWindow`] over data sequence numbers: a datagram
+//! that verifies but was seen before, or lies more than [`REPLAY_WINDOW`] behind the highest, is
+//! dropped before the estimator or a counter sees it. Feedback report numbers must rise (a window
+//! of one: a late report would steer the sender by an old interval). A verified report is then range-checked
 //! ([`check_report`]): a key holder with a bug cannot steer the sender outside what a receiver
 //! can measure either.
 //!
@@ -45,7 +63,7 @@ type HmacSha256 = Hmac<Sha256>;
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = [0xA6, 0x67];
 /// Protocol version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Header bytes.
 pub const HEADER_LEN: usize = 12;
 /// Tag bytes.
@@ -54,8 +72,18 @@ pub const TAG_LEN: usize = 16;
 pub const DATA_HEADER_LEN: usize = 44;
 /// Feedback bytes, tag included.
 pub const FEEDBACK_LEN: usize = 128;
-/// Hello bytes.
-pub const HELLO_LEN: usize = 64;
+/// Hello bytes (and cookie bytes: a cookie answers a hello at its own size).
+pub const HELLO_LEN: usize = 96;
+/// Cookie bytes.
+pub const COOKIE_LEN: usize = HELLO_LEN;
+/// Bytes of a cookie value.
+pub const COOKIE_BYTES: usize = 16;
+/// A cookie's epoch: a cookie is valid in the epoch it was made in and the next (so for at most
+/// two epochs, at least one).
+pub const COOKIE_EPOCH: std::time::Duration = std::time::Duration::from_secs(1);
+/// Sequence numbers a receiver remembers behind the highest one (RFC 4303 §3.4.3's window, RFC
+/// 6347 §4.1.2.6): a datagram further behind is refused as too old.
+pub const REPLAY_WINDOW: u64 = 1024;
 /// Hello-ack bytes.
 pub const HELLO_ACK_LEN: usize = 96;
 /// Nonce bytes.
@@ -87,7 +115,9 @@ pub enum WireError {
     #[error("bad magic at byte 0: {0:02x}{1:02x}")]
     Magic(u8, u8),
     /// Another version.
-    #[error("unsupported version {0} at byte 2 (this is version 2)")]
+    #[error(
+        "protocol version {0} at byte 2, this peer speaks version {VERSION}: run the same aggrate version at both ends"
+    )]
     Version(u8),
     /// Unknown or unexpected kind.
     #[error("packet kind {0} at byte 3 is not expected here")]
@@ -141,6 +171,23 @@ pub enum WireError {
     /// More reports than the interval allows.
     #[error("report refused: more than the allowed reports per interval")]
     Flood,
+    /// A data datagram seen before in this session, or too far behind the newest.
+    #[error("data sequence number {seq} at byte 12 was seen before or is more than {REPLAY_WINDOW} behind {highest} (replay)")]
+    Replay {
+        /// In the packet.
+        seq: u64,
+        /// Highest accepted.
+        highest: u64,
+    },
+    /// A hello whose cookie is missing, expired or made for another address.
+    #[error("hello without a valid cookie (at byte 44): answered with a cookie, no handshake")]
+    Cookie,
+    /// More hellos than allowed from this source or in all.
+    #[error("hello refused: over the rate allowed from its source or in all")]
+    HelloFlood,
+    /// A handshake is pending with another address and has not timed out.
+    #[error("a handshake with another address is pending")]
+    Pending,
 }
 
 /// A pre-shared key is unusable.
@@ -195,7 +242,7 @@ impl Psk {
         }
         Ok(Psk {
             ikm: bytes.to_vec(),
-            handshake: hkdf_key(bytes, b"aggrate v2", &[b"handshake"]),
+            handshake: hkdf_key(bytes, b"aggrate v3", &[b"handshake"]),
         })
     }
 
@@ -255,8 +302,8 @@ impl SessionKeys {
         SessionKeys {
             session,
             station,
-            data: hkdf_key(&psk.ikm, &salt, &[b"aggrate v2 data", &s, &t]),
-            feedback: hkdf_key(&psk.ikm, &salt, &[b"aggrate v2 feedback", &s, &t]),
+            data: hkdf_key(&psk.ikm, &salt, &[b"aggrate v3 data", &s, &t]),
+            feedback: hkdf_key(&psk.ikm, &salt, &[b"aggrate v3 feedback", &s, &t]),
         }
     }
 }
@@ -292,6 +339,15 @@ pub struct Hello {
     pub nonce_s: [u8; NONCE_LEN],
 }
 
+/// A cookie's fields: the hello it answers and the cookie to repeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cookie {
+    /// The hello it answers.
+    pub hello: Hello,
+    /// The cookie.
+    pub cookie: [u8; COOKIE_BYTES],
+}
+
 /// A hello-ack's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HelloAck {
@@ -312,6 +368,8 @@ pub enum Kind {
     Hello,
     /// Hello-ack.
     HelloAck,
+    /// Cookie (the receiver's answer to a hello without a valid one).
+    Cookie,
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -352,6 +410,7 @@ pub fn peek(b: &[u8]) -> Result<(Kind, u32, u32), WireError> {
         2 => Kind::Feedback,
         3 => Kind::Hello,
         4 => Kind::HelloAck,
+        5 => Kind::Cookie,
         k => return Err(WireError::Kind(k)),
     };
     Ok((kind, u32_at(b, 4), u32_at(b, 8)))
@@ -418,24 +477,181 @@ fn same_session(keys: &SessionKeys, session: u32, station: u32) -> Result<(), Wi
     Ok(())
 }
 
-/// Write a hello to `out` (cleared first).
-pub fn emit_hello(out: &mut Vec<u8>, psk: &Psk, h: &Hello) {
+/// Write a hello carrying `cookie` (zero: none yet) to `out` (cleared first).
+pub fn emit_hello(out: &mut Vec<u8>, psk: &Psk, h: &Hello, cookie: &[u8; COOKIE_BYTES]) {
     header(out, 3, h.session, h.station);
     out.extend_from_slice(&h.nonce_s);
+    out.extend_from_slice(cookie);
     out.resize(HELLO_LEN, 0);
     let t = tag(&psk.handshake, out, HELLO_LEN - TAG_LEN);
     out[HELLO_LEN - TAG_LEN..].copy_from_slice(&t);
 }
 
-/// Parse and verify a hello.
-pub fn parse_hello(b: &[u8], psk: &Psk) -> Result<Hello, WireError> {
+/// Parse and verify a hello; returns it and the cookie it carries.
+pub fn parse_hello(b: &[u8], psk: &Psk) -> Result<(Hello, [u8; COOKIE_BYTES]), WireError> {
     let (session, station) = expect(b, Kind::Hello, HELLO_LEN, true, "a hello (exactly)")?;
     verify(&psk.handshake, b, HELLO_LEN - TAG_LEN)?;
-    Ok(Hello {
-        session,
-        station,
-        nonce_s: nonce_at(b, 12),
+    let mut cookie = [0u8; COOKIE_BYTES];
+    cookie.copy_from_slice(&b[44..44 + COOKIE_BYTES]);
+    Ok((
+        Hello {
+            session,
+            station,
+            nonce_s: nonce_at(b, 12),
+        },
+        cookie,
+    ))
+}
+
+/// Write a cookie to `out` (cleared first).
+pub fn emit_cookie(out: &mut Vec<u8>, psk: &Psk, c: &Cookie) {
+    header(out, 5, c.hello.session, c.hello.station);
+    out.extend_from_slice(&c.hello.nonce_s);
+    out.extend_from_slice(&c.cookie);
+    out.resize(COOKIE_LEN, 0);
+    let t = tag(&psk.handshake, out, COOKIE_LEN - TAG_LEN);
+    out[COOKIE_LEN - TAG_LEN..].copy_from_slice(&t);
+}
+
+/// Parse and verify a cookie.
+pub fn parse_cookie(b: &[u8], psk: &Psk) -> Result<Cookie, WireError> {
+    let (session, station) = expect(b, Kind::Cookie, COOKIE_LEN, true, "a cookie (exactly)")?;
+    verify(&psk.handshake, b, COOKIE_LEN - TAG_LEN)?;
+    let mut cookie = [0u8; COOKIE_BYTES];
+    cookie.copy_from_slice(&b[44..44 + COOKIE_BYTES]);
+    Ok(Cookie {
+        hello: Hello {
+            session,
+            station,
+            nonce_s: nonce_at(b, 12),
+        },
+        cookie,
     })
+}
+
+/// The hello a hello, cookie or hello-ack names — session, station and the sender's nonce —
+/// read *without* verifying its tag: what a relay that holds no key (the live AP) can see, to
+/// route an answer to the address whose hello it answers. Nothing here is trusted.
+pub fn handshake_id(b: &[u8]) -> Option<(Kind, Hello)> {
+    let (kind, session, station) = peek(b).ok()?;
+    if !matches!(kind, Kind::Hello | Kind::Cookie | Kind::HelloAck) || b.len() < 12 + NONCE_LEN {
+        return None;
+    }
+    Some((
+        kind,
+        Hello {
+            session,
+            station,
+            nonce_s: nonce_at(b, 12),
+        },
+    ))
+}
+
+/// A cookie for `h` from `from`, in `epoch`, under a receiver's `secret`.
+pub fn make_cookie(secret: &[u8; 32], epoch: u64, from: &std::net::SocketAddr, h: &Hello) -> [u8; COOKIE_BYTES] {
+    let mut mac = keyed(secret);
+    mac.update(b"aggrate v3 cookie");
+    mac.update(&epoch.to_be_bytes());
+    match from {
+        std::net::SocketAddr::V4(a) => {
+            mac.update(&[4]);
+            mac.update(&a.ip().octets());
+        }
+        std::net::SocketAddr::V6(a) => {
+            mac.update(&[6]);
+            mac.update(&a.ip().octets());
+        }
+    }
+    mac.update(&from.port().to_be_bytes());
+    mac.update(&h.session.to_be_bytes());
+    mac.update(&h.station.to_be_bytes());
+    mac.update(&h.nonce_s);
+    let full = mac.finalize().into_bytes();
+    let mut c = [0u8; COOKIE_BYTES];
+    c.copy_from_slice(&full[..COOKIE_BYTES]);
+    c
+}
+
+/// Whether `cookie` is one [`make_cookie`] gave `from` for `h` in `epoch` or the epoch before
+/// (compared in constant time).
+pub fn cookie_valid(
+    secret: &[u8; 32],
+    epoch: u64,
+    from: &std::net::SocketAddr,
+    h: &Hello,
+    cookie: &[u8; COOKIE_BYTES],
+) -> bool {
+    let same = |c: [u8; COOKIE_BYTES]| c.iter().zip(cookie).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    let cur = same(make_cookie(secret, epoch, from, h));
+    let prev = epoch
+        .checked_sub(1)
+        .is_some_and(|e| same(make_cookie(secret, e, from, h)));
+    cur | prev
+}
+
+/// A sliding window over sequence numbers (RFC 4303 §3.4.3): the highest accepted and a bitmap
+/// of the [`REPLAY_WINDOW`] behind it. Fixed memory; wrap-aware checked arithmetic.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayWindow {
+    highest: Option<u64>,
+    bits: [u64; (REPLAY_WINDOW / 64) as usize],
+}
+
+impl ReplayWindow {
+    /// Accept `seq` once: `false` for a number seen before or more than [`REPLAY_WINDOW`] behind
+    /// the highest (nothing changes then).
+    pub fn accept(&mut self, seq: u64) -> bool {
+        let Some(hi) = self.highest else {
+            self.highest = Some(seq);
+            self.set(0);
+            return true;
+        };
+        if seq > hi {
+            let shift = seq - hi;
+            self.shift(shift);
+            self.highest = Some(seq);
+            self.set(0);
+            return true;
+        }
+        let behind = hi - seq;
+        if behind >= REPLAY_WINDOW || self.get(behind) {
+            return false;
+        }
+        self.set(behind);
+        true
+    }
+
+    /// The highest number accepted.
+    pub fn highest(&self) -> Option<u64> {
+        self.highest
+    }
+
+    fn get(&self, behind: u64) -> bool {
+        self.bits[(behind / 64) as usize] >> (behind % 64) & 1 == 1
+    }
+
+    fn set(&mut self, behind: u64) {
+        self.bits[(behind / 64) as usize] |= 1 << (behind % 64);
+    }
+
+    /// Move the window forward by `n`: bit k becomes bit k + n.
+    fn shift(&mut self, n: u64) {
+        if n >= REPLAY_WINDOW {
+            self.bits = Default::default();
+            return;
+        }
+        let (words, bits) = ((n / 64) as usize, (n % 64) as u32);
+        let len = self.bits.len();
+        for i in (0..len).rev() {
+            let lo = i.checked_sub(words).map_or(0, |j| self.bits[j]);
+            let carry = if bits == 0 {
+                0
+            } else {
+                i.checked_sub(words + 1).map_or(0, |j| self.bits[j] >> (64 - bits))
+            };
+            self.bits[i] = if bits == 0 { lo } else { lo << bits | carry };
+        }
+    }
 }
 
 /// Write a hello-ack to `out` (cleared first).
@@ -677,14 +893,98 @@ mod tests {
             station: 3,
             nonce_s: [9; NONCE_LEN],
         };
-        emit_hello(&mut b, &psk(), &h);
-        assert_eq!(parse_hello(&b, &psk()).unwrap(), h);
+        emit_hello(&mut b, &psk(), &h, &[5; COOKIE_BYTES]);
+        assert_eq!(b.len(), HELLO_LEN);
+        assert_eq!(parse_hello(&b, &psk()).unwrap(), (h, [5; COOKIE_BYTES]));
+        assert_eq!(handshake_id(&b), Some((Kind::Hello, h)));
+        let c = Cookie {
+            hello: h,
+            cookie: [6; COOKIE_BYTES],
+        };
+        emit_cookie(&mut b, &psk(), &c);
+        assert_eq!(b.len(), COOKIE_LEN);
+        assert_eq!(parse_cookie(&b, &psk()).unwrap(), c);
+        assert_eq!(handshake_id(&b), Some((Kind::Cookie, h)));
         let a = HelloAck {
             hello: h,
             nonce_r: [4; NONCE_LEN],
         };
         emit_hello_ack(&mut b, &psk(), &a);
         assert_eq!(parse_hello_ack(&b, &psk()).unwrap(), a);
+        assert_eq!(handshake_id(&b), Some((Kind::HelloAck, h)));
+        // No answer is larger than the hello that asked for it.
+        assert!(HELLO_ACK_LEN <= HELLO_LEN && COOKIE_LEN <= HELLO_LEN);
+        // An earlier version is refused naming both versions.
+        b[2] = 2;
+        let e = peek(&b).unwrap_err().to_string();
+        assert!(e.contains("version 2") && e.contains("version 3"), "{e}");
+    }
+
+    #[test]
+    fn cookies_are_bound_to_address_hello_and_time() {
+        let secret = [7u8; 32];
+        let h = Hello {
+            session: 1,
+            station: 0,
+            nonce_s: [3; NONCE_LEN],
+        };
+        let a: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let c = make_cookie(&secret, 100, &a, &h);
+        assert!(cookie_valid(&secret, 100, &a, &h, &c));
+        assert!(cookie_valid(&secret, 101, &a, &h, &c), "the next epoch too");
+        assert!(!cookie_valid(&secret, 102, &a, &h, &c), "not two epochs later");
+        assert!(!cookie_valid(&secret, 99, &a, &h, &c), "not before it was made");
+        let other_port: std::net::SocketAddr = "10.0.0.1:5001".parse().unwrap();
+        assert!(!cookie_valid(&secret, 100, &other_port, &h, &c));
+        let v6: std::net::SocketAddr = "[::1]:5000".parse().unwrap();
+        assert!(!cookie_valid(&secret, 100, &v6, &h, &c));
+        assert!(!cookie_valid(
+            &secret,
+            100,
+            &a,
+            &Hello {
+                nonce_s: [4; NONCE_LEN],
+                ..h
+            },
+            &c
+        ));
+        assert!(!cookie_valid(&[8; 32], 100, &a, &h, &c), "another receiver's secret");
+        assert!(!cookie_valid(&secret, 0, &a, &h, &[0; COOKIE_BYTES]));
+    }
+
+    #[test]
+    fn the_replay_window_accepts_each_number_once() {
+        let mut w = ReplayWindow::default();
+        assert!(w.accept(10));
+        assert!(!w.accept(10), "duplicate");
+        assert!(
+            w.accept(8) && w.accept(9) && !w.accept(8),
+            "late but new, then duplicate"
+        );
+        assert!(
+            w.accept(10 + 70) && w.accept(11) && !w.accept(11),
+            "across a word boundary"
+        );
+        assert!(w.accept(5000));
+        assert!(!w.accept(5000 - REPLAY_WINDOW), "too old");
+        assert!(w.accept(5000 - REPLAY_WINDOW + 1) && !w.accept(5000 - REPLAY_WINDOW + 1));
+        assert!(!w.accept(80), "far behind after the jump");
+        assert!(w.accept(u64::MAX) && !w.accept(u64::MAX), "no wrap at 2^64");
+        assert_eq!(w.highest(), Some(u64::MAX));
+        // Every shift keeps exactly the numbers within the window.
+        let mut w = ReplayWindow::default();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut x = 1u64;
+        for _ in 0..20_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let seq = 100_000 + (x >> 33) % 3000;
+            let hi = w.highest().unwrap_or(0);
+            let want = !seen.contains(&seq) && (seq > hi || hi - seq < REPLAY_WINDOW || w.highest().is_none());
+            assert_eq!(w.accept(seq), want, "{seq} (highest {hi})");
+            if want {
+                seen.insert(seq);
+            }
+        }
     }
 
     #[test]
@@ -729,8 +1029,14 @@ mod tests {
                 station: 0,
                 nonce_s: [1; NONCE_LEN],
             },
+            &[0; COOKIE_BYTES],
         );
-        assert_eq!(parse_hello(&b, &other), Err(WireError::Tag { at: 48 }));
+        assert_eq!(parse_hello(&b, &other), Err(WireError::Tag { at: 80 }));
+        for i in 0..HELLO_LEN {
+            let mut c = b.clone();
+            c[i] ^= 0x10;
+            assert!(parse_hello(&c, &psk()).is_err(), "hello byte {i}");
+        }
         assert_eq!(
             peek(&[1, 2, 3]).unwrap_err().to_string(),
             "packet of 3 bytes: a header needs 12"
@@ -782,6 +1088,8 @@ mod tests {
             let _ = parse_feedback(&b, &k);
             let _ = parse_hello(&b, &p);
             let _ = parse_hello_ack(&b, &p);
+            let _ = parse_cookie(&b, &p);
+            let _ = handshake_id(&b);
         }
 
         #[test]
@@ -794,6 +1102,9 @@ mod tests {
             let _ = parse_hello_ack(&b[..cut.min(b.len())], &p);
             emit_data(&mut b, &k, &Data { seq: 1, sent: Ts(2) }, 10);
             let _ = parse_data(&b[..cut.min(b.len())], &k);
+            emit_cookie(&mut b, &p, &Cookie { hello: Hello { session: 1, station: 0, nonce_s: [1; 32] }, cookie: [2; 16] });
+            let _ = parse_cookie(&b[..cut.min(b.len())], &p);
+            let _ = handshake_id(&b[..cut.min(b.len())]);
         }
     }
 }
