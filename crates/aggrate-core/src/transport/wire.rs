@@ -913,7 +913,7 @@ mod tests {
         assert_eq!(parse_hello_ack(&b, &psk()).unwrap(), a);
         assert_eq!(handshake_id(&b), Some((Kind::HelloAck, h)));
         // No answer is larger than the hello that asked for it.
-        assert!(HELLO_ACK_LEN <= HELLO_LEN && COOKIE_LEN <= HELLO_LEN);
+        const { assert!(HELLO_ACK_LEN <= HELLO_LEN && COOKIE_LEN <= HELLO_LEN) };
         // An earlier version is refused naming both versions.
         b[2] = 2;
         let e = peek(&b).unwrap_err().to_string();
