@@ -341,6 +341,13 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
             ui.info(format!("rates Mb/s: {}", rates.join(", ")));
         }
     })?;
+    if let Some(v) = stats.other_version_seen {
+        ui.warn(format!(
+            "{} datagrams of protocol version {v} came back: the receiver runs another aggrate (this one speaks version {}); run the same version at both ends",
+            stats.other_version,
+            aggrate::transport::wire::VERSION
+        ));
+    }
     outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)
 }
@@ -436,6 +443,13 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             return Err(e).with_context(|| format!("writing {}", p.display()));
         }
         f.flush().with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(v) = stats.other_version_seen {
+        ui.warn(format!(
+            "{} datagrams of protocol version {v}: the sender runs another aggrate (this one speaks version {}); run the same version at both ends",
+            stats.other_version,
+            aggrate::transport::wire::VERSION
+        ));
     }
     if stats.clock_skewed > 0 {
         ui.warn(format!(

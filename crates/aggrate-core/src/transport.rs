@@ -72,6 +72,10 @@ pub struct SenderStats {
     pub silence_decays: u64,
     /// Cookies taken from a receiver (a hello sent again with it).
     pub cookies: u64,
+    /// Datagrams of another protocol version (an older or newer aggrate at the other end).
+    pub other_version: u64,
+    /// The last such version seen.
+    pub other_version_seen: Option<u8>,
 }
 
 /// One datagram to send.
@@ -356,6 +360,11 @@ impl Sender {
         let r = self.datagram(now, station, bytes);
         match &r {
             Err(WireError::Flood) => self.stats.feedback_limited += 1,
+            Err(WireError::Version(v)) => {
+                self.stats.feedback_dropped += 1;
+                self.stats.other_version += 1;
+                self.stats.other_version_seen = Some(*v);
+            }
             Err(_) => self.stats.feedback_dropped += 1,
             Ok(()) => {}
         }
@@ -457,6 +466,10 @@ pub struct ReceiverStats {
     /// Data whose send time lay more than an hour from its receive time: the hosts' clocks
     /// disagree, and the reports carry no one-way delay for it.
     pub clock_skewed: u64,
+    /// Datagrams of another protocol version (an older or newer aggrate at the other end).
+    pub other_version: u64,
+    /// The last such version seen.
+    pub other_version_seen: Option<u8>,
     /// Sessions started (first verified data under new keys).
     pub sessions: u64,
     /// Feedback emitted.
@@ -617,8 +630,12 @@ impl Receiver {
         tsft: Option<crate::time::Tsft>,
     ) -> Result<(), WireError> {
         let r = self.datagram(host, from, bytes, tsft);
-        if r.is_err() {
+        if let Err(e) = &r {
             self.stats.dropped += 1;
+            if let WireError::Version(v) = e {
+                self.stats.other_version += 1;
+                self.stats.other_version_seen = Some(*v);
+            }
         }
         r
     }
