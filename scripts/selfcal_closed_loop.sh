@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The closed-loop measurement behind `recv --self-calibrate` (models/README.md, "Calibrating
-# while it runs"): the shipped model on receivers drawn from the default random ranges (never
+# The closed-loop measurement behind `recv --self-calibrate` (models/README.md, "Its operating
+# point for your receiver"; the full table in that file's git history): the shipped model on receivers drawn from the default random ranges (never
 # trained on: other seeds than datasets/receivers.toml's), 20 virtual seconds each, without
 # self-calibration, with it at a distance limit of 1 and without a limit (the default picks
 # by PHY rate: none at MCS 9, the training WLAN; 1 elsewhere), against MAC timestamps (the truth). Deterministic; ≈ 12 min on 2 cores for the default set.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `recv --self-calibrate` on real Linux receive paths, in the closed loop (models/README.md,
-# "Calibrating while it runs"): `aggrate send` and `aggrate ap` (the emulated 802.11ac AP, VHT
+# "Its operating point for your receiver"; the full table in its git history): `aggrate send` and `aggrate ap` (the emulated 802.11ac AP, VHT
 # MCS 9) in one network namespace, `aggrate recv` in another behind a veth pair whose receive
 # side is set up as PATH says, with and without --self-calibrate. The truth is the AP's: its
 # MPDUs per A-MPDU over the run (data_out / ampdus); the estimate is the mean μ_N of the

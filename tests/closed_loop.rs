@@ -190,7 +190,8 @@ fn on_random_receiver(seed: u64, mcs: u8, calibrate: Option<DistanceLimit>) -> S
 /// Online self-calibration (`recv --self-calibrate`) where the shipped model calls starts
 /// inside A-MPDUs of a receiver it never saw: the sender, told the frames are smaller than
 /// they are, fills the AP's queue; calibrated from the receiver's own receive times the
-/// estimate meets the truth and the queue goes (models/README.md, "Calibrating while it runs").
+/// estimate meets the truth and the queue goes (models/README.md, "Its operating point for your
+/// receiver").
 #[test]
 fn self_calibration_removes_the_queue_a_miscalibrated_model_builds() {
     let plain = on_random_receiver(21, 9, None);

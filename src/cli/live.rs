@@ -107,8 +107,8 @@ pub(crate) struct RecvArgs {
     /// capture). Needs the shipped model (or a calibrated copy). Give --phy-mbps too: at the
     /// training WLAN's PHY rate it takes no distance limit. Measured in the closed loop on
     /// receivers never trained on: it removes the standing queue where the model calls starts
-    /// inside frames, and leaves a receiver unlike every training receiver (e.g. another WLAN)
-    /// as it is (models/README.md, "Calibrating while it runs").
+    /// inside frames (when the loop steers by the frame count), and leaves a receiver unlike
+    /// every training receiver (e.g. another WLAN) as it is (models/README.md).
     #[arg(long)]
     pub(crate) self_calibrate: bool,
     /// With --self-calibrate: a window whose nearest training receiver lies farther than this

@@ -36,7 +36,8 @@ pub const DEFAULT_K: usize = 5;
 /// Farthest the nearest bank run may lie from a window for its threshold to be taken when the
 /// receiver's WLAN is not known to be the training one: the distance within which the shipped
 /// model holds on receivers it never saw ([`FAMILIAR_DISTANCE`](super::bank::FAMILIAR_DISTANCE)).
-/// Measured in the closed loop (models/README.md, "Calibrating while it runs"): at another WLAN
+/// Measured in the closed loop (models/README.md, "Its operating point for your receiver"; the
+/// full table in its git history): at another WLAN
 /// (VHT MCS 4, 7, 8), where the measured receivers' gaps mislead, it keeps the model's own
 /// threshold where no limit doubled the runs that queue; at the training WLAN no limit is
 /// better (on the real-kernel test receivers it is where the gain is; [`DistanceLimit::ByPhy`]).
