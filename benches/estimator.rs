@@ -127,13 +127,12 @@ fn bench(c: &mut Criterion) {
     // buffer; the packet that completes a window of WINDOW_GAPS gaps pays for its summary, the
     // nearest training receivers and their threshold - the receive thread's pause per window.
     {
-        use aggrate::train::bank::Likeness;
-        use aggrate::train::online::{OnlineCalibrator, WINDOW_GAPS};
+        use aggrate::train::online::{for_model, Likeness, WINDOW_GAPS};
         let like = Likeness {
             k: aggrate::train::online::DEFAULT_K,
             max_distance: f64::INFINITY,
         };
-        let cal = OnlineCalibrator::for_model(&mlp, like).expect("the shipped model's bank");
+        let cal = for_model(&mlp, like).expect("the shipped model's bank");
         let win = packets(WINDOW_GAPS + 1);
         let mut g = c.benchmark_group("self_calibration");
         g.throughput(Throughput::Elements(win.len() as u64));

@@ -475,7 +475,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
     let mut cals: Vec<OnlineCalibrator> = match (&cfg.estimator, cfg.self_calibrate) {
         (EstimatorKind::Model(f), Some(limit)) if cfg.sender == SenderKind::Aggrate => phy
             .iter()
-            .map(|&p| OnlineCalibrator::for_receiver(f, limit, Some(p as u64)))
+            .map(|&p| crate::train::online::for_receiver(f, limit, Some(p as u64)))
             .collect::<Result<_, _>>()?,
         (_, Some(_)) => {
             return Err(Error::Bad {

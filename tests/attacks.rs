@@ -431,7 +431,15 @@ fn the_live_ap_binds_the_sender_the_station_answers_not_the_first_talker() {
     let mut r = receiver(2);
     let stats = std::thread::scope(|sc| {
         let ap = sc.spawn(|| {
-            aggrate::wlan::live::run_ap(&[ap_port], &[sta_addr], wlan, 1, Duration::from_millis(2000), &stop)
+            aggrate::wlan::live::run_ap(
+                &[ap_port],
+                &[sta_addr],
+                wlan,
+                1,
+                Duration::from_millis(2000),
+                &stop,
+                aggrate::wlan::live::ApOptions::default(),
+            )
         });
         std::thread::sleep(Duration::from_millis(100));
         // The first talker: raw junk and a data-looking datagram, before the sender.

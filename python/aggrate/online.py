@@ -21,7 +21,11 @@ class OnlineEstimator:
     """Frame boundaries and the mean aggregation level μ_N from kernel receive times, packet by
     packet — the same code `aggrate recv` runs (≈ 50 ns per packet).
 
-    ``model``: an :class:`aggrate.Model` (default: the shipped one); ``interval_ms``: report period.
+    ``model``: an :class:`aggrate.Model` (default: the shipped one); ``interval_ms``: report period;
+    ``phy_mbps``: the link's PHY rate — then each report's ``level`` is the level from airtime,
+    which receive paths that hide or invent frame starts cannot bias (lengths are UDP payloads).
+    ``bank``: the JSON bytes of a summary of measured receivers for ``self_calibrate`` (default:
+    the shipped model's, embedded).
     ``self_calibrate``: set the model's operating point from the receive times as they come, as
     ``aggrate recv --self-calibrate`` does (every 16,384 packets, from the shipped model's
     training receivers nearest the window, within ``max_distance`` spreads — by default none when
@@ -31,8 +35,8 @@ class OnlineEstimator:
 
     def __init__(self, model: Optional["_aggrate.Model"] = None, interval_ms: float = 100.0,
                  self_calibrate: bool = False, max_distance: Optional[float] = None,
-                 phy_mbps: Optional[float] = None):
-        self._inner = _aggrate.OnlineEstimator(model, interval_ms, self_calibrate, max_distance, phy_mbps)
+                 phy_mbps: Optional[float] = None, bank: Optional[bytes] = None):
+        self._inner = _aggrate.OnlineEstimator(model, interval_ms, self_calibrate, max_distance, phy_mbps, bank)
 
     def calibration(self) -> Optional[Dict[str, Any]]:
         """With ``self_calibrate``: windows used (``windows``), not used (``skipped``) and used

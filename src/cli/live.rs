@@ -139,7 +139,7 @@ pub(crate) fn self_calibrator(
     max_distance: Option<f64>,
     phy_mbps: Option<f64>,
 ) -> Result<aggrate::train::online::OnlineCalibrator> {
-    use aggrate::train::online::{DistanceLimit, OnlineCalibrator};
+    use aggrate::train::online::{for_receiver, DistanceLimit};
     let limit = DistanceLimit::given(max_distance).context("--max-distance")?;
     let shipped;
     let file = match model {
@@ -149,7 +149,7 @@ pub(crate) fn self_calibrator(
             &shipped
         }
     };
-    OnlineCalibrator::for_receiver(file, limit, phy_mbps.map(|m| (m * 1e6) as u64)).context("--self-calibrate")
+    for_receiver(file, limit, phy_mbps.map(|m| (m * 1e6) as u64)).context("--self-calibrate")
 }
 
 /// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
@@ -250,6 +250,44 @@ fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEsti
     })
 }
 
+/// A CSV log written line by line as a run goes (`ap --truth`, `recv --log`): the first write
+/// error is kept and reported when the run ends, so a full disk neither stops the run nor goes
+/// unnoticed.
+struct CsvLog {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    err: Option<std::io::Error>,
+}
+
+impl CsvLog {
+    fn create(path: &Path, header: &str) -> Result<CsvLog> {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut out = std::io::BufWriter::new(file);
+        writeln!(out, "{header}").with_context(|| format!("writing {}", path.display()))?;
+        Ok(CsvLog {
+            path: path.to_path_buf(),
+            out,
+            err: None,
+        })
+    }
+
+    fn line(&mut self, text: &str) {
+        if let Err(e) = writeln!(self.out, "{text}") {
+            self.err.get_or_insert(e);
+        }
+    }
+
+    fn finish(mut self) -> Result<PathBuf> {
+        if let Some(e) = self.err.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(self.path)
+    }
+}
+
 pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     let n = a.stations.len();
     let listen: Vec<SocketAddr> = (0..n)
@@ -257,24 +295,17 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         .collect();
     let stop = AtomicBool::new(false);
     ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
-    let mut truth_out = match &a.truth {
-        Some(p) => {
-            let mut f =
-                std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?);
-            writeln!(f, "{}", aggrate::livelog::TRUTH_HEADER).with_context(|| format!("writing {}", p.display()))?;
-            Some((p.clone(), f))
-        }
-        None => None,
-    };
     if !(10..=60_000).contains(&a.interval_ms) {
         bail!("--interval-ms {}: between 10 and 60000", a.interval_ms);
     }
-    let mut write_err: Option<std::io::Error> = None;
+    let mut truth_out = a
+        .truth
+        .as_deref()
+        .map(|p| CsvLog::create(p, aggrate::livelog::TRUTH_HEADER))
+        .transpose()?;
     let mut on_row = |r: &aggrate::wlan::live::TruthRow| {
-        if let Some((_, f)) = truth_out.as_mut() {
-            if let Err(e) = writeln!(f, "{}", aggrate::livelog::truth_line(r)) {
-                write_err.get_or_insert(e);
-            }
+        if let Some(log) = truth_out.as_mut() {
+            log.line(&aggrate::livelog::truth_line(r));
         }
     };
     if a.release_tick_us > 100_000 {
@@ -287,7 +318,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         }),
         release_tick: Duration::from_micros(a.release_tick_us),
     };
-    let s = aggrate::wlan::live::run_ap_with(
+    let s = aggrate::wlan::live::run_ap(
         &listen,
         &a.stations,
         wlan(&a.mcs, n)?,
@@ -296,11 +327,8 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         &stop,
         opts,
     )?;
-    if let Some((p, mut f)) = truth_out {
-        if let Some(e) = write_err {
-            return Err(e).with_context(|| format!("writing {}", p.display()));
-        }
-        f.flush().with_context(|| format!("writing {}", p.display()))?;
+    if let Some(log) = truth_out {
+        let p = log.finish()?;
         ui.info(format!("wrote the AP's truth per interval to {}", p.display()));
     }
     outln!("{}", serde_json::to_string(&s)?);
@@ -375,16 +403,11 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         bail!("--others-share {}: a share in [0, 1)", a.others_share);
     }
     rx.estimator_mut().set_others_share(a.others_share);
-    let mut log = match &a.log {
-        Some(p) => {
-            let mut f =
-                std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?);
-            writeln!(f, "{}", aggrate::livelog::REPORT_HEADER).with_context(|| format!("writing {}", p.display()))?;
-            Some((p.clone(), f))
-        }
-        None => None,
-    };
-    let mut log_err: Option<std::io::Error> = None;
+    let mut log = a
+        .log
+        .as_deref()
+        .map(|p| CsvLog::create(p, aggrate::livelog::REPORT_HEADER))
+        .transpose()?;
     let mut cal = match a.self_calibrate {
         true => Some(self_calibrator(model.as_ref(), a.max_distance, a.phy_mbps)?),
         false => None,
@@ -400,10 +423,8 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         &stop,
         cal.as_mut(),
         |r| {
-            if let Some((_, f)) = log.as_mut() {
-                if let Err(e) = writeln!(f, "{}", aggrate::livelog::report_line(r)) {
-                    log_err.get_or_insert(e);
-                }
+            if let Some(l) = log.as_mut() {
+                l.line(&aggrate::livelog::report_line(r));
             }
             ui.info(format!(
                 "μ_N {:5.1} (frame count {:5.1})  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
@@ -438,11 +459,8 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             }
         },
     )?;
-    if let Some((p, mut f)) = log {
-        if let Some(e) = log_err {
-            return Err(e).with_context(|| format!("writing {}", p.display()));
-        }
-        f.flush().with_context(|| format!("writing {}", p.display()))?;
+    if let Some(l) = log {
+        l.finish()?;
     }
     if let Some(v) = stats.other_version_seen {
         ui.warn(format!(
@@ -519,7 +537,7 @@ pub(crate) fn live_loop(
                     v.push(*r);
                 }
             };
-            aggrate::wlan::live::run_ap_with(
+            aggrate::wlan::live::run_ap(
                 &[ap_port],
                 &[rx_addr],
                 cfg,

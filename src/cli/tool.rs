@@ -68,6 +68,20 @@ pub(crate) enum ToolCommand {
         #[arg(long, default_value_t = 20)]
         repeat: u32,
     },
+    /// Replay a capture's receive times through the estimator with `recv --self-calibrate`'s
+    /// calibrator (the shipped model and its embedded bank, each packet fed as `recv` feeds it,
+    /// 1,472-byte UDP payloads) and print one JSON line: what the calibrator did and each
+    /// report's level. For the Python and C tests, which must learn the same.
+    SelfCalibrate {
+        /// Capture file.
+        input: PathBuf,
+        /// The link's PHY rate (Mb/s).
+        #[arg(long)]
+        phy_mbps: f64,
+        /// Report interval (ms).
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+    },
     /// Redraw Figure 13 (a) from a sweep.json.
     ReplotSweep {
         /// sweep.json.
@@ -101,6 +115,11 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
         ToolCommand::EstimatorRate { input, model, repeat } => estimator_rate(&input, model.as_deref(), repeat),
+        ToolCommand::SelfCalibrate {
+            input,
+            phy_mbps,
+            interval_ms,
+        } => self_calibrate(&input, phy_mbps, interval_ms),
         ToolCommand::Hostile { kind, n, output } => hostile(ui, &kind, n, &output),
         ToolCommand::ReplotSweep { json, output } => {
             super::sweep::replot(&json, &output)?;
@@ -200,17 +219,13 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
-fn estimator_rate(input: &Path, model: Option<&Path>, repeat: u32) -> Result<Exit> {
-    use aggrate::runtime::{OnlineEstimator, RxPacket};
-    let file = match model {
-        Some(p) => aggrate::model::ModelFile::load(p)?,
-        None => aggrate::model::ModelFile::shipped()?,
-    };
-    let opts = aggrate::pipeline::RowsOptions::new(file.spec);
-    let mut pkts: Vec<RxPacket> = Vec::new();
+/// A capture's packets as an estimator gets them (its model's layout read by the pipeline), in
+/// receive order.
+fn capture_packets(input: &Path, spec: aggrate::features::FeatureSpec) -> Result<Vec<aggrate::runtime::RxPacket>> {
+    let opts = aggrate::pipeline::RowsOptions::new(spec);
+    let mut pkts = Vec::new();
     aggrate::pipeline::capture_rows(input, &opts, &mut aggrate::progress::NoProgress, |m, _| {
-        pkts.push(RxPacket {
+        pkts.push(aggrate::runtime::RxPacket {
             host: m.host,
             seq: m.seq.map(u64::from),
             sent: None,
@@ -221,6 +236,51 @@ fn estimator_rate(input: &Path, model: Option<&Path>, repeat: u32) -> Result<Exi
     })?
     .check()?;
     pkts.sort_by_key(|p| p.host);
+    Ok(pkts)
+}
+
+fn self_calibrate(input: &Path, phy_mbps: f64, interval_ms: u64) -> Result<Exit> {
+    use aggrate::runtime::{OnlineEstimator, RxPacket};
+    use aggrate::train::online::{for_receiver, DistanceLimit};
+    let file = aggrate::model::ModelFile::shipped()?;
+    let phy = (phy_mbps * 1e6) as u64;
+    let mut est = OnlineEstimator::from_model(&file, Duration::from_millis(interval_ms))?;
+    let mut level = est.level_config().clone();
+    level.phy_rate_bps = Some(phy);
+    level.l3_overhead_bytes = 28;
+    est.set_level_config(level)?;
+    let mut cal = for_receiver(&file, DistanceLimit::ByPhy, Some(phy))?;
+    let mut levels = Vec::new();
+    let pkts = capture_packets(input, file.spec)?;
+    for p in &pkts {
+        // As recv: the UDP payload of a 1,500-byte IP packet, into the estimator, then into the
+        // calibrator, which hands the estimator its operating point.
+        let p = RxPacket {
+            len: 1472,
+            phy_rate_bps: None,
+            ..*p
+        };
+        est.push(&p);
+        cal.feed(&mut est, p.host, p.len);
+        while let Some(r) = est.poll_report(p.host) {
+            levels.push(r.level());
+        }
+    }
+    outln!(
+        "{}",
+        serde_json::json!({ "calibration": cal.summary(), "levels": levels })
+    );
+    Ok(Exit::Ok)
+}
+
+#[allow(clippy::disallowed_methods)] // the CLI may read the clock: this is a benchmark
+fn estimator_rate(input: &Path, model: Option<&Path>, repeat: u32) -> Result<Exit> {
+    use aggrate::runtime::OnlineEstimator;
+    let file = match model {
+        Some(p) => aggrate::model::ModelFile::load(p)?,
+        None => aggrate::model::ModelFile::shipped()?,
+    };
+    let pkts = capture_packets(input, file.spec)?;
     let mut best = f64::INFINITY;
     let mut reports = 0usize;
     for _ in 0..repeat.max(1) {

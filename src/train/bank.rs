@@ -19,7 +19,7 @@
 
 use std::ops::Range;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::features::{FeatureSpec, GapWindow};
@@ -48,81 +48,10 @@ pub const DEFAULT_K: usize = 20;
 /// alike).
 pub const DEFAULT_MAX_DISTANCE: f64 = 3.0;
 
-/// How the bank stands in for a receiver: how many runs, and how alike they must be.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Likeness {
-    /// Bank runs nearest each capture whose rows set its threshold (≥ 1).
-    pub k: usize,
-    /// A capture whose nearest bank run is farther than this keeps the model's own threshold
-    /// (`f64::INFINITY`: always calibrate).
-    pub max_distance: f64,
-}
-
-impl Likeness {
-    /// Whether a capture whose nearest bank run lies `distance` away is near enough for the bank
-    /// to set its threshold (NaN, no neighbour at all, never is).
-    pub fn admits(&self, distance: f64) -> bool {
-        distance <= self.max_distance
-    }
-}
-
-impl Default for Likeness {
-    fn default() -> Self {
-        Likeness {
-            k: DEFAULT_K,
-            max_distance: DEFAULT_MAX_DISTANCE,
-        }
-    }
-}
-
-/// Quantiles of the log gap in a [`GapStats`].
-pub const QUANTILES: [f64; 13] = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
-/// Lags of the log gap's autocorrelation in a [`GapStats`].
-pub const LAGS: [usize; 3] = [1, 2, 4];
-/// Numbers in a [`GapStats`].
-pub const STATS: usize = QUANTILES.len() + LAGS.len();
-/// Gaps a run needs for its summary.
-pub const MIN_GAPS: usize = 64;
-
-/// What a run's receive times look like, without labels: the [`QUANTILES`] of ln(gap µs + 0.1)
-/// (the gap features' log), then its autocorrelation at [`LAGS`].
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct GapStats(pub [f64; STATS]);
-
-impl GapStats {
-    /// The summary of receive times in arrival order (a time before the one ahead of it counts
-    /// as a zero gap); `None` with fewer than [`MIN_GAPS`] gaps.
-    pub fn of(host: &[Ts]) -> Option<GapStats> {
-        if host.len() < MIN_GAPS + 1 {
-            return None;
-        }
-        let lg: Vec<f64> = host
-            .windows(2)
-            .map(|w| (w[1].0.saturating_sub(w[0].0) as f64 / 1000.0 + 0.1).ln())
-            .collect();
-        let mut sorted = lg.clone();
-        sorted.sort_unstable_by(f64::total_cmp);
-        let mut s = [0.0; STATS];
-        for (o, q) in s.iter_mut().zip(QUANTILES) {
-            // Linear interpolation between order statistics (numpy's default).
-            let pos = q * (sorted.len() - 1) as f64;
-            let (i, f) = (pos.floor() as usize, pos.fract());
-            *o = sorted[i] + f * (sorted[(i + 1).min(sorted.len() - 1)] - sorted[i]);
-        }
-        let mean = lg.iter().sum::<f64>() / lg.len() as f64;
-        let d: Vec<f64> = lg.iter().map(|v| v - mean).collect();
-        let var: f64 = d.iter().map(|v| v * v).sum();
-        for (o, &k) in s[QUANTILES.len()..].iter_mut().zip(&LAGS) {
-            // Equal gaps leave only rounding error in `d`: no spread, no correlation.
-            *o = if var > 1e-12 {
-                d.iter().zip(&d[k..]).map(|(a, b)| a * b).sum::<f64>() / var
-            } else {
-                0.0
-            };
-        }
-        Some(GapStats(s))
-    }
-}
+pub use aggrate_core::selfcal::{
+    fingerprint, BankSummary, GapStats, Likeness, SummaryRun, BIN_WIDTH, FAMILIAR_DISTANCE, LAGS, MAX_SUMMARY_BYTES,
+    MIN_GAPS, QUANTILES, STATS, SUMMARY_FORMAT,
+};
 
 /// One emulated run of a bank.
 #[derive(Clone, Debug, Serialize)]
@@ -397,14 +326,6 @@ fn emulate_rows(scn: &crate::wlan::run::ValidScenario, rate: f64, spec: &Feature
     data
 }
 
-/// Farthest a receiver's run may lie from the shipped model's training receivers
-/// ([`Bank::likeness_of`] on [`shipped_summary`]) to count as like one of them: on the test
-/// receivers (`datasets/unseen.toml`, `shaped.toml`) none of the 73 points (receiver, rate up to
-/// 500 Mb/s) within it failed the strict test, and 15 of the 47 beyond it did; of the training
-/// receivers each held out (against the other 55), 18 of 175 and 26 of 105 (models/README.md).
-/// `aggrate eval` warns beyond it.
-pub const FAMILIAR_DISTANCE: f64 = 1.0;
-
 /// A run's nearest bank receiver ([`Bank::likeness_of`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Nearest {
@@ -670,16 +591,10 @@ impl Bank {
         for &(b, _) in nearest {
             let run = &self.runs[b];
             if let Some(of) = &self.summarised_for {
-                for &[bin, starts, others] in &run.hist {
-                    let centre = (bin as f64 + 0.5) * of.bin_width;
-                    for (label, count) in [(true, starts), (false, others)] {
-                        if count > 0 {
-                            dec.push(centre);
-                            y.push(label);
-                            w.push(count as u64);
-                        }
-                    }
-                }
+                let (d, l, n) = aggrate_core::selfcal::pool_of_bins([run.hist.as_slice()], of.bin_width);
+                dec.extend(d);
+                y.extend(l);
+                w.extend(n);
                 continue;
             }
             if run.rows.is_empty() {
@@ -857,59 +772,20 @@ impl Bank {
     }
 
     /// The bank rate nearest `rate` and, at it, the `k` runs whose summaries are nearest `s`
-    /// (index, distance), nearest first: each number is divided by its spread (standard
-    /// deviation, at least 0.01) over the runs at that rate. `None` when the bank has no run.
+    /// (index, distance), nearest first ([`aggrate_core::selfcal::nearest_among`]: each number
+    /// divided by its spread over the runs at that rate). `None` when the bank has no run.
     pub fn nearest(&self, rate: f64, s: &GapStats, k: usize) -> Option<(f64, Vec<(usize, f64)>)> {
         let at = self
             .rates()
             .into_iter()
             .min_by(|a, b| (a - rate).abs().total_cmp(&(b - rate).abs()))?;
-        let idx: Vec<usize> = (0..self.runs.len())
+        let cands: Vec<(usize, &GapStats)> = (0..self.runs.len())
             .filter(|&i| self.runs[i].rate_mbps == at && self.matched(i))
+            .map(|i| (i, &self.runs[i].stats))
             .collect();
-        let n = idx.len() as f64;
-        let mut sd = [0.0; STATS];
-        for (j, v) in sd.iter_mut().enumerate() {
-            let mean = idx.iter().map(|&i| self.runs[i].stats.0[j]).sum::<f64>() / n;
-            let var = idx
-                .iter()
-                .map(|&i| (self.runs[i].stats.0[j] - mean).powi(2))
-                .sum::<f64>()
-                / n;
-            // A spread below 0.01 (1 % in gap, or in correlation) is no spread: it would turn
-            // rounding-sized differences into large distances.
-            *v = var.sqrt().max(0.01);
-        }
-        let mut d: Vec<(usize, f64)> = idx
-            .iter()
-            .map(|&i| {
-                let b = &self.runs[i].stats.0;
-                let dist = (0..STATS).map(|j| ((b[j] - s.0[j]) / sd[j]).powi(2)).sum::<f64>();
-                (i, dist.sqrt())
-            })
-            .collect();
-        d.sort_unstable_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        d.truncate(k.max(1));
-        Some((at, d))
+        Some((at, aggrate_core::selfcal::nearest_among(&cands, s, k)))
     }
 }
-
-/// Format tag of a [`BankSummary`] file.
-pub const SUMMARY_FORMAT: &str = "aggrate-bank-summary/1";
-
-/// Width of a [`BankSummary`]'s decision bins, in the model's decision units (a logit for the
-/// perceptron and the logistic model). A threshold set on binned decisions lies within half a
-/// bin of the one set on the same rows (tested). On `veth-shape-700` the shipped model's summary
-/// picks the same neighbours as the dataset it came from and F1 per rate within 0.006 of it
-/// (the dataset bank keeps every other row, the summary all of them).
-pub const BIN_WIDTH: f64 = 0.02;
-
-/// Largest bank summary read, uncompressed (the shipped model's is 2 MB).
-pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
-
-/// Most rows a summary's run may count: far more than any capture, and small enough that sums
-/// over every run of a bank stay exact in a `u64`.
-const MAX_RUN_ROWS: i64 = 1 << 40;
 
 /// The shipped model's training receivers (`datasets/receivers.toml`) summarised for it, embedded
 /// (`models/mlp8_m5_ctx1024.bank.json.xz`, from `aggrate dataset summarise data/receivers`).
@@ -951,55 +827,6 @@ pub fn parse_summary(bytes: &[u8], xz: bool) -> Result<BankSummary, Error> {
         )));
     }
     serde_json::from_slice(&text).map_err(|e| Error::NotASummary(e.to_string()))
-}
-
-/// Measured receivers for label-free calibration without their captures: per run (a capture at
-/// one rate) its receiver, rate and [`GapStats`], and its rows' decisions under **one model**,
-/// binned by label. That is all [`self_calibrate`] reads of a bank run, so a summary calibrates
-/// that model as the dataset it came from does (within half a bin, [`BIN_WIDTH`]) in a few
-/// hundred kilobytes instead of the captures. Made by [`Bank::summary`] (`aggrate dataset
-/// summarise`); the shipped model's, of its training receivers, is embedded in the binary.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BankSummary {
-    /// [`SUMMARY_FORMAT`].
-    pub format: String,
-    /// The model's [`fingerprint`]: a summary calibrates that model only.
-    pub model: String,
-    /// The model's name, for messages.
-    pub model_name: String,
-    /// Where the runs came from (dataset folders), for the reader.
-    pub from: Vec<String>,
-    /// Width of the decision bins.
-    pub bin_width: f64,
-    /// The runs.
-    pub runs: Vec<SummaryRun>,
-}
-
-/// One run of a [`BankSummary`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SummaryRun {
-    /// Receiver name.
-    pub receiver: String,
-    /// Send rate.
-    pub rate_mbps: f64,
-    /// Its [`GapStats`] ([`STATS`] numbers).
-    pub stats: Vec<f64>,
-    /// `[bin, starts, others]` for each bin holding a row: bin `b` holds decisions in
-    /// `[b·w, (b+1)·w)`, `w` the summary's bin width.
-    pub bins: Vec<[i64; 3]>,
-}
-
-/// A model's identity for [`BankSummary`]: SHA-256 of its parameters without any load offset
-/// (a calibrated copy of a model is the same model) and of its feature layout, in hex (the
-/// first 16 bytes).
-pub fn fingerprint(model: &EstimatorModel, spec: &FeatureSpec) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    // Serialising plain parameter structs cannot fail; an empty hash input would still differ
-    // from any real model's.
-    h.update(serde_json::to_vec(&without_offset(model)).unwrap_or_default());
-    h.update(serde_json::to_vec(spec).unwrap_or_default());
-    h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Bank {
@@ -1050,56 +877,24 @@ impl Bank {
     /// The bank a [`BankSummary`] describes, checked: each field that is wrong is named. It
     /// calibrates the summary's model only ([`self_calibrate`] refuses another).
     pub fn of_summary(s: &BankSummary) -> Result<Bank, Error> {
-        let bad = |m: String| Err(Error::Summary(m));
-        if s.format != SUMMARY_FORMAT {
-            return bad(format!("format {:?}: expected {SUMMARY_FORMAT:?}", s.format));
-        }
-        if !(s.bin_width.is_finite() && s.bin_width > 0.0) {
-            return bad(format!("bin_width {}: a positive width", s.bin_width));
-        }
-        if s.runs.is_empty() {
-            return bad("no runs".to_string());
-        }
-        let mut runs = Vec::with_capacity(s.runs.len());
-        for (i, r) in s.runs.iter().enumerate() {
-            if !(r.rate_mbps.is_finite() && r.rate_mbps > 0.0) {
-                return bad(format!("runs[{i}].rate_mbps {}: a positive send rate", r.rate_mbps));
-            }
-            let stats: [f64; STATS] = match r.stats.as_slice().try_into() {
-                Ok(a) => a,
-                Err(_) => return bad(format!("runs[{i}].stats: {} numbers, expected {STATS}", r.stats.len())),
-            };
-            if let Some(j) = stats.iter().position(|v| !v.is_finite()) {
-                return bad(format!("runs[{i}].stats[{j}] is not a finite number"));
-            }
-            if let Some(b) = r.bins.iter().find(|b| b[1] < 0 || b[2] < 0) {
-                return bad(format!("runs[{i}].bins: negative count in bin {}", b[0]));
-            }
-            // Checked one bin at a time, so that the sum itself cannot overflow.
-            let mut rows: i64 = 0;
-            for b in &r.bins {
-                rows += b[1].min(MAX_RUN_ROWS) + b[2].min(MAX_RUN_ROWS);
-                if rows > MAX_RUN_ROWS {
-                    return bad(format!(
-                        "runs[{i}].bins: counts add up to more than {MAX_RUN_ROWS} rows"
-                    ));
-                }
-            }
-            runs.push(BankRun {
-                receiver: r.receiver.clone(),
-                rate_mbps: r.rate_mbps,
-                stats: GapStats(stats),
-                rows: 0..0,
-                job: 0,
-                hist: r.bins.clone(),
-            });
-        }
+        let checked = aggrate_core::selfcal::SummaryBank::of(s).map_err(|e| Error::Summary(e.to_string()))?;
         Ok(Bank {
-            runs,
+            runs: checked
+                .runs
+                .into_iter()
+                .map(|r| BankRun {
+                    receiver: r.receiver,
+                    rate_mbps: r.rate_mbps,
+                    stats: r.stats,
+                    rows: 0..0,
+                    job: 0,
+                    hist: r.bins,
+                })
+                .collect(),
             summarised_for: Some(SummaryOf {
-                fingerprint: s.model.clone(),
-                model_name: s.model_name.clone(),
-                bin_width: s.bin_width,
+                fingerprint: checked.fingerprint,
+                model_name: checked.model_name,
+                bin_width: checked.bin_width,
             }),
             ..Bank::default()
         })

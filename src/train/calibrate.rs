@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::features::FeatureSpec;
-use crate::model::{EstimatorModel, LoadOffset, MlpModel};
+use crate::model::{EstimatorModel, LoadOffset};
 use crate::report::BinaryMetrics;
 use crate::train::cv::{rate_reports, score, PerRate, RateReport};
 use crate::train::Predict;
@@ -49,64 +49,24 @@ pub enum Error {
 /// lowest decision called a start and the highest one not called (below every decision when all
 /// are called). Ties in F1 go to the higher threshold. `None` without a positive label.
 pub fn best_threshold(dec: &[f64], y: &[bool]) -> Option<(f64, BinaryMetrics)> {
-    best_threshold_by(dec, y, |_| 1)
+    best_threshold_weighted(dec, y, &vec![1; dec.len()])
 }
 
 /// [`best_threshold`] where decision `i` stands for `w[i]` rows of label `y[i]` (a histogram of
 /// decisions: each bin's centre once per label, with its count). A weight of 0 counts nothing.
 /// `None` without a positive row, or when the lengths differ.
 pub fn best_threshold_weighted(dec: &[f64], y: &[bool], w: &[u64]) -> Option<(f64, BinaryMetrics)> {
-    if w.len() != dec.len() {
-        return None;
-    }
-    best_threshold_by(dec, y, |i| w[i])
-}
-
-fn best_threshold_by(dec: &[f64], y: &[bool], w: impl Fn(usize) -> u64) -> Option<(f64, BinaryMetrics)> {
-    if dec.len() != y.len() {
-        return None;
-    }
-    let positives: u64 = (0..y.len()).filter(|&i| y[i]).map(&w).sum();
-    if positives == 0 {
-        return None;
-    }
-    let mut order: Vec<usize> = (0..dec.len()).filter(|&i| w(i) > 0).collect();
-    order.sort_unstable_by(|&a, &b| dec[b].total_cmp(&dec[a]));
-    let (mut tp, mut fp) = (0u64, 0u64);
-    let mut best = (0.0, 0usize, 0u64, 0u64); // (F1, entries called, tp, fp)
-    let mut k = 0;
-    while k < order.len() {
-        // Every row with this decision is called together.
-        let v = dec[order[k]];
-        while k < order.len() && dec[order[k]].total_cmp(&v).is_eq() {
-            if y[order[k]] {
-                tp += w(order[k]);
-            } else {
-                fp += w(order[k]);
-            }
-            k += 1;
-        }
-        let f1 = 2.0 * tp as f64 / (2 * tp + fp + (positives - tp)) as f64;
-        if f1 > best.0 {
-            best = (f1, k, tp, fp);
-        }
-    }
-    let (_, called, tp, fp) = best;
-    let lowest_called = dec[order[called - 1]];
-    let t = match order.get(called) {
-        Some(&next) => lowest_called + (dec[next] - lowest_called) / 2.0,
-        None => lowest_called - lowest_called.abs().max(1.0),
-    };
-    let n: u64 = (0..dec.len()).map(&w).sum();
-    Some((
-        t,
-        BinaryMetrics {
-            tp,
-            fp,
-            fn_: positives - tp,
-            tn: n - positives - fp,
-        },
-    ))
+    aggrate_core::selfcal::best_threshold_weighted(dec, y, w).map(|t| {
+        (
+            t.threshold,
+            BinaryMetrics {
+                tp: t.tp,
+                fp: t.fp,
+                fn_: t.fn_,
+                tn: t.tn,
+            },
+        )
+    })
 }
 
 /// How a calibration went: the operating point, and the model's scores before and after it.
@@ -150,32 +110,7 @@ pub fn split_heads(data: &Dataset, share: f64) -> (Vec<usize>, Vec<usize>) {
     (head, rest)
 }
 
-/// The feature a model's operating point follows, when it can follow one: the perceptron on a
-/// receiver context takes its mean log-gap (`lmean`, the last feature, a slow input).
-pub fn load_input(model: &EstimatorModel, spec: &FeatureSpec) -> Option<usize> {
-    match model {
-        EstimatorModel::Mlp(m) if spec.context > 0 && m.slow_inputs > 0 => Some(spec.width() - 1),
-        _ => None,
-    }
-}
-
-/// `model` without any load offset: a calibration replaces an earlier one rather than stacking
-/// on it.
-pub(crate) fn without_offset(model: &EstimatorModel) -> EstimatorModel {
-    match model {
-        EstimatorModel::Mlp(m) => EstimatorModel::Mlp(MlpModel {
-            load_offset: None,
-            ..m.clone()
-        }),
-        other => other.clone(),
-    }
-}
-
-/// The median of a run's loads (the upper one of an even count); `loads` must not be empty.
-pub(crate) fn median_load(mut loads: Vec<f64>) -> f64 {
-    loads.sort_unstable_by(f64::total_cmp);
-    loads[loads.len() / 2]
-}
+pub use aggrate_core::selfcal::{load_input, median_load, without_offset};
 
 /// Calibrate `model` on the first `share` of each capture of `data` and return it with the
 /// best-F1 operating point there, and the scores before and after (on the other rows when there
@@ -287,6 +222,7 @@ fn load_knots(data: &Dataset, head: &[usize], dec: &[f64], y: &[bool], li: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::MlpModel;
     use crate::model::ThresholdModel;
 
     /// Brute force: the best F1 over every threshold between distinct decisions and below all.

@@ -270,20 +270,10 @@ pub const AP_STORE_CAP: usize = 1 << 16;
 /// and a hello-ack makes that source the station's sender. Data from any other address, or
 /// before any handshake, is counted as foreign and dropped; feedback goes to the bound sender
 /// only. Talking first takes nothing: only the station, which holds the key, chooses.
+///
+/// With `opts.truth` it reports what it sent each station per interval ([`TruthRow`]), with
+/// `opts.release_tick` it releases on a timer ([`ApOptions`]; `ApOptions::default()`: neither).
 pub fn run_ap(
-    listen: &[std::net::SocketAddr],
-    stations: &[std::net::SocketAddr],
-    wlan: super::ValidWlanConfig,
-    seed: u64,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> Result<ApStats, ReplayError> {
-    run_ap_with(listen, stations, wlan, seed, duration, stop, ApOptions::default())
-}
-
-/// [`run_ap`], and with `opts.truth` what it sent each station per interval ([`TruthRow`]),
-/// with `opts.release_tick` releases on a timer.
-pub fn run_ap_with(
     listen: &[std::net::SocketAddr],
     stations: &[std::net::SocketAddr],
     wlan: super::ValidWlanConfig,

@@ -83,3 +83,33 @@ def test_online_self_calibration_sets_an_operating_point(tmp_path):
         repo = pathlib.Path(__file__).resolve().parents[2]
         logistic = aggrate.Model.load(repo / "models" / "logistic_m20_sigma.json")
         aggrate.OnlineEstimator(logistic, self_calibrate=True)
+
+
+def test_self_calibration_matches_recv_and_takes_a_bank_passed_in(tmp_path):
+    """Python's self-calibrating estimator learns on a capture's receive times what `recv
+    --self-calibrate` learns (the CLI's replay of the same calibrator), with the embedded bank
+    and with the same bank passed in as JSON bytes; its levels are the airtime levels."""
+    import json, lzma, os, pathlib, subprocess
+    root = pathlib.Path(__file__).resolve().parents[2]
+    cap = tmp_path / "ns3.pcap"
+    cap.write_bytes(lzma.decompress((root / "tests/data/ns3_vht_mcs9_2ss_300mbps.pcap.xz").read_bytes()))
+    out = subprocess.run([os.environ["AGGRATE_BIN"], "-q", "tool", "self-calibrate", str(cap), "--phy-mbps", "866.7"],
+                         capture_output=True, text=True, check=True)
+    want = json.loads(out.stdout)
+    df = aggrate.read_capture(cap, m=5, sigma=False, context=1024)
+    bank = lzma.decompress((root / "models/mlp8_m5_ctx1024.bank.json.xz").read_bytes())
+    for kw in ({}, {"bank": bank}):
+        e = aggrate.OnlineEstimator(self_calibrate=True, phy_mbps=866.7, **kw)
+        levels = []
+        for seq, ns in zip(df["seq"].to_list(), df["host_ns"].to_list()):
+            e.push(seq, ns, 1472)
+            while (r := e.poll_report(ns)) is not None:
+                levels.append(r["level"])
+        c = e.calibration()
+        assert c["windows"] == want["calibration"]["windows"] >= 2, (c, want)
+        assert c["knots"] == want["calibration"]["knots"] and c["knots"], (c, want)
+        assert levels == want["levels"]
+    with pytest.raises(aggrate.ModelError, match="bank"):
+        aggrate.OnlineEstimator(self_calibrate=True, bank=b"{")
+    with pytest.raises(ValueError, match="self_calibrate"):
+        aggrate.OnlineEstimator(bank=bank)

@@ -5,7 +5,7 @@
 //! holds those and re-exports this one.
 //!
 //! Layers (a module may use those above it): `time` → `airtime` → `features` → `model` →
-//! `runtime` → `control` → `transport`.
+//! `runtime` → `selfcal` → `control` → `transport`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,6 +35,7 @@ pub mod control;
 pub mod features;
 pub mod model;
 pub mod runtime;
+pub mod selfcal;
 pub mod time;
 pub mod transport;
 

@@ -34,6 +34,9 @@ typedef enum AggrateStatus {
   AGGRATE_STATUS_INTERNAL = 99,
 } AggrateStatus;
 
+// An online self-calibrator of one estimator's model ([`aggrate_calibrator_new`]).
+typedef struct AggrateCalibrator AggrateCalibrator;
+
 // The PI rate controller of the reference study.
 typedef struct AggrateController AggrateController;
 
@@ -42,6 +45,25 @@ typedef struct AggrateEstimator AggrateEstimator;
 
 // A loaded model file.
 typedef struct AggrateModel AggrateModel;
+
+// What a calibrator did so far ([`aggrate_calibrator_state`]).
+typedef struct AggrateCalibration {
+  // Windows used (each of 16,384 gaps).
+  uint64_t windows;
+  // Windows not used (mixed rates, a pause).
+  uint64_t skipped;
+  // Used windows whose nearest measured receiver lay beyond the distance limit.
+  uint64_t too_far;
+  // Knots of the operating point now (at most 64).
+  uint64_t knots;
+  // The last used window's threshold (0: none yet, or the model's own), load and distance to
+  // its nearest measured receiver (NaN before the first window).
+  double last_threshold;
+  // The last used window's load (`lmean`).
+  double last_load;
+  // The last used window's distance to its nearest measured receiver (spreads).
+  double last_distance;
+} AggrateCalibration;
 
 // One report interval of an estimator.
 typedef struct AggrateReport {
@@ -133,6 +155,75 @@ enum AggrateStatus aggrate_estimator_push(struct AggrateEstimator *e,
                                           uint64_t seq,
                                           uint64_t kernel_ns,
                                           uint32_t len);
+
+// The link the packets come over: its PHY rate (b/s; 0: not known) and the bytes each
+// packet's `len` lacks of its IP length (28 when `len` is a UDP payload over IPv4, 0 when it is
+// the IP length). With a PHY rate the estimator reports the level from airtime (what an
+// always-busy AP must aggregate to deliver the packet rate measured), which a receive path that
+// hides or invents frame starts cannot bias; `level` in each report is that level.
+//
+// # Safety
+// `e` must be a live estimator from this library.
+enum AggrateStatus aggrate_estimator_set_link(struct AggrateEstimator *e,
+                                              uint64_t phy_rate_bps,
+                                              uint32_t l3_overhead_bytes);
+
+// A self-calibrator for `model`, on the `len` bytes of JSON at `bank_json`: a summary of
+// measured receivers made for this model (the shipped model's is
+// `models/mlp8_m5_ctx1024.bank.json.xz`, decompressed; a summary of another model is refused,
+// [`AggrateStatus::BadModel`]). Every 16,384 packets it gives the estimator the threshold that
+// is best on the measured receivers whose receive timing is nearest this one's, as `aggrate
+// recv --self-calibrate` does. `phy_rate_bps` (0: not known) and `max_distance` (spreads; NaN:
+// by the PHY rate — no limit at the model's training WLAN, 1 elsewhere — as `recv`) set how
+// near a measured receiver must be. Feed it with [`aggrate_estimator_push_calibrated`].
+//
+// # Safety
+// `model` must be a live model; `bank_json` must point to `len` readable bytes; `out` to
+// writable storage for one pointer.
+enum AggrateStatus aggrate_calibrator_new(const struct AggrateModel *model,
+                                          const uint8_t *bank_json,
+                                          size_t len,
+                                          uint64_t phy_rate_bps,
+                                          double max_distance,
+                                          struct AggrateCalibrator **out);
+
+// Release a calibrator (null is accepted).
+//
+// # Safety
+// `c` must be null or a calibrator from this library not yet released.
+void aggrate_calibrator_free(struct AggrateCalibrator *c);
+
+// [`aggrate_estimator_push`], and the packet goes to the calibrator too: when it completes a
+// window the calibrator used, the estimator takes the new operating point before the next
+// packet. Give every packet the estimator accepts (only those) to both.
+//
+// # Safety
+// `e` and `c` must be live objects from this library.
+enum AggrateStatus aggrate_estimator_push_calibrated(struct AggrateEstimator *e,
+                                                     struct AggrateCalibrator *c,
+                                                     uint64_t seq,
+                                                     uint64_t kernel_ns,
+                                                     uint32_t len);
+
+// What a calibrator did so far. `out_size` must be `sizeof(AggrateCalibration)`.
+//
+// # Safety
+// `c` must be a live calibrator; `out` must point to `out_size` writable bytes.
+enum AggrateStatus aggrate_calibrator_state(const struct AggrateCalibrator *c,
+                                            struct AggrateCalibration *out,
+                                            size_t out_size);
+
+// The operating point's knots, `[load, threshold]` pairs by increasing load, into `out` (room
+// for `cap` pairs, `2·cap` doubles); `*n` is set to the number of knots (at most 64), and a
+// `cap` below it is [`AggrateStatus::ShortBuffer`] (the first `cap` are written).
+//
+// # Safety
+// `c` must be a live calibrator; `out` must point to `2·cap` writable doubles; `n` to one
+// writable `size_t`.
+enum AggrateStatus aggrate_calibrator_knots(const struct AggrateCalibrator *c,
+                                            double *out,
+                                            size_t cap,
+                                            size_t *n);
 
 // The next finished report at receive time `now_ns`, if one is due: fills `*out` and returns
 // [`AggrateStatus::Ok`], or returns [`AggrateStatus::NoReport`]. `out_size` must be

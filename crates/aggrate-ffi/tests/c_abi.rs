@@ -194,3 +194,125 @@ fn bad_input_through_the_c_abi_gets_a_status_and_a_message() {
     assert_eq!(s, 4);
     assert!(m.contains("k0"), "{m}");
 }
+
+/// Self-calibration through the C ABI: the shipped model with the embedded summary of its
+/// training receivers passed in as JSON, fed the sample's packets as `recv --self-calibrate`
+/// feeds its calibrator, learns the operating point the Rust receiver learns, knot for knot, and
+/// reports what the Rust runtime reports (the level from airtime at the given PHY rate).
+#[test]
+fn a_c_program_self_calibrates_like_recv() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c(dir.path());
+    // UDP payloads of the sample's 1,500-byte IP packets, as a receiver's socket gives them.
+    let pk: Vec<(u64, u64, u32)> = sample().into_iter().map(|(s, n, _)| (s, n, 1472)).collect();
+    let input = dir.path().join("packets.txt");
+    std::fs::write(
+        &input,
+        pk.iter().map(|(s, n, l)| format!("{s} {n} {l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let bank = dir.path().join("bank.json");
+    std::fs::write(
+        &bank,
+        serde_json::to_vec(&aggrate::train::bank::shipped_summary().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let phy: u64 = 866_700_000;
+    // What recv does (transport::io::run_receiver_with): each accepted packet into the
+    // estimator, then into the calibrator, which hands the estimator its operating point.
+    let file = ModelFile::shipped().unwrap();
+    let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(100)).unwrap();
+    let mut level = e.level_config().clone();
+    level.phy_rate_bps = Some(phy);
+    level.l3_overhead_bytes = 28;
+    e.set_level_config(level).unwrap();
+    let mut cal =
+        aggrate::train::online::for_receiver(&file, aggrate::train::online::DistanceLimit::ByPhy, Some(phy)).unwrap();
+    let mut levels = Vec::new();
+    let mut last = 0;
+    for &(seq, ns, len) in &pk {
+        e.push(&RxPacket {
+            host: Ts(ns),
+            seq: Some(seq),
+            len,
+            ..RxPacket::default()
+        });
+        cal.feed(&mut e, Ts(ns), len);
+        while let Some(r) = e.poll_report(Ts(ns)) {
+            levels.push(r.level());
+        }
+        last = ns;
+    }
+    while let Some(r) = e.poll_report(Ts(last + 1_000_000_000)) {
+        levels.push(r.level());
+    }
+    let want = cal.summary();
+    assert!(want.windows >= 2 && !want.knots.is_empty(), "{want:?}");
+    let o = Command::new(&exe)
+        .args([
+            "--calibrate",
+            bank.to_str().unwrap(),
+            &phy.to_string(),
+            input.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let field = |prefix: &str| -> Vec<Vec<f64>> {
+        out.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| {
+                l[prefix.len()..]
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    let state = &field("state ")[0];
+    assert_eq!(
+        state.iter().map(|&v| v as u64).collect::<Vec<_>>(),
+        vec![want.windows, want.skipped, want.too_far, want.knots.len() as u64]
+    );
+    let knots = field("knot ");
+    assert_eq!(knots.len(), want.knots.len());
+    for (k, w) in knots.iter().zip(&want.knots) {
+        assert_eq!(
+            (k[0].to_bits(), k[1].to_bits()),
+            (w[0].to_bits(), w[1].to_bits()),
+            "C {k:?} vs Rust {w:?}"
+        );
+    }
+    // The reports' level (6th column): the airtime level, as the Rust runtime's.
+    let reports: Vec<f64> = out
+        .lines()
+        .filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().nth(5).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(reports.len(), levels.len());
+    assert!(reports.iter().zip(&levels).all(|(a, b)| a.to_bits() == b.to_bits()));
+    // The ns-3 sample is its 300 Mb/s run: 7.8 MPDUs per A-MPDU (ns-3), the airtime relation 7.9.
+    // Full intervals only: the first and last with packets are partial, then the empty ones.
+    let with: Vec<f64> = reports.iter().copied().filter(|&l| l > 0.0).collect();
+    let steady: Vec<f64> = with[1..with.len() - 1].to_vec();
+    let mean = steady.iter().sum::<f64>() / steady.len() as f64;
+    assert!(
+        (7.7..8.1).contains(&mean) && steady.len() >= 20,
+        "{mean} over {steady:?}"
+    );
+    for (name, status, says) in [
+        ("not_json", 3, "not a bank summary"),
+        ("negative_distance", 4, "max_distance"),
+        ("short_state", 2, "sizeof(AggrateCalibration)"),
+        ("null_calibrator", 1, "calibrator must not be null"),
+    ] {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}: {out}"));
+        let mut it = l.splitn(3, ' ').skip(1);
+        assert_eq!(it.next().unwrap().parse::<i32>().unwrap(), status, "{l}");
+        assert!(it.next().unwrap_or("").contains(says), "{l}");
+    }
+}

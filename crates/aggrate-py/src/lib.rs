@@ -620,17 +620,21 @@ fn report_dict<'py>(py: Python<'py>, r: &aggrate::runtime::AggReport) -> PyResul
 #[pymethods]
 impl PyEstimator {
     /// An estimator for `model` (default: the shipped model), reporting every `interval_ms`;
-    /// with `self_calibrate`, it sets its operating point from the receive times as it goes
-    /// (`recv --self-calibrate`: windows nearer than `max_distance` to a training receiver;
-    /// by default none at the training WLAN's PHY rate `phy_mbps`, else 1).
+    /// with `phy_mbps` (the link's PHY rate) its reports' `level` is the level from airtime (packet
+    /// lengths are UDP payloads over IPv4, as `recv` takes them); with `self_calibrate`, it sets
+    /// its operating point from the receive times as it goes (`recv --self-calibrate`: windows
+    /// nearer than `max_distance` to a measured receiver; by default none at the training WLAN's
+    /// PHY rate, else 1), on `bank` — the JSON bytes of a summary of measured receivers made for
+    /// the model — or, without it, the shipped model's embedded one.
     #[new]
-    #[pyo3(signature = (model=None, interval_ms=100.0, self_calibrate=false, max_distance=None, phy_mbps=None))]
+    #[pyo3(signature = (model=None, interval_ms=100.0, self_calibrate=false, max_distance=None, phy_mbps=None, bank=None))]
     fn new(
         model: Option<&PyModel>,
         interval_ms: f64,
         self_calibrate: bool,
         max_distance: Option<f64>,
         phy_mbps: Option<f64>,
+        bank: Option<&[u8]>,
     ) -> PyResult<PyEstimator> {
         let file = match model {
             Some(m) => m.file.clone(),
@@ -641,16 +645,35 @@ impl PyEstimator {
                 "interval_ms = {interval_ms}: 10..=60000"
             )));
         }
-        let est = OnlineEstimator::from_model(&file, Duration::from_secs_f64(interval_ms / 1e3))
+        let mut est = OnlineEstimator::from_model(&file, Duration::from_secs_f64(interval_ms / 1e3))
             .map_err(|e| model_err(chain(&e)))?;
-        let cal = if self_calibrate {
-            use aggrate::train::online::{DistanceLimit, OnlineCalibrator};
-            let limit = DistanceLimit::given(max_distance)
-                .map_err(|e| PyValueError::new_err(format!("max_distance = {max_distance:?}: {e}")))?;
-            let phy = phy_mbps.filter(|m| m.is_finite() && *m > 0.0).map(|m| (m * 1e6) as u64);
-            Some(OnlineCalibrator::for_receiver(&file, limit, phy).map_err(|e| model_err(chain(&e)))?)
-        } else {
-            None
+        if let Some(m) = phy_mbps.filter(|m| !(m.is_finite() && *m > 0.0 && *m <= 9607.8)) {
+            return Err(PyValueError::new_err(format!(
+                "phy_mbps = {m}: a PHY rate in Mb/s, above 0 and at most 9607.8"
+            )));
+        }
+        let phy = phy_mbps.map(|m| (m * 1e6) as u64);
+        let mut level = est.level_config().clone();
+        level.phy_rate_bps = phy;
+        level.l3_overhead_bytes = 28;
+        est.set_level_config(level).map_err(|e| model_err(chain(&e)))?;
+        let cal = match (self_calibrate, bank) {
+            (false, Some(_)) => return Err(PyValueError::new_err("bank is for self_calibrate=True")),
+            (false, None) => None,
+            (true, bank) => {
+                use aggrate::train::online::{for_receiver, DistanceLimit};
+                let limit = DistanceLimit::given(max_distance)
+                    .map_err(|e| PyValueError::new_err(format!("max_distance = {max_distance:?}: {e}")))?;
+                Some(match bank {
+                    None => for_receiver(&file, limit, phy).map_err(|e| model_err(chain(&e)))?,
+                    Some(b) => {
+                        let bank = aggrate::train::online::SummaryBank::from_json(b)
+                            .map_err(|e| model_err(format!("bank: {e}")))?;
+                        aggrate::train::online::OnlineCalibrator::for_receiver(bank, &file, limit, phy)
+                            .map_err(|e| model_err(chain(&e)))?
+                    }
+                })
+            }
         };
         Ok(PyEstimator {
             est,

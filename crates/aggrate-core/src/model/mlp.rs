@@ -182,33 +182,61 @@ impl MlpModel {
     }
 
     /// 4·G hidden units as G groups of 4 lanes (what the compiler maps onto SIMD registers
-    /// best: one multiply-add per group and input, no shuffles), and a tree for the output sum (a
-    /// serial sum of the products was half the cost).
+    /// best: one multiply-add per group and input, no shuffles), the inputs taken in pairs into
+    /// two accumulator sets (even and odd inputs: two independent chains of adds, half as long as
+    /// one — the chain's latency, not the arithmetic, was the cost), each input converted once
+    /// for both the hidden layer and the skip path, and a tree for the output sum.
     #[inline]
     fn finish_n<const G: usize>(&self, fast: &[f64], base: &MlpBase) -> f32 {
         let h = 4 * G;
         let mut a = [[0f32; 4]; G];
+        let mut b = [[0f32; 4]; G];
         for (g, ag) in a.iter_mut().enumerate() {
             ag.copy_from_slice(&base.hid[4 * g..4 * g + 4]);
         }
-        for (&v, w) in fast.iter().zip(self.w1.chunks_exact(h)) {
-            let v = v as f32;
+        let skip = |j: usize| self.skip.get(j).copied().unwrap_or(0.0);
+        let mut lin = [0f32; 2];
+        let mut pairs = fast.chunks_exact(2);
+        let mut ws = self.w1.chunks_exact(2 * h);
+        let mut j = 0;
+        for (pair, w) in (&mut pairs).zip(&mut ws) {
+            let (v0, v1) = (pair[0] as f32, pair[1] as f32);
+            let (w0, w1) = w.split_at(h);
             // Fixed-size lanes: no bounds checks inside, one vector multiply-add per group.
+            for ((ag, bg), (w0g, w1g)) in a
+                .iter_mut()
+                .zip(b.iter_mut())
+                .zip(w0.chunks_exact(4).zip(w1.chunks_exact(4)))
+            {
+                let w0g: &[f32; 4] = w0g.try_into().unwrap_or(&[0.0; 4]);
+                let w1g: &[f32; 4] = w1g.try_into().unwrap_or(&[0.0; 4]);
+                for l in 0..4 {
+                    ag[l] += v0 * w0g[l];
+                    bg[l] += v1 * w1g[l];
+                }
+            }
+            lin[0] += v0 * skip(j);
+            lin[1] += v1 * skip(j + 1);
+            j += 2;
+        }
+        // An odd input count: the last input into the even set.
+        if let (Some(&v), Some(w)) = (pairs.remainder().first(), self.w1.get(j * h..(j + 1) * h)) {
+            let v = v as f32;
             for (ag, wg) in a.iter_mut().zip(w.chunks_exact(4)) {
-                let wg: &[f32; 4] = wg.try_into().unwrap_or(&[0.0; 4]);
                 for l in 0..4 {
                     ag[l] += v * wg[l];
                 }
             }
+            lin[0] += v * skip(j);
         }
         let mut s = [0f32; 4];
-        for (ag, wg) in a.iter().zip(self.w2.chunks_exact(4)) {
+        for ((ag, bg), wg) in a.iter().zip(&b).zip(self.w2.chunks_exact(4)) {
             let wg: &[f32; 4] = wg.try_into().unwrap_or(&[0.0; 4]);
             for l in 0..4 {
-                s[l] += ag[l].max(0.0) * wg[l];
+                s[l] += (ag[l] + bg[l]).max(0.0) * wg[l];
             }
         }
-        self.b2 + ((s[0] + s[1]) + (s[2] + s[3])) + self.fast_linear(fast) + base.lin
+        self.b2 + ((s[0] + s[1]) + (s[2] + s[3])) + (lin[0] + lin[1]) + base.lin
     }
 
     #[inline]

@@ -4,6 +4,12 @@
  *                                       level rx_rate lost (PACKETS: "seq kernel_ns len" lines)
  *   estimate --abuse                    bad input through every door: one "name status message"
  *                                       line per case
+ *   estimate --calibrate BANK.json PHY_BPS PACKETS.txt
+ *                                       the shipped model, self-calibrating on the measured
+ *                                       receivers of BANK.json as `recv --self-calibrate` does
+ *                                       (the link's PHY rate PHY_BPS, UDP payload lengths): the
+ *                                       reports, then "state windows skipped too_far knots" and
+ *                                       one "knot load threshold" line per knot
  */
 #include <inttypes.h>
 #include <math.h>
@@ -29,6 +35,30 @@ static char *slurp(const char *path, size_t *len) {
   fclose(f);
   *len = (size_t)n;
   return buf;
+}
+
+/* Push every "seq kernel_ns len" line of `packets` (through `cal` when it is not NULL), printing
+ * each report as it falls due and the rest after a last second of silence. */
+static int replay(AggrateEstimator *est, AggrateCalibrator *cal, const char *packets, uint64_t *last) {
+  FILE *f = fopen(packets, "r");
+  if (!f) return 2;
+  uint64_t seq, ns;
+  unsigned len;
+  AggrateReport r;
+  *last = 0;
+  while (fscanf(f, "%" SCNu64 " %" SCNu64 " %u", &seq, &ns, &len) == 3) {
+    AggrateStatus s = cal ? aggrate_estimator_push_calibrated(est, cal, seq, ns, len) : aggrate_estimator_push(est, seq, ns, len);
+    if (s != AGGRATE_STATUS_OK) {
+      fprintf(stderr, "push: %s\n", aggrate_last_error());
+      fclose(f);
+      return 1;
+    }
+    while (aggrate_estimator_poll_report(est, ns, &r, sizeof r) == AGGRATE_STATUS_OK) print_report(&r);
+    *last = ns;
+  }
+  fclose(f);
+  while (aggrate_estimator_poll_report(est, *last + 1000000000u, &r, sizeof r) == AGGRATE_STATUS_OK) print_report(&r);
+  return 0;
 }
 
 static void show(const char *name, AggrateStatus s) { printf("%s %d %s\n", name, (int)s, aggrate_last_error()); }
@@ -74,8 +104,51 @@ static int abuse(void) {
   return 0;
 }
 
+static int calibrate(const char *bank_path, const char *phy, const char *packets) {
+  AggrateModel *model = NULL;
+  AggrateEstimator *est = NULL;
+  AggrateCalibrator *cal = NULL;
+  size_t len = 0;
+  char *bank = slurp(bank_path, &len);
+  if (!bank) return 2;
+  uint64_t phy_bps = strtoull(phy, NULL, 10);
+  if (aggrate_model_shipped(&model) != AGGRATE_STATUS_OK || aggrate_estimator_new(model, 100000000, &est) != AGGRATE_STATUS_OK ||
+      aggrate_estimator_set_link(est, phy_bps, 28) != AGGRATE_STATUS_OK ||
+      aggrate_calibrator_new(model, (const uint8_t *)bank, len, phy_bps, NAN, &cal) != AGGRATE_STATUS_OK) {
+    fprintf(stderr, "setup: %s\n", aggrate_last_error());
+    return 1;
+  }
+  aggrate_model_free(model);
+  uint64_t last;
+  int rc = replay(est, cal, packets, &last);
+  if (rc != 0) return rc;
+  AggrateCalibration c;
+  if (aggrate_calibrator_state(cal, &c, sizeof c) != AGGRATE_STATUS_OK) return 1;
+  printf("state %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", c.windows, c.skipped, c.too_far, c.knots);
+  double knots[2 * 64];
+  size_t n = 0;
+  if (aggrate_calibrator_knots(cal, knots, 64, &n) != AGGRATE_STATUS_OK) return 1;
+  for (size_t i = 0; i < n; i++) printf("knot %.17g %.17g\n", knots[2 * i], knots[2 * i + 1]);
+  /* Bad input: another model's bank, a bank that is not JSON, a short state buffer. */
+  const char not_json[] = "{\"format\": 3";
+  AggrateCalibrator *bad = NULL;
+  aggrate_model_shipped(&model);
+  /* The status first: C leaves the order of a call's arguments open. */
+  show("not_json", aggrate_calibrator_new(model, (const uint8_t *)not_json, sizeof not_json - 1, 0, NAN, &bad));
+  show("negative_distance", aggrate_calibrator_new(model, (const uint8_t *)bank, len, 0, -1, &bad));
+  free(bank);
+  show("short_state", aggrate_calibrator_state(cal, &c, sizeof c - 8));
+  show("null_calibrator", aggrate_estimator_push_calibrated(est, NULL, 1, last + 1, 100));
+  aggrate_model_free(model);
+  aggrate_calibrator_free(cal);
+  aggrate_calibrator_free(NULL);
+  aggrate_estimator_free(est);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--abuse") == 0) return abuse();
+  if (argc == 5 && strcmp(argv[1], "--calibrate") == 0) return calibrate(argv[2], argv[3], argv[4]);
   if (argc != 3) {
     fprintf(stderr, "usage: estimate MODEL.json|- PACKETS.txt | estimate --abuse\n");
     return 2;
@@ -101,21 +174,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   aggrate_model_free(model);
-  FILE *f = fopen(argv[2], "r");
-  if (!f) return 2;
-  uint64_t seq, ns, last = 0;
-  unsigned len;
-  AggrateReport r;
-  while (fscanf(f, "%" SCNu64 " %" SCNu64 " %u", &seq, &ns, &len) == 3) {
-    if (aggrate_estimator_push(est, seq, ns, len) != AGGRATE_STATUS_OK) {
-      fprintf(stderr, "push: %s\n", aggrate_last_error());
-      return 1;
-    }
-    while (aggrate_estimator_poll_report(est, ns, &r, sizeof r) == AGGRATE_STATUS_OK) print_report(&r);
-    last = ns;
-  }
-  fclose(f);
-  while (aggrate_estimator_poll_report(est, last + 1000000000u, &r, sizeof r) == AGGRATE_STATUS_OK) print_report(&r);
+  uint64_t last;
+  int rc = replay(est, NULL, argv[2], &last);
+  if (rc != 0) return rc;
   aggrate_estimator_free(est);
   return 0;
 }
