@@ -41,13 +41,13 @@ echo "== pip install . (the aggrate Python package)"
 PATH="$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
 
 echo "== cargo test"
-# The lean core crate on its own (its unit tests and docs), then everything with it.
+# The lean core crate on its own (its unit tests: it builds alone), then everything else in one
+# build — one feature set, so every dependency (polars above all) compiles once: the library,
+# the CLI, the C ABI (header current, a C program built with the system compiler against it),
+# and every crate's doc tests. (The Python extension is tested through pytest below.)
 cargo test --locked -p aggrate-core --all-targets
-cargo test --locked -p aggrate-core --doc
-# The C ABI: header current, a C program built with the system compiler (cc) against it.
-cargo test --locked -p aggrate-ffi --all-targets
-cargo test --locked --features onnx --doc
-cargo test --locked --features onnx --all-targets
+cargo test --locked --workspace --exclude aggrate-py --exclude aggrate-core --all-targets
+cargo test --locked --workspace --exclude aggrate-py --doc
 
 echo "== pytest (the Python package)"
 AGGRATE_BIN="$CARGO_TARGET_DIR/debug/aggrate" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python

@@ -51,8 +51,8 @@ pub struct Join {
     pub over_cap: u64,
 }
 
-/// Kernel-log entries a [`Join`] holds at most (≈ 70 MB; 40 minutes at 600 Mb/s).
-pub const MAX_JOIN_ENTRIES: usize = 1 << 21;
+/// Kernel-log entries a [`Join`] holds at most: as many as a log may hold.
+pub const MAX_JOIN_ENTRIES: usize = crate::capture::io::LOG_MAX_ENTRIES;
 
 impl Join {
     /// From `(seq, host_ns)` pairs (later duplicates of a sequence number win); at most

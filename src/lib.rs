@@ -2,19 +2,22 @@
 //! without queueing.
 //!
 //! The estimator, controller and transport state machines live in the lean `aggrate-core`
-//! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`), re-exported here.
+//! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`, `selfcal`,
+//! `airtime`), re-exported here, below everything else.
 //!
-//! Layers (a module may use those above it and `time`):
-//! `time` → `phy` → `capture` → `label` → `features` → `dataset` → `pipeline` → `train` → `model` →
-//! `runtime` → `control` → `transport` → `sim`; `wlan` (the emulator) and `testbed` (real
-//! kernel receive paths) produce captures; `progress` is the callback long work reports through. The library never prints and never reads the real
-//! clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the `aggrate` binary is
-//! the thin shell around it.
+//! Layers (a module uses only those before it, and the core): `phy`, `parallel`, `progress`,
+//! `metrics`, `rxstamp` (the one kernel-timestamp receive edge) → `capture` → `label` →
+//! `wlan` (the emulator: writes captures, sits in the live and virtual loops) → `dataset` →
+//! `pipeline` → `train` → `model::onnx` (export) → `transport::io` (sockets) → `livelog`,
+//! `testbed`, `sim` → `report` (renders; used by the CLI only). `tests/layering.rs` holds the
+//! table of allowed edges and fails on an arrow up. The library never prints and never reads
+//! the real clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the
+//! `aggrate` binary is the thin shell around it.
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
-pub use aggrate_core::{control, features, runtime, time};
+pub use aggrate_core::{airtime, control, features, runtime, selfcal, time};
 
 pub mod capture;
 pub mod dataset;
@@ -27,6 +30,7 @@ pub mod phy;
 pub mod pipeline;
 pub mod progress;
 pub mod report;
+pub mod rxstamp;
 pub mod sim;
 pub mod testbed;
 pub mod train;

@@ -3,7 +3,7 @@
 //!
 //! Fully deterministic for a seed: every random stream is derived from it, and events at equal
 //! times are taken in a fixed order. Two senders share the path, both driven by a
-//! [`Controller`] (`control`): the aggregation-target loop ([`SenderKind::Aggrate`]:
+//! [`Controller`](crate::control::Controller) (`control`): the aggregation-target loop ([`SenderKind::Aggrate`]:
 //! [`AirtimeSplit`](crate::control::AirtimeSplit) over
 //! [`PiController`](crate::control::PiController)) and a loss-based baseline
 //! ([`SenderKind::Cubic`]: a Cubic window per station, RFC 8312 growth, β = 0.7, acknowledged per
@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::control::{Controller, PiParams, Rate};
+use crate::control::PiParams;
 use crate::features::FeatureSpec;
 use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
@@ -32,6 +32,9 @@ use crate::transport::{wire, Receiver, Sender, SenderStats};
 use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
 use crate::wlan::{Packet, StaId, WlanConfig, WlanSim};
+
+mod cubic;
+use cubic::Baseline;
 
 /// Which sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -256,95 +259,6 @@ fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
     r
 }
 
-/// Cubic window (packets), RFC 8312 without the TCP-friendly region.
-#[derive(Clone, Debug)]
-struct Cubic {
-    cwnd: f64,
-    ssthresh: f64,
-    w_max: f64,
-    epoch: Option<Ts>,
-    recovery_until: Ts,
-}
-
-impl Cubic {
-    const C: f64 = 0.4;
-    const BETA: f64 = 0.7;
-
-    fn new() -> Self {
-        Cubic {
-            cwnd: 10.0,
-            ssthresh: f64::INFINITY,
-            w_max: 0.0,
-            epoch: None,
-            recovery_until: Ts::ZERO,
-        }
-    }
-
-    fn on_ack(&mut self, now: Ts) {
-        if self.cwnd < self.ssthresh {
-            self.cwnd += 1.0;
-            return;
-        }
-        let epoch = *self.epoch.get_or_insert(now);
-        let t = now.saturating_since(epoch).as_secs_f64();
-        let k = (self.w_max * (1.0 - Self::BETA) / Self::C).cbrt();
-        let target = Self::C * (t - k).powi(3) + self.w_max;
-        if target > self.cwnd {
-            self.cwnd += (target - self.cwnd) / self.cwnd;
-        } else {
-            self.cwnd += 0.01 / self.cwnd;
-        }
-    }
-
-    /// A loss detected at `now`; `rtt` bounds one reduction per round trip.
-    fn on_loss(&mut self, now: Ts, rtt: Duration) {
-        if now < self.recovery_until {
-            return;
-        }
-        self.w_max = self.cwnd;
-        self.cwnd = (self.cwnd * Self::BETA).max(2.0);
-        self.ssthresh = self.cwnd;
-        self.epoch = None;
-        self.recovery_until = now + rtt;
-    }
-}
-
-/// The Cubic baseline as a [`Controller`]: a window per station, acknowledged per packet,
-/// paced at twice the window rate (bursts without overrunning the clock).
-struct CubicSender {
-    windows: Vec<Cubic>,
-    rtt: Duration,
-    packet_len: u16,
-}
-
-impl Controller for CubicSender {
-    fn on_reports(&mut self, _: Ts, _: &[AggReport]) {}
-    fn on_silence(&mut self, _: Ts, _: Duration) {}
-    fn on_ack(&mut self, now: Ts, sta: usize, lost: bool) {
-        if lost {
-            self.windows[sta].on_loss(now, self.rtt);
-        } else {
-            self.windows[sta].on_ack(now);
-        }
-    }
-    fn wants_acks(&self) -> bool {
-        true
-    }
-    fn may_send(&self, sta: usize, inflight: u64) -> bool {
-        (inflight as f64) < self.windows[sta].cwnd
-    }
-    fn rate(&self, sta: usize) -> Rate {
-        Rate {
-            mbps: self.windows[sta].cwnd * self.packet_len as f64 * 8.0 / self.rtt.as_secs_f64() / 1e6,
-        }
-    }
-    fn pacing_rate(&self, sta: usize) -> Rate {
-        Rate {
-            mbps: (self.rate(sta).mbps * 2.0).max(1.0),
-        }
-    }
-}
-
 /// The aggregation-target sender as it runs live: the transport's sans-IO [`Sender`] (its
 /// [`AirtimeSplit`](crate::control::AirtimeSplit) paces the stations) and one [`Receiver`] per station, exchanging real
 /// datagrams — hellos and feedback over the feedback delay, data through the emulated WLAN.
@@ -369,6 +283,78 @@ const SENDER_ADDR: std::net::SocketAddr =
 const MAX_IN_WLAN: usize = 1 << 16;
 
 impl Wire {
+    /// The transport for `cfg`: a fixed key and seeds, so the loop is deterministic (tags are
+    /// still made and checked); each receiver runs its station's estimator and knows its PHY
+    /// rate.
+    fn new(cfg: &SimConfig, stations: &[Station], phy: &[f64]) -> Result<Wire, Error> {
+        let n = stations.len();
+        let payload = (cfg.packet_len as usize)
+            .checked_sub(28 + wire::DATA_HEADER_LEN)
+            .ok_or(Error::Bad {
+                field: "packet_len",
+                value: cfg.packet_len as f64,
+                allowed: "at least 72 bytes (IP/UDP and the data header)",
+            })?;
+        let psk = wire::Psk::new(b"aggrate sim: the virtual loop's pre-shared key").map_err(|_| Error::Bad {
+            field: "psk",
+            value: 0.0,
+            allowed: "16..=1024 bytes",
+        })?;
+        let seed = |k: u64| {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+            b[8..16].copy_from_slice(&k.to_le_bytes());
+            b
+        };
+        let mut sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
+        sender.set_cell_airtime(cfg.steer == Steer::Airtime);
+        let receivers = stations
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let mut r = Receiver::new(psk.clone(), seed(1 + i as u64), st.est.clone());
+                r.phy_rate_bps = Some(phy[i] as u64);
+                r
+            })
+            .collect();
+        Ok(Wire {
+            sender,
+            receivers,
+            in_wlan: vec![BTreeMap::new(); n],
+            sent: vec![0; n],
+            down: VecDeque::new(),
+            up: VecDeque::new(),
+        })
+    }
+
+    /// What the sender transmits at `now`: data into `out` as (station, WLAN packet), its bytes
+    /// kept for the receiver; hellos onto the control path, like the feedback.
+    fn transmit(&mut self, now: Ts, cfg: &SimConfig, out: &mut Vec<(usize, Packet)>) {
+        self.sender.handle_timeout(now);
+        while let Some(t) = self.sender.poll_transmit(now) {
+            let b = self.sender.buffer()[..t.len].to_vec();
+            if matches!(wire::peek(&b), Ok((wire::Kind::Data, _, _))) {
+                self.sent[t.station] += 1;
+                let seq = self.sent[t.station];
+                let kept = &mut self.in_wlan[t.station];
+                kept.insert(seq, b);
+                if kept.len() > MAX_IN_WLAN {
+                    kept.pop_first();
+                }
+                out.push((
+                    t.station,
+                    Packet {
+                        seq,
+                        len: cfg.packet_len,
+                        sent: now,
+                    },
+                ));
+            } else {
+                self.down.push_back((now + cfg.feedback_delay, t.station, b));
+            }
+        }
+    }
+
     /// Station `sta`'s receiver's answers due at `now`, put on the way back to the sender.
     fn answers(&mut self, sta: usize, now: Ts, delay: Duration) {
         while let Some((n, _)) = self.receivers[sta].poll_transmit(now) {
@@ -379,9 +365,6 @@ impl Wire {
 }
 
 struct Station {
-    seq: u64,
-    next_send: Ts,
-    inflight: u64,
     noise: Box<dyn NoiseModel>,
     rx: VecDeque<RxPacket>,
     est: OnlineEstimator,
@@ -399,211 +382,70 @@ struct Station {
     iv_mpdus: u64,
 }
 
+/// The sender side of the loop: the transport (aggregation target) or the baseline.
+enum Side {
+    Aggrate(Box<Wire>),
+    Cubic(Baseline),
+}
+
+/// What happens next in the loop. At equal times the first in this order wins (the order
+/// [`Loop::next`] looks in), which keeps a run deterministic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// A report interval ends: receivers report, the series takes a sample.
+    Tick,
+    /// The sender may transmit (the baseline: to this station; the transport picks its own).
+    Send(usize),
+    /// A hello reaches a receiver over the control path.
+    Down,
+    /// A hello-ack or feedback reaches the sender.
+    Up,
+    /// A packet leaves the backhaul into the AP's queue.
+    ToAp,
+    /// The WLAN has a timer due.
+    Wlan,
+    /// This station's receive path hands a packet up.
+    Rx(usize),
+    /// A baseline acknowledgement reaches the sender.
+    Ack,
+}
+
+/// One run's state between events.
+struct Loop<'c> {
+    cfg: &'c SimConfig,
+    n: usize,
+    phy: Vec<f64>,
+    sim: WlanSim<ChaCha8Rng>,
+    side: Side,
+    backhaul: Option<Backhaul>,
+    stations: Vec<Station>,
+    /// Online self-calibration per station (empty without).
+    cals: Vec<OnlineCalibrator>,
+    /// Packets on the backhaul: (arrival at the AP, station, packet).
+    to_ap: VecDeque<(Ts, usize, Packet)>,
+    next_tick: Ts,
+    /// The channel survey's counters at the last tick: busy, and each station's own exchanges.
+    survey_last: (u64, Vec<u64>),
+    series: Vec<Sample>,
+    air_half: Vec<u64>,
+    drops_half: Vec<u64>,
+    half: Ts,
+    clock: Ts,
+    // Reused buffers: no allocation per event.
+    hosts: Vec<Option<Ts>>,
+    batch: Vec<crate::wlan::Delivery>,
+    out: Vec<(usize, Packet)>,
+}
+
 /// Run the closed loop.
 pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, Error> {
-    if !(cfg.duration_s > 0.0 && cfg.duration_s <= 86_400.0) {
-        return Err(Error::Bad {
-            field: "duration_s",
-            value: cfg.duration_s,
-            allowed: "in (0, 86400] s",
-        });
-    }
-    if cfg.packet_len < 64 {
-        return Err(Error::Bad {
-            field: "packet_len",
-            value: cfg.packet_len as f64,
-            allowed: "at least 64 bytes",
-        });
-    }
-    let wlan = cfg.wlan.clone().check()?;
-    let n = wlan.config().stations.len();
-    let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
-    let mut sim = WlanSim::new(wlan.clone(), derive(cfg.seed, 1));
-    let rtt = cfg.feedback_delay * 2 + Duration::from_millis(1);
-    // The Cubic baseline's windows; the aggregation-target sender's `AirtimeSplit` runs inside
-    // the transport's `Sender` (`xport` below).
-    let mut window = match cfg.sender {
-        SenderKind::Aggrate => None,
-        SenderKind::Cubic => Some(CubicSender {
-            windows: vec![Cubic::new(); n],
-            rtt,
-            packet_len: cfg.packet_len,
-        }),
-    };
-    let mut backhaul = match &cfg.backhaul {
-        Some(b) => {
-            b.check()?;
-            Some(Backhaul::new(b))
-        }
-        None => None,
-    };
-    let noise = cfg.noise.clone().map(|p| p.check()).transpose()?;
-    let mut stations: Vec<Station> = (0..n)
-        .map(|i| -> Result<Station, Error> {
-            let mut est = match &cfg.estimator {
-                EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
-                EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
-            };
-            if cfg.steer == Steer::FrameCount {
-                est.set_level_config(crate::runtime::LevelConfig {
-                    airtime: None,
-                    ..est.level_config().clone()
-                })?;
-            }
-            let noise = model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64));
-            Ok(Station {
-                seq: 0,
-                next_send: Ts::ZERO,
-                inflight: 0,
-                noise,
-                rx: VecDeque::new(),
-                est,
-                last: AggReport::default(),
-                lost_total: 0,
-                bytes: 0,
-                delays: Vec::new(),
-                mpdus: 0,
-                ampdus: 0,
-                expect_seq: 0,
-                backhaul_lost: 0,
-                iv_ampdus: 0,
-                iv_mpdus: 0,
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    // Online self-calibration per station.
-    let mut cals: Vec<OnlineCalibrator> = match (&cfg.estimator, cfg.self_calibrate) {
-        (EstimatorKind::Model(f), Some(limit)) if cfg.sender == SenderKind::Aggrate => phy
-            .iter()
-            .map(|&p| crate::train::online::for_receiver(f, limit, Some(p as u64)))
-            .collect::<Result<_, _>>()?,
-        (_, Some(_)) => {
-            return Err(Error::Bad {
-                field: "self_calibrate",
-                value: 1.0,
-                allowed: "needs a model estimator and the aggregation-target sender",
-            })
-        }
-        _ => Vec::new(),
-    };
-    let mut xport = match cfg.sender {
-        SenderKind::Aggrate => {
-            let payload = (cfg.packet_len as usize)
-                .checked_sub(28 + wire::DATA_HEADER_LEN)
-                .ok_or(Error::Bad {
-                    field: "packet_len",
-                    value: cfg.packet_len as f64,
-                    allowed: "at least 72 bytes (IP/UDP and the data header)",
-                })?;
-            // A fixed key and seeds: the loop is deterministic; tags are still made and checked.
-            let psk = wire::Psk::new(b"aggrate sim: the virtual loop's pre-shared key").map_err(|_| Error::Bad {
-                field: "psk",
-                value: 0.0,
-                allowed: "16..=1024 bytes",
-            })?;
-            let seed = |k: u64| {
-                let mut b = [0u8; 32];
-                b[..8].copy_from_slice(&cfg.seed.to_le_bytes());
-                b[8..16].copy_from_slice(&k.to_le_bytes());
-                b
-            };
-            let mut sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
-            sender.set_cell_airtime(cfg.steer == Steer::Airtime);
-            let receivers = stations
-                .iter()
-                .enumerate()
-                .map(|(i, st)| {
-                    let mut r = Receiver::new(psk.clone(), seed(1 + i as u64), st.est.clone());
-                    r.phy_rate_bps = Some(phy[i] as u64);
-                    r
-                })
-                .collect();
-            Some(Wire {
-                sender,
-                receivers,
-                in_wlan: vec![BTreeMap::new(); n],
-                sent: vec![0; n],
-                down: VecDeque::new(),
-                up: VecDeque::new(),
-            })
-        }
-        SenderKind::Cubic => None,
-    };
+    let mut l = Loop::new(cfg)?;
     let end = Ts((cfg.duration_s * 1e9) as u64);
-    let half = Ts(end.as_nanos() / 2);
-    let mut to_ap: VecDeque<(Ts, usize, Packet)> = VecDeque::new();
-    // The window sender's acknowledgements in flight: (arrival at the sender, station, lost).
-    // (The aggregation-target sender's feedback travels as datagrams in `xport`.)
-    let mut acks: VecDeque<(Ts, usize, bool)> = VecDeque::new();
-    let mut next_tick = Ts::ZERO + cfg.interval;
-    // The channel survey's counters at the last tick: busy, and each station's own exchanges.
-    let mut survey_last = (0u64, vec![0u64; n]);
-    let mut series = Vec::new();
-    let mut air_half = vec![0u64; n];
-    let mut drops_half = vec![0u64; n];
-    let mut hosts = Vec::new();
-    let mut batch = Vec::new();
-    let mut now;
-    let mut clock = Ts::ZERO;
+    l.half = Ts(end.as_nanos() / 2);
     let mut steps = 0u64;
-    // Packets leaving the sender at one send event (reused: no allocation per event).
-    let mut out: Vec<(usize, Packet)> = Vec::new();
     loop {
-        // The earliest event.
-        let mut t_next = next_tick;
-        let mut kind = 0u8; // 0 tick, 1 send, 2 to AP, 3 wlan, 4 rx, 5 ack, 6 down, 7 up
-        let mut who = 0usize;
-        if let Some(w) = &xport {
-            let at = w.sender.poll_timeout().max(clock);
-            if at < t_next {
-                (t_next, kind) = (at, 1);
-            }
-            if let Some(&(a, _, _)) = w.down.front() {
-                if a < t_next {
-                    (t_next, kind) = (a, 6);
-                }
-            }
-            if let Some(&(a, _, _)) = w.up.front() {
-                if a < t_next {
-                    (t_next, kind) = (a, 7);
-                }
-            }
-        }
-        for (i, s) in stations.iter().enumerate() {
-            // Without a window the transport's sender paces (above).
-            let Some(c) = &window else { break };
-            let can_send = c.may_send(i, s.inflight);
-            // A window-blocked sender whose turn has passed sends as soon as it may: never in
-            // the past.
-            let at = s.next_send.max(clock);
-            if can_send && at < t_next {
-                (t_next, kind, who) = (at, 1, i);
-            }
-        }
-        if let Some(&(a, _, _)) = to_ap.front() {
-            if a < t_next {
-                (t_next, kind) = (a, 2);
-            }
-        }
-        if let Some(t) = sim.poll_timeout() {
-            if t < t_next {
-                (t_next, kind) = (t, 3);
-            }
-        }
-        for (i, s) in stations.iter().enumerate() {
-            if let Some(p) = s.rx.front() {
-                if p.host < t_next {
-                    (t_next, kind, who) = (p.host, 4, i);
-                }
-            }
-        }
-        if let Some(&(t, _, _)) = acks.front() {
-            if t < t_next {
-                (t_next, kind) = (t, 5);
-            }
-        }
-        now = t_next;
-        clock = now;
+        let (now, event) = l.next();
+        l.clock = now;
         if now >= end {
             break;
         }
@@ -611,219 +453,342 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
         if steps.is_multiple_of(1 << 16) {
             progress(now.as_secs_f64());
         }
-        match kind {
-            0 => {
-                // Report tick: receivers report; the sender hears after the feedback delay.
-                // The level the sender steers each station by, from all of this interval's
-                // reports (the cell's airtime relation needs every station's).
-                let steered: Vec<Option<f64>> = match &mut xport {
-                    Some(w) => {
-                        for i in 0..n {
-                            w.answers(i, now, cfg.feedback_delay);
-                        }
-                        let reports: Vec<AggReport> = w
-                            .receivers
-                            .iter()
-                            .zip(&stations)
-                            .map(|(rx, st)| rx.last_report().copied().unwrap_or(st.last))
-                            .collect();
-                        (0..n).map(|i| Some(w.sender.level_of(&reports, i))).collect()
-                    }
-                    None => vec![None; n],
+        match event {
+            Event::Tick => l.on_tick(now),
+            Event::Send(sta) => l.on_send(now, sta),
+            Event::Down => l.on_down(now),
+            Event::Up => l.on_up(now),
+            Event::ToAp => l.on_to_ap(),
+            Event::Wlan => l.sim.handle_timeout(now),
+            Event::Rx(sta) => l.on_rx(now, sta),
+            Event::Ack => {
+                if let Side::Cubic(b) = &mut l.side {
+                    b.on_ack(now);
+                }
+            }
+        }
+        l.deliver(now);
+        if let Side::Cubic(b) = &mut l.side {
+            b.forget_lost(l.stations.iter().map(|s| (s.expect_seq, s.rx.len() as u64)));
+        }
+    }
+    progress(cfg.duration_s);
+    Ok(l.finish(end))
+}
+
+impl<'c> Loop<'c> {
+    fn new(cfg: &'c SimConfig) -> Result<Self, Error> {
+        if !(cfg.duration_s > 0.0 && cfg.duration_s <= 86_400.0) {
+            return Err(Error::Bad {
+                field: "duration_s",
+                value: cfg.duration_s,
+                allowed: "in (0, 86400] s",
+            });
+        }
+        if cfg.packet_len < 64 {
+            return Err(Error::Bad {
+                field: "packet_len",
+                value: cfg.packet_len as f64,
+                allowed: "at least 64 bytes",
+            });
+        }
+        let wlan = cfg.wlan.clone().check()?;
+        let n = wlan.config().stations.len();
+        let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
+        let sim = WlanSim::new(wlan, derive(cfg.seed, 1));
+        let backhaul = match &cfg.backhaul {
+            Some(b) => {
+                b.check()?;
+                Some(Backhaul::new(b))
+            }
+            None => None,
+        };
+        let noise = cfg.noise.clone().map(|p| p.check()).transpose()?;
+        let stations: Vec<Station> = (0..n)
+            .map(|i| -> Result<Station, Error> {
+                let mut est = match &cfg.estimator {
+                    EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
+                    EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
                 };
-                if cfg.survey {
-                    let busy = sim.busy_ns();
-                    let own: Vec<u64> = sim.stats().iter().map(|s| s.airtime_ns).collect();
-                    let span = cfg.interval.as_nanos().max(1) as f64;
-                    for i in 0..n {
-                        let others = (busy - survey_last.0).saturating_sub(own[i] - survey_last.1[i]);
-                        let share = others as f64 / span;
-                        match &mut xport {
-                            Some(w) => w.receivers[i].estimator_mut().set_others_share(share),
-                            None => stations[i].est.set_others_share(share),
-                        }
-                    }
-                    survey_last = (busy, own);
+                if cfg.steer == Steer::FrameCount {
+                    est.set_level_config(crate::runtime::LevelConfig {
+                        airtime: None,
+                        ..est.level_config().clone()
+                    })?;
                 }
-                for (i, s) in stations.iter_mut().enumerate() {
-                    let mut r = s.last;
-                    match &mut xport {
-                        // The receiver reports on its own timer (the same interval boundaries):
-                        // its feedback leaves now.
-                        Some(w) => {
-                            if let Some(x) = w.receivers[i].last_report() {
-                                r = *x;
-                            }
-                        }
-                        None => {
-                            while let Some(x) = s.est.poll_report(now) {
-                                r = x;
-                            }
-                        }
-                    }
-                    if r.phy_rate_bps.is_none() {
-                        r.phy_rate_bps = Some(phy[i]);
-                    }
-                    s.last = r;
-                    let (ampdus, mpdus) = (std::mem::take(&mut s.iv_ampdus), std::mem::take(&mut s.iv_mpdus));
-                    series.push(Sample {
-                        t: now.as_secs_f64(),
-                        sta: i as u16,
-                        count_agg: r.mean_agg,
-                        true_agg: if ampdus > 0 { mpdus as f64 / ampdus as f64 } else { 0.0 },
-                        true_ampdus: ampdus,
-                        rate_mbps: match &xport {
-                            Some(w) => w.sender.rate(i).mbps,
-                            None => window.as_ref().map_or(0.0, |c| c.rate(i).mbps),
-                        },
-                        mean_agg: steered[i].unwrap_or_else(|| r.level()),
-                        delay_ms: r.owd_mean_ms.unwrap_or(0.0),
-                        queue: sim.queue_len(StaId(i as u16)),
-                        lost: s.lost_total,
-                    });
-                }
-                if now == half || (now > half && now.saturating_sub(cfg.interval) < half) {
-                    for (i, st) in sim.stats().iter().enumerate() {
-                        air_half[i] = st.airtime_ns;
-                        drops_half[i] = st.dropped_queue + st.dropped_retry;
-                    }
-                }
-                next_tick = next_tick + cfg.interval;
+                Ok(Station {
+                    noise: model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64)),
+                    rx: VecDeque::new(),
+                    est,
+                    last: AggReport::default(),
+                    lost_total: 0,
+                    bytes: 0,
+                    delays: Vec::new(),
+                    mpdus: 0,
+                    ampdus: 0,
+                    expect_seq: 0,
+                    backhaul_lost: 0,
+                    iv_ampdus: 0,
+                    iv_mpdus: 0,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let cals: Vec<OnlineCalibrator> = match (&cfg.estimator, cfg.self_calibrate) {
+            (EstimatorKind::Model(f), Some(limit)) if cfg.sender == SenderKind::Aggrate => phy
+                .iter()
+                .map(|&p| crate::train::online::for_receiver(f, limit, Some(p as u64)))
+                .collect::<Result<_, _>>()?,
+            (_, Some(_)) => {
+                return Err(Error::Bad {
+                    field: "self_calibrate",
+                    value: 1.0,
+                    allowed: "needs a model estimator and the aggregation-target sender",
+                })
             }
-            1 => {
-                // What leaves the sender now: (station, packet) into the WLAN path.
-                out.clear();
-                match &mut xport {
-                    Some(w) => {
-                        w.sender.handle_timeout(now);
-                        while let Some(t) = w.sender.poll_transmit(now) {
-                            let b = w.sender.buffer()[..t.len].to_vec();
-                            if matches!(wire::peek(&b), Ok((wire::Kind::Data, _, _))) {
-                                w.sent[t.station] += 1;
-                                let seq = w.sent[t.station];
-                                let kept = &mut w.in_wlan[t.station];
-                                kept.insert(seq, b);
-                                if kept.len() > MAX_IN_WLAN {
-                                    kept.pop_first();
-                                }
-                                out.push((
-                                    t.station,
-                                    Packet {
-                                        seq,
-                                        len: cfg.packet_len,
-                                        sent: now,
-                                    },
-                                ));
-                            } else {
-                                // Hellos go the control path, like the feedback.
-                                w.down.push_back((now + cfg.feedback_delay, t.station, b));
-                            }
-                        }
-                    }
-                    None => {
-                        let s = &mut stations[who];
-                        s.seq += 1;
-                        s.inflight += 1;
-                        if let Some(c) = &window {
-                            s.next_send = now + c.pacing_rate(who).interval(cfg.packet_len as u32);
-                        }
-                        out.push((
-                            who,
-                            Packet {
-                                seq: s.seq as u32,
-                                len: cfg.packet_len,
-                                sent: now,
-                            },
-                        ));
-                    }
-                }
-                for (sta, pkt) in out.drain(..) {
-                    let at = match &mut backhaul {
-                        Some(b) => b.push(now, cfg.packet_len),
-                        None => Some(now),
-                    };
-                    match at {
-                        Some(a) => to_ap.push_back((a, sta, pkt)),
-                        None => {
-                            let s = &mut stations[sta];
-                            s.lost_total += 1;
-                            if now >= half {
-                                s.backhaul_lost += 1;
-                            }
-                        }
-                    }
-                }
+            _ => Vec::new(),
+        };
+        let side = match cfg.sender {
+            SenderKind::Aggrate => Side::Aggrate(Box::new(Wire::new(cfg, &stations, &phy)?)),
+            SenderKind::Cubic => Side::Cubic(Baseline::new(
+                n,
+                cfg.feedback_delay * 2 + Duration::from_millis(1),
+                cfg.packet_len,
+            )),
+        };
+        Ok(Loop {
+            cfg,
+            n,
+            phy,
+            sim,
+            side,
+            backhaul,
+            stations,
+            cals,
+            to_ap: VecDeque::new(),
+            next_tick: Ts::ZERO + cfg.interval,
+            survey_last: (0, vec![0; n]),
+            series: Vec::new(),
+            air_half: vec![0; n],
+            drops_half: vec![0; n],
+            half: Ts::ZERO,
+            clock: Ts::ZERO,
+            hosts: Vec::new(),
+            batch: Vec::new(),
+            out: Vec::new(),
+        })
+    }
+
+    /// The earliest event (ties: [`Event`]'s order).
+    fn next(&self) -> (Ts, Event) {
+        let mut next = (self.next_tick, Event::Tick);
+        let mut consider = |at: Option<Ts>, e: Event| {
+            if let Some(at) = at.filter(|&at| at < next.0) {
+                next = (at, e);
             }
-            6 => {
-                if let Some(w) = &mut xport {
-                    if let Some((_, sta, b)) = w.down.pop_front() {
-                        let _ = w.receivers[sta].handle_datagram(now, SENDER_ADDR, &b);
-                        w.answers(sta, now, cfg.feedback_delay);
-                    }
-                }
+        };
+        match &self.side {
+            Side::Aggrate(w) => {
+                consider(Some(w.sender.poll_timeout().max(self.clock)), Event::Send(0));
+                consider(w.down.front().map(|d| d.0), Event::Down);
+                consider(w.up.front().map(|u| u.0), Event::Up);
             }
-            7 => {
-                if let Some(w) = &mut xport {
-                    if let Some((_, sta, b)) = w.up.pop_front() {
-                        // Refused feedback is counted in the sender's stats.
-                        let _ = w.sender.handle_datagram(now, sta, &b);
-                    }
-                }
-            }
-            2 => {
-                let (a, sta, pkt) = to_ap.pop_front().expect("peeked");
-                sim.handle_timeout(a);
-                if sim.enqueue(a, StaId(sta as u16), pkt).is_err() {
-                    stations[sta].lost_total += 1;
-                }
-            }
-            3 => sim.handle_timeout(now),
-            4 => {
-                let s = &mut stations[who];
-                let p = s.rx.pop_front().expect("peeked");
-                match &mut xport {
-                    Some(w) => {
-                        if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
-                            let before = w.receivers[who].stats().received;
-                            let _ = w.receivers[who].handle_datagram_radio(p.host, SENDER_ADDR, &b, p.tsft);
-                            if let Some(c) = cals.get_mut(who).filter(|_| w.receivers[who].stats().received > before) {
-                                c.feed(w.receivers[who].estimator_mut(), p.host, b.len() as u32);
-                            }
-                            w.answers(who, now, cfg.feedback_delay);
-                        }
-                    }
-                    None => {
-                        s.est.push(&p);
-                    }
-                }
-                let seq = p.seq.unwrap_or(0);
-                let lost = seq > s.expect_seq + 1 && s.expect_seq > 0;
-                s.expect_seq = s.expect_seq.max(seq);
-                if now >= half {
-                    s.bytes += p.len as u64;
-                    if let Some(sent) = p.sent {
-                        s.delays.push(now.saturating_since(sent).as_secs_f32() * 1e3);
-                    }
-                }
-                if window.as_ref().is_some_and(|c| c.wants_acks()) {
-                    acks.push_back((now + cfg.feedback_delay, who, lost));
-                }
-            }
-            _ => {
-                let (_, sta, lost) = acks.pop_front().expect("peeked");
-                let s = &mut stations[sta];
-                s.inflight = s.inflight.saturating_sub(1);
-                if let Some(c) = &mut window {
-                    c.on_ack(now, sta, lost);
+            Side::Cubic(b) => {
+                if let Some((at, sta)) = b.next_send(self.clock) {
+                    consider(Some(at), Event::Send(sta));
                 }
             }
         }
-        // Deliveries of this step → kernel times → receive queues.
-        batch.clear();
-        while let Some(d) = sim.poll_delivery() {
-            batch.push(d);
+        consider(self.to_ap.front().map(|p| p.0), Event::ToAp);
+        consider(self.sim.poll_timeout(), Event::Wlan);
+        for (i, s) in self.stations.iter().enumerate() {
+            consider(s.rx.front().map(|p| p.host), Event::Rx(i));
         }
-        crate::wlan::for_each_ampdu(&batch, |ampdu| {
+        if let Side::Cubic(b) = &self.side {
+            consider(b.next_ack(), Event::Ack);
+        }
+        next
+    }
+
+    /// Report tick: receivers report; the sender hears after the feedback delay. The series
+    /// takes each station's sample: the level the sender steers by (from all of this interval's
+    /// reports: the cell's airtime relation needs every station's) and the interval's truth.
+    fn on_tick(&mut self, now: Ts) {
+        let (n, cfg) = (self.n, self.cfg);
+        let steered: Vec<Option<f64>> = match &mut self.side {
+            Side::Aggrate(w) => {
+                for i in 0..n {
+                    w.answers(i, now, cfg.feedback_delay);
+                }
+                let reports: Vec<AggReport> = w
+                    .receivers
+                    .iter()
+                    .zip(&self.stations)
+                    .map(|(rx, st)| rx.last_report().copied().unwrap_or(st.last))
+                    .collect();
+                (0..n).map(|i| Some(w.sender.level_of(&reports, i))).collect()
+            }
+            Side::Cubic(_) => vec![None; n],
+        };
+        if cfg.survey {
+            self.survey();
+        }
+        for (i, steered) in steered.into_iter().enumerate() {
+            let s = &mut self.stations[i];
+            let mut r = s.last;
+            match &self.side {
+                // The receiver reports on its own timer (the same interval boundaries): its
+                // feedback leaves now.
+                Side::Aggrate(w) => {
+                    if let Some(x) = w.receivers[i].last_report() {
+                        r = *x;
+                    }
+                }
+                Side::Cubic(_) => {
+                    while let Some(x) = s.est.poll_report(now) {
+                        r = x;
+                    }
+                }
+            }
+            if r.phy_rate_bps.is_none() {
+                r.phy_rate_bps = Some(self.phy[i]);
+            }
+            s.last = r;
+            let (ampdus, mpdus) = (std::mem::take(&mut s.iv_ampdus), std::mem::take(&mut s.iv_mpdus));
+            self.series.push(Sample {
+                t: now.as_secs_f64(),
+                sta: i as u16,
+                count_agg: r.mean_agg,
+                true_agg: if ampdus > 0 { mpdus as f64 / ampdus as f64 } else { 0.0 },
+                true_ampdus: ampdus,
+                rate_mbps: match &self.side {
+                    Side::Aggrate(w) => w.sender.rate(i).mbps,
+                    Side::Cubic(b) => b.rate(i).mbps,
+                },
+                mean_agg: steered.unwrap_or_else(|| r.level()),
+                delay_ms: r.owd_mean_ms.unwrap_or(0.0),
+                queue: self.sim.queue_len(StaId(i as u16)),
+                lost: s.lost_total,
+            });
+        }
+        let half = self.half;
+        if now == half || (now > half && now.saturating_sub(cfg.interval) < half) {
+            for (i, st) in self.sim.stats().iter().enumerate() {
+                self.air_half[i] = st.airtime_ns;
+                self.drops_half[i] = st.dropped_queue + st.dropped_retry;
+            }
+        }
+        self.next_tick = self.next_tick + cfg.interval;
+    }
+
+    /// Each receiver reads the channel survey: the share of the interval others took.
+    fn survey(&mut self) {
+        let busy = self.sim.busy_ns();
+        let own: Vec<u64> = self.sim.stats().iter().map(|s| s.airtime_ns).collect();
+        let span = self.cfg.interval.as_nanos().max(1) as f64;
+        for (i, own_i) in own.iter().enumerate() {
+            let others = (busy - self.survey_last.0).saturating_sub(own_i - self.survey_last.1[i]);
+            let share = others as f64 / span;
+            match &mut self.side {
+                Side::Aggrate(w) => w.receivers[i].estimator_mut().set_others_share(share),
+                Side::Cubic(_) => self.stations[i].est.set_others_share(share),
+            }
+        }
+        self.survey_last = (busy, own);
+    }
+
+    /// What leaves the sender now goes onto the backhaul (or is lost there).
+    fn on_send(&mut self, now: Ts, sta: usize) {
+        let cfg = self.cfg;
+        self.out.clear();
+        match &mut self.side {
+            Side::Aggrate(w) => w.transmit(now, cfg, &mut self.out),
+            Side::Cubic(b) => {
+                let p = b.send(now, sta);
+                self.out.push((sta, p));
+            }
+        }
+        for (sta, pkt) in self.out.drain(..) {
+            let at = match &mut self.backhaul {
+                Some(b) => b.push(now, cfg.packet_len),
+                None => Some(now),
+            };
+            match at {
+                Some(a) => self.to_ap.push_back((a, sta, pkt)),
+                None => {
+                    let s = &mut self.stations[sta];
+                    s.lost_total += 1;
+                    if now >= self.half {
+                        s.backhaul_lost += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_down(&mut self, now: Ts) {
+        if let Side::Aggrate(w) = &mut self.side {
+            if let Some((_, sta, b)) = w.down.pop_front() {
+                let _ = w.receivers[sta].handle_datagram(now, SENDER_ADDR, &b);
+                w.answers(sta, now, self.cfg.feedback_delay);
+            }
+        }
+    }
+
+    fn on_up(&mut self, now: Ts) {
+        if let Side::Aggrate(w) = &mut self.side {
+            if let Some((_, sta, b)) = w.up.pop_front() {
+                // Refused feedback is counted in the sender's stats.
+                let _ = w.sender.handle_datagram(now, sta, &b);
+            }
+        }
+    }
+
+    fn on_to_ap(&mut self) {
+        let (a, sta, pkt) = self.to_ap.pop_front().expect("peeked");
+        self.sim.handle_timeout(a);
+        if self.sim.enqueue(a, StaId(sta as u16), pkt).is_err() {
+            self.stations[sta].lost_total += 1;
+        }
+    }
+
+    /// Station `who`'s receive path hands up its next packet.
+    fn on_rx(&mut self, now: Ts, who: usize) {
+        let cfg = self.cfg;
+        let s = &mut self.stations[who];
+        let p = s.rx.pop_front().expect("peeked");
+        match &mut self.side {
+            Side::Aggrate(w) => {
+                if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
+                    let _ = w.receivers[who].handle_calibrated(p.host, SENDER_ADDR, &b, p.tsft, self.cals.get_mut(who));
+                    w.answers(who, now, cfg.feedback_delay);
+                }
+            }
+            Side::Cubic(_) => {
+                s.est.push(&p);
+            }
+        }
+        let seq = p.seq.unwrap_or(0);
+        let lost = seq > s.expect_seq + 1 && s.expect_seq > 0;
+        s.expect_seq = s.expect_seq.max(seq);
+        if now >= self.half {
+            s.bytes += p.len as u64;
+            if let Some(sent) = p.sent {
+                s.delays.push(now.saturating_since(sent).as_secs_f32() * 1e3);
+            }
+        }
+        if let Side::Cubic(b) = &mut self.side {
+            b.received(now, who, lost, cfg.feedback_delay);
+        }
+    }
+
+    /// This step's deliveries → kernel times (each station's receive path) → receive queues.
+    fn deliver(&mut self, now: Ts) {
+        self.batch.clear();
+        while let Some(d) = self.sim.poll_delivery() {
+            self.batch.push(d);
+        }
+        let (stations, hosts, phy, half) = (&mut self.stations, &mut self.hosts, &self.phy, self.half);
+        crate::wlan::for_each_ampdu(&self.batch, |ampdu| {
             let d0 = ampdu[0];
             let sta = d0.sta.0 as usize;
             let s = &mut stations[sta];
@@ -834,7 +799,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                     n: ampdu.len(),
                     mpdu_of: &[],
                 },
-                &mut hosts,
+                hosts,
             );
             if d0.mac_time >= half {
                 s.ampdus += 1;
@@ -842,7 +807,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             }
             s.iv_ampdus += 1;
             s.iv_mpdus += ampdu.len() as u64;
-            for (d, h) in ampdu.iter().zip(&hosts) {
+            for (d, h) in ampdu.iter().zip(hosts.iter()) {
                 // A packet the receive path dropped never reaches the estimator.
                 let Some(h) = h else { continue };
                 s.rx.push_back(RxPacket {
@@ -855,76 +820,79 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
                 });
             }
         });
-        // Cubic: packets lost in the AP queue are never acknowledged; the gap at the receiver
-        // signals the loss, and the lost packets leave the window then.
-        if window.as_ref().is_some_and(|c| c.wants_acks()) {
-            for s in stations.iter_mut() {
-                let outstanding = s.seq.saturating_sub(s.expect_seq);
-                if s.inflight > outstanding + s.rx.len() as u64 + 64 {
-                    s.inflight = outstanding + s.rx.len() as u64;
+    }
+
+    /// The second half's results.
+    fn finish(mut self, end: Ts) -> SimResult {
+        let half = self.half;
+        let secs = (end.as_nanos() - half.as_nanos()) as f64 / 1e9;
+        let stats = self.sim.stats();
+        let air: Vec<u64> = stats
+            .iter()
+            .zip(&self.air_half)
+            .map(|(s, h)| s.airtime_ns - h)
+            .collect();
+        let air_total: u64 = air.iter().sum();
+        let series = std::mem::take(&mut self.series);
+        let wlan = self.sim.config().config();
+        let results: Vec<StationResult> = self
+            .stations
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| {
+                let (mean, p95) = mean_p95(&mut s.delays);
+                StationResult {
+                    mcs: wlan.stations[i].mcs,
+                    phy_mbps: self.phy[i] / 1e6,
+                    rate_mbps: s.bytes as f64 * 8.0 / secs / 1e6,
+                    mean_agg: if s.ampdus > 0 {
+                        s.mpdus as f64 / s.ampdus as f64
+                    } else {
+                        0.0
+                    },
+                    estimated_agg: {
+                        let (sum, k) = series
+                            .iter()
+                            .filter(|x| x.sta as usize == i && x.t >= half.as_secs_f64() && x.mean_agg > 0.0)
+                            .fold((0.0, 0usize), |(s, k), x| (s + x.mean_agg, k + 1));
+                        sum / k.max(1) as f64
+                    },
+                    level_error: level_error(&series, i, half, |x| x.mean_agg),
+                    count_error: level_error(&series, i, half, |x| x.count_agg),
+                    delay_ms_mean: mean,
+                    delay_ms_p95: p95,
+                    airtime_share: if air_total > 0 {
+                        air[i] as f64 / air_total as f64
+                    } else {
+                        0.0
+                    },
+                    lost: (stats[i].dropped_queue + stats[i].dropped_retry).saturating_sub(self.drops_half[i])
+                        + s.backhaul_lost,
                 }
-            }
+            })
+            .collect();
+        let wire = match &self.side {
+            Side::Aggrate(w) => Some(w),
+            Side::Cubic(_) => None,
+        };
+        SimResult {
+            sender: self.cfg.sender,
+            total_mbps: results.iter().map(|r| r.rate_mbps).sum(),
+            stations: results,
+            transport: wire.map(|w| w.sender.stats()),
+            receiver_dropped: wire.map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
+            self_calibration: self.cals.iter().map(OnlineCalibrator::summary).collect(),
+            series,
         }
     }
-    progress(cfg.duration_s);
-    let secs = (end.as_nanos() - half.as_nanos()) as f64 / 1e9;
-    let stats = sim.stats();
-    let air: Vec<u64> = stats.iter().zip(&air_half).map(|(s, h)| s.airtime_ns - h).collect();
-    let air_total: u64 = air.iter().sum();
-    let results: Vec<StationResult> = stations
-        .iter_mut()
-        .enumerate()
-        .map(|(i, s)| {
-            let mean = if s.delays.is_empty() {
-                0.0
-            } else {
-                s.delays.iter().map(|d| *d as f64).sum::<f64>() / s.delays.len() as f64
-            };
-            let p95 = if s.delays.is_empty() {
-                0.0
-            } else {
-                let k = (s.delays.len() as f64 * 0.95) as usize;
-                let k = k.min(s.delays.len() - 1);
-                *s.delays.select_nth_unstable_by(k, |a, b| a.total_cmp(b)).1 as f64
-            };
-            StationResult {
-                mcs: wlan.config().stations[i].mcs,
-                phy_mbps: phy[i] / 1e6,
-                rate_mbps: s.bytes as f64 * 8.0 / secs / 1e6,
-                mean_agg: if s.ampdus > 0 {
-                    s.mpdus as f64 / s.ampdus as f64
-                } else {
-                    0.0
-                },
-                estimated_agg: {
-                    let (sum, k) = series
-                        .iter()
-                        .filter(|x| x.sta as usize == i && x.t >= half.as_secs_f64() && x.mean_agg > 0.0)
-                        .fold((0.0, 0usize), |(s, k), x| (s + x.mean_agg, k + 1));
-                    sum / k.max(1) as f64
-                },
-                level_error: level_error(&series, i, half, |x| x.mean_agg),
-                count_error: level_error(&series, i, half, |x| x.count_agg),
-                delay_ms_mean: mean,
-                delay_ms_p95: p95,
-                airtime_share: if air_total > 0 {
-                    air[i] as f64 / air_total as f64
-                } else {
-                    0.0
-                },
-                lost: (stats[i].dropped_queue + stats[i].dropped_retry).saturating_sub(drops_half[i]) + s.backhaul_lost,
-            }
-        })
-        .collect();
-    Ok(SimResult {
-        sender: cfg.sender,
-        total_mbps: results.iter().map(|r| r.rate_mbps).sum(),
-        stations: results,
-        transport: xport.as_ref().map(|w| w.sender.stats()),
-        receiver_dropped: xport
-            .as_ref()
-            .map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
-        self_calibration: cals.iter().map(OnlineCalibrator::summary).collect(),
-        series,
-    })
+}
+
+/// Mean and 95th percentile of one-way delays (ms); 0 without any.
+fn mean_p95(delays: &mut [f32]) -> (f64, f64) {
+    if delays.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = delays.iter().map(|d| *d as f64).sum::<f64>() / delays.len() as f64;
+    let k = ((delays.len() as f64 * 0.95) as usize).min(delays.len() - 1);
+    (mean, *delays.select_nth_unstable_by(k, |a, b| a.total_cmp(b)).1 as f64)
 }

@@ -20,19 +20,17 @@
 
 #![allow(clippy::disallowed_methods)]
 
-use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sched::{sched_setaffinity, setns, CloneFlags, CpuSet};
-use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use crate::rxstamp;
 use crate::time::Ts;
 
 /// Receive-path settings of a real-kernel run.
@@ -256,6 +254,15 @@ pub enum Error {
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { what, source }
+}
+
+impl From<rxstamp::Error> for Error {
+    fn from(e: rxstamp::Error) -> Self {
+        Error::Io {
+            what: e.what,
+            source: e.source,
+        }
+    }
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, Error> {
@@ -494,17 +501,15 @@ impl Testbed {
         let stop_rx = stop.clone();
         let payload = path.payload_bytes as usize;
         let receiver = std::thread::spawn(move || -> Vec<(u32, u64)> {
+            let opts = rxstamp::Options {
+                rcvbuf: 16 << 20,
+                force: true,
+                busy_poll_us: busy,
+                read_timeout: Some(Duration::from_millis(100)),
+            };
             let sock = match enter(&rx_ns).and_then(|_| {
                 pin(rx_cpu);
-                let s = UdpSocket::bind(rx_addr).map_err(io("binding the receiver"))?;
-                setsockopt(&s, sockopt::ReceiveTimestampns, &true).map_err(|e| io("SO_TIMESTAMPNS")(e.into()))?;
-                let _ = setsockopt(&s, sockopt::RcvBufForce, &(16 << 20));
-                if busy > 0 {
-                    set_busy_poll(&s, busy).map_err(io("SO_BUSY_POLL"))?;
-                }
-                s.set_read_timeout(Some(Duration::from_millis(100)))
-                    .map_err(io("receiver timeout"))?;
-                Ok(s)
+                Ok(rxstamp::bind(rx_addr.into(), &opts)?)
             }) {
                 Ok(s) => {
                     let _ = ready_tx.send(Ok(()));
@@ -515,33 +520,7 @@ impl Testbed {
                     return Vec::new();
                 }
             };
-            let mut got = Vec::with_capacity(n);
-            let mut buf = vec![0u8; payload.max(64)];
-            let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-            loop {
-                let mut iov = [IoSliceMut::new(&mut buf)];
-                match recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
-                    Ok(msg) => {
-                        let mut ts = None;
-                        if let Ok(cm) = msg.cmsgs() {
-                            for c in cm {
-                                if let ControlMessageOwned::ScmTimestampns(t) = c {
-                                    ts = Some(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64);
-                                }
-                            }
-                        }
-                        if let (Some(t), true) = (ts, msg.bytes >= 4) {
-                            got.push((u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]), t));
-                        }
-                    }
-                    Err(_) => {
-                        if stop_rx.load(Ordering::Acquire) {
-                            break;
-                        }
-                    }
-                }
-            }
-            got
+            rxstamp::StampedReceiver::new(&sock).collect_seq(payload, &stop_rx, n)
         });
         ready_rx
             .recv()
@@ -571,7 +550,7 @@ impl Testbed {
                 enter(&tx_ns)?;
                 pin(tx_cpu);
                 let tx = UdpSocket::bind(SocketAddrV4::new(tx_ip, 0)).map_err(io("binding the sender"))?;
-                let _ = setsockopt(&tx, sockopt::SndBufForce, &(16 << 20));
+                let _ = nix::sys::socket::setsockopt(&tx, nix::sys::socket::sockopt::SndBufForce, &(16 << 20));
                 tx.connect(rx_addr).map_err(io("connecting"))?;
                 let mut buf = vec![0u8; payload];
                 let lead = Duration::from_millis(20);
@@ -680,27 +659,6 @@ fn napi_threads(dev: &str) -> Vec<i32> {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix))
         })
         .collect()
-}
-
-/// `SO_BUSY_POLL` (µs): nix has no wrapper for it.
-#[allow(unsafe_code)]
-fn set_busy_poll(s: &UdpSocket, us: u32) -> std::io::Result<()> {
-    let v: libc::c_int = us.min(i32::MAX as u32) as libc::c_int;
-    // SAFETY: a valid socket fd, a pointer to a live c_int and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BUSY_POLL,
-            &v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

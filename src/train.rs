@@ -26,6 +26,7 @@ pub mod levels;
 mod mlp;
 pub mod online;
 mod svr;
+pub mod verdict;
 pub use mlp::{fit_mlp, MlpParams, ValidMlpParams};
 pub use svr::{cv_predict_svr, fit_svr, MAX_SVR_ROWS};
 // The fitted models live in the core crate (the runtime applies them without this module).
@@ -91,6 +92,43 @@ pub enum Error {
         /// Expected.
         want: usize,
     },
+}
+
+/// The slot SVR's grid searched by cross-validation, per axis: the study's, searched by `sweep`
+/// and by `train` unless its flags say otherwise.
+pub const SVR_GRID_C: [f64; 4] = [1.0, 10.0, 100.0, 1000.0];
+/// γ values of the grid (on standardised slot features).
+pub const SVR_GRID_GAMMA: [f64; 4] = [0.003, 0.01, 0.03, 0.1];
+/// ε values of the grid (MPDUs).
+pub const SVR_GRID_EPSILON: [f64; 3] = [0.05, 0.1, 0.5];
+
+/// Every (C, γ, ε) of the three axes (C outermost), each point checked; an empty axis is
+/// refused.
+pub fn svr_grid(c: &[f64], gamma: &[f64], epsilon: &[f64]) -> Result<Vec<ValidSvrParams>, Error> {
+    if c.is_empty() || gamma.is_empty() || epsilon.is_empty() {
+        return Err(Error::BadParam {
+            name: "SVR grid",
+            value: 0.0,
+            allowed: "at least one value of each of C, γ and ε",
+        });
+    }
+    let mut grid = Vec::with_capacity(c.len() * gamma.len() * epsilon.len());
+    for &c in c {
+        for &gamma in gamma {
+            for &epsilon in epsilon {
+                grid.push(
+                    SvrParams {
+                        c,
+                        gamma,
+                        epsilon,
+                        ..SvrParams::default()
+                    }
+                    .check()?,
+                );
+            }
+        }
+    }
+    Ok(grid)
 }
 
 /// Hyper-parameters of L2-regularised logistic regression.

@@ -1,10 +1,13 @@
 //! The core crate stays lean: a transport that embeds the estimator must not compile the
-//! training and capture stack. Reads `cargo tree` of `aggrate-core` (normal dependencies).
+//! training and capture stack. And the bindings build without polars (most of a first build):
+//! the Python package's dependencies and the C ABI's test dependencies hold none of it. Reads
+//! `cargo tree`.
 
+use std::collections::BTreeSet;
 use std::process::Command;
 
-#[test]
-fn the_core_crate_depends_on_no_heavy_or_io_crate() {
+/// The crates `package` builds with (`edges`: normal, dev, …), by name.
+fn tree(package: &str, edges: &str) -> BTreeSet<String> {
     let root = env!("CARGO_MANIFEST_DIR");
     let o = Command::new(env!("CARGO"))
         .args([
@@ -12,9 +15,9 @@ fn the_core_crate_depends_on_no_heavy_or_io_crate() {
             "--offline",
             "--locked",
             "-p",
-            "aggrate-core",
+            package,
             "-e",
-            "normal",
+            edges,
             "--prefix",
             "none",
             "--format",
@@ -23,13 +26,36 @@ fn the_core_crate_depends_on_no_heavy_or_io_crate() {
         .current_dir(root)
         .output()
         .expect("running cargo tree");
-    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
         "cargo tree failed: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let crates: std::collections::BTreeSet<&str> = out.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_bindings_build_without_polars() {
+    for (package, edges) in [("aggrate-py", "normal"), ("aggrate-ffi", "normal,dev")] {
+        let crates = tree(package, edges);
+        assert!(crates.contains("aggrate"), "{package}: {crates:?}");
+        assert!(
+            !crates.iter().any(|c| c.starts_with("polars")),
+            "{package} builds polars: {crates:?}"
+        );
+    }
+    // The CLI reads feature tables with it (the `tables` feature, on by default).
+    assert!(tree("aggrate", "normal").contains("polars"));
+}
+
+#[test]
+fn the_core_crate_depends_on_no_heavy_or_io_crate() {
+    let owned = tree("aggrate-core", "normal");
+    let crates: BTreeSet<&str> = owned.iter().map(String::as_str).collect();
     assert!(crates.contains("aggrate-core") && crates.contains("hmac"), "{crates:?}");
     for banned in [
         "polars",

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::io::Write;
-
 use aggrate::capture::{decode, LinkType, PacketRecord};
 use aggrate::label::{label_frames, Dedup};
 use aggrate::time::Ts;
@@ -85,8 +83,10 @@ fn kernel_only_capture_has_no_ground_truth() {
 }
 
 #[test]
+#[cfg(feature = "tables")]
 fn gzip_input_and_parquet_contents() {
     use polars::prelude::{ParquetReader, SerReader};
+    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     // 3 A-MPDUs of 4, 2 and 5 packets, gzip-compressed.
     let mut pkts = Vec::new();

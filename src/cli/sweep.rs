@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use aggrate::features::FeatureSpec;
-use aggrate::report::mean_std;
-use aggrate::train::{LogisticParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
+use aggrate::metrics::mean_std;
+use aggrate::train::{LogisticParams, SvmLoss, SvmParams, SVR_GRID_C, SVR_GRID_EPSILON, SVR_GRID_GAMMA};
 
 use super::progress::Ui;
 use aggrate::report::sweep::{DPoint, Point};
@@ -73,26 +73,6 @@ pub(crate) struct SweepArgs {
     pub(crate) svm_epochs: usize,
     #[command(flatten)]
     pub(crate) flow: FlowArgs,
-}
-
-fn svr_grid() -> Result<Vec<ValidSvrParams>> {
-    let mut g = Vec::new();
-    for c in [1.0, 10.0, 100.0, 1000.0] {
-        for gamma in [0.003, 0.01, 0.03, 0.1] {
-            for epsilon in [0.05, 0.1, 0.5] {
-                g.push(
-                    SvrParams {
-                        c,
-                        gamma,
-                        epsilon,
-                        ..SvrParams::default()
-                    }
-                    .check()?,
-                );
-            }
-        }
-    }
-    Ok(g)
 }
 
 pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
@@ -164,7 +144,7 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     let mut dpoints = Vec::new();
     let mut d5: Option<SvrStage> = None;
     if let Some(oof) = &oof_m20 {
-        let grid = svr_grid()?;
+        let grid = aggrate::train::svr_grid(&SVR_GRID_C, &SVR_GRID_GAMMA, &SVR_GRID_EPSILON)?;
         for &d in &a.d {
             ui.info(format!("slot SVR d = {d}"));
             let spec = FeatureSpec { d, ..wide };

@@ -7,10 +7,10 @@ use anyhow::{bail, Context, Result};
 
 use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
+use aggrate::metrics::mean_std;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
-use aggrate::report::mean_std;
 use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, SvrStage};
-use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, SvrParams, ValidSvrParams};
+use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, ValidSvrParams};
 use aggrate::wlan::manifest::WlanSettings;
 
 use super::progress::{Bars, Ui};
@@ -178,13 +178,13 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) d: usize,
     /// SVR C values tried by CV.
-    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 10.0, 100.0, 1000.0])]
+    #[arg(long, value_delimiter = ',', default_values_t = aggrate::train::SVR_GRID_C)]
     pub(crate) svr_c: Vec<f64>,
     /// SVR γ values tried by CV (on standardised slot features).
-    #[arg(long, value_delimiter = ',', default_values_t = [0.003, 0.01, 0.03, 0.1])]
+    #[arg(long, value_delimiter = ',', default_values_t = aggrate::train::SVR_GRID_GAMMA)]
     pub(crate) svr_gamma: Vec<f64>,
     /// SVR ε values tried by CV (MPDUs).
-    #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.1, 0.5])]
+    #[arg(long, value_delimiter = ',', default_values_t = aggrate::train::SVR_GRID_EPSILON)]
     pub(crate) svr_epsilon: Vec<f64>,
     #[command(flatten)]
     pub(crate) flow: FlowArgs,
@@ -310,7 +310,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         bail!("--folds = {}: 2..=100", a.folds);
     }
     let grid = if a.model == ModelKind::Svr {
-        svr_grid(&a)?
+        aggrate::train::svr_grid(&a.svr_c, &a.svr_gamma, &a.svr_epsilon)?
     } else {
         Vec::new()
     };
@@ -470,7 +470,8 @@ fn receiver_run(
     data: &Dataset,
     how: Fitter,
 ) -> Result<Exit> {
-    use aggrate::report::{receiver_verdicts, receivers_md, ReceiverCriteria};
+    use aggrate::report::receivers_md;
+    use aggrate::train::verdict::{receiver_verdicts, ReceiverCriteria};
     let (names, receiver_of_group) = receivers_of(files, "--group-by receiver")?;
     let mut test = vec![false; names.len()];
     for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
@@ -768,30 +769,6 @@ fn receiver_banks(
         .map(|((w, args, _), rates)| Ok((load_bank(ui, &args, rates, spec)?, w)))
         .collect::<Result<Vec<_>>>()?;
     Ok((banks, of))
-}
-
-/// The (C, γ, ε) grid from the flags, each point checked.
-fn svr_grid(a: &TrainArgs) -> Result<Vec<ValidSvrParams>> {
-    let mut grid = Vec::new();
-    for &c in &a.svr_c {
-        for &gamma in &a.svr_gamma {
-            for &epsilon in &a.svr_epsilon {
-                grid.push(
-                    SvrParams {
-                        c,
-                        gamma,
-                        epsilon,
-                        ..SvrParams::default()
-                    }
-                    .check()?,
-                );
-            }
-        }
-    }
-    if grid.is_empty() {
-        bail!("--svr-c / --svr-gamma / --svr-epsilon: give at least one value each");
-    }
-    Ok(grid)
 }
 
 /// [`aggrate::train::cv::svr_stage`] with a progress bar, saying when captures are too short

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "tables")]
 use polars::prelude::{
     AnyValue, Column, CsvReadOptions, CsvWriter, DataFrame, DataType, ParquetReader, PolarsError, Scalar, SerReader,
     SerWriter,
@@ -12,6 +13,7 @@ use polars::prelude::{
 
 use crate::dataset::{Dataset, RowMeta};
 use crate::features::FeatureSpec;
+#[cfg(any(test, feature = "tables"))]
 use crate::time::Ts;
 
 /// Errors of feature tables; each names the file.
@@ -33,7 +35,15 @@ pub enum Error {
         /// The parquet crate's error.
         source: parquet::errors::ParquetError,
     },
+    /// This build reads no feature tables and writes no CSV ones (built without the `tables`
+    /// feature, as the Python package is: read tables there with polars itself).
+    #[error("{}: this build reads no feature tables and writes no CSV (the `tables` feature is off)", path.display())]
+    NoTables {
+        /// The table.
+        path: PathBuf,
+    },
     /// polars failed reading or writing it.
+    #[cfg(feature = "tables")]
     #[error("{action} {}: {source}", path.display())]
     Polars {
         /// The table.
@@ -77,10 +87,12 @@ impl Error {
         match self {
             Error::Io { path, .. }
             | Error::Parquet { path, .. }
-            | Error::Polars { path, .. }
             | Error::Column { path, .. }
             | Error::EmptyFeature { path, .. }
-            | Error::UnknownFormat { path } => path,
+            | Error::UnknownFormat { path }
+            | Error::NoTables { path } => path,
+            #[cfg(feature = "tables")]
+            Error::Polars { path, .. } => path,
         }
     }
 }
@@ -105,8 +117,17 @@ impl Format {
     }
 }
 
+/// Rows of a feature table: this build has no reader ([`Error::NoTables`]).
+#[cfg(not(feature = "tables"))]
+pub fn read_rows(path: &Path, _: &FeatureSpec, _: u32, _: &mut Dataset) -> Result<(), Error> {
+    Err(Error::NoTables {
+        path: path.to_path_buf(),
+    })
+}
+
 /// Rows of a feature table written by `aggrate features` (Parquet or CSV), appended to `data` as
 /// group `g`. The table's feature columns must be the ones `spec` names, in any order.
+#[cfg(feature = "tables")]
 pub fn read_rows(path: &Path, spec: &FeatureSpec, g: u32, data: &mut Dataset) -> Result<(), Error> {
     let polars = |source| Error::Polars {
         path: path.to_path_buf(),
@@ -309,6 +330,7 @@ impl FeatureBlock {
     }
 
     /// Plain columns: no runs.
+    #[cfg(any(test, feature = "tables"))]
     pub(crate) fn plain(width: usize, rows: usize) -> FeatureBlock {
         FeatureBlock::with_runs(width, Vec::new(), rows)
     }
@@ -632,11 +654,6 @@ fn write_batches(
     rx: std::sync::mpsc::Receiver<Batch>,
     free: std::sync::mpsc::SyncSender<(Columns, FeatureBlock)>,
 ) -> Result<(), Error> {
-    let polars = |action, source| Error::Polars {
-        path: path.to_path_buf(),
-        action,
-        source,
-    };
     let pq = |source| Error::Parquet {
         path: path.to_path_buf(),
         source,
@@ -652,6 +669,25 @@ fn write_batches(
         }
         return sink.finish().map_err(pq);
     }
+    write_csv(path, names, file, rx)
+}
+
+/// The CSV writer thread's work (polars' batched writer).
+#[cfg(not(feature = "tables"))]
+fn write_csv(path: &Path, _: &[String], _: File, _: std::sync::mpsc::Receiver<Batch>) -> Result<(), Error> {
+    Err(Error::NoTables {
+        path: path.to_path_buf(),
+    })
+}
+
+/// The CSV writer thread's work (polars' batched writer).
+#[cfg(feature = "tables")]
+fn write_csv(path: &Path, names: &[String], file: File, rx: std::sync::mpsc::Receiver<Batch>) -> Result<(), Error> {
+    let polars = |action, source| Error::Polars {
+        path: path.to_path_buf(),
+        action,
+        source,
+    };
     let mut file = Some(file);
     let mut writer: Option<polars::io::csv::write::BatchedWriter<File>> = None;
     let mut open =
@@ -962,6 +998,7 @@ fn opt<T: Copy, U>(v: &[Option<T>], f: impl Fn(T) -> U, values: &mut Vec<U>, def
 }
 
 /// One batch as a DataFrame in the table's column order.
+#[cfg(feature = "tables")]
 fn frame(b: Batch, names: &[String]) -> Result<DataFrame, PolarsError> {
     let n = b.cols.len();
     let c = b.cols;

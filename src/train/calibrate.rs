@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::features::FeatureSpec;
+use crate::metrics::BinaryMetrics;
 use crate::model::{EstimatorModel, LoadOffset};
-use crate::report::BinaryMetrics;
 use crate::train::cv::{rate_reports, score, PerRate, RateReport};
 use crate::train::Predict;
 

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::dataset::{contiguous_folds, slot_rows, Dataset, FoldError, RowSet, SlotRows};
 use crate::features::FeatureSpec;
+use crate::metrics::{AggMetrics, BinaryMetrics};
 use crate::model::EstimatorModel;
-use crate::report::{AggMetrics, BinaryMetrics};
 
 pub use crate::progress::{NoProgress, Progress};
 

@@ -1,5 +1,5 @@
 //! Socket drivers for [`Sender`] and [`Receiver`]: UDP, the receiver reading kernel receive
-//! timestamps (`SO_TIMESTAMPNS` through `recvmsg`). Both sides use `CLOCK_REALTIME` (the clock
+//! timestamps (`SO_TIMESTAMPNS` through `recvmsg`, in [`crate::rxstamp`]). Both sides use `CLOCK_REALTIME` (the clock
 //! the kernel stamps with), so one-way delays on one host are exact.
 //!
 //! This module reads the real clock (allowed here, in `wlan::live` and the CLI only). Loops run
@@ -8,18 +8,15 @@
 
 #![allow(clippy::disallowed_methods)]
 
-use std::io::IoSliceMut;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
-
 use super::{Receiver, ReceiverStats, Sender, SenderStats};
 use crate::runtime::AggReport;
+use crate::rxstamp;
+use crate::selfcal::{OnlineCalibrator, Step};
 use crate::time::Ts;
-use crate::train::online::{OnlineCalibrator, Step};
 
 /// An IO step failed.
 #[derive(Debug, thiserror::Error)]
@@ -54,41 +51,21 @@ pub fn entropy() -> Result<[u8; 32], IoError> {
     Ok(b)
 }
 
-/// A UDP socket with kernel receive timestamps turned on and a large receive buffer.
+/// A UDP socket with kernel receive timestamps turned on and a large receive buffer
+/// ([`crate::rxstamp`], the one receive edge).
 pub fn timestamped_socket(bind: SocketAddr) -> Result<UdpSocket, IoError> {
-    let s = UdpSocket::bind(bind).map_err(io(format!("binding {bind}")))?;
-    setsockopt(&s, sockopt::ReceiveTimestampns, &true).map_err(|e| io("SO_TIMESTAMPNS")(e.into()))?;
-    let _ = setsockopt(&s, sockopt::RcvBuf, &(8 << 20));
-    Ok(s)
+    rxstamp::bind(bind, &rxstamp::Options::default()).map_err(|e| IoError {
+        what: format!("{} on {bind}", e.what),
+        source: e.source,
+    })
 }
 
-/// Receive one datagram with its kernel timestamp (falls back to the clock when the kernel
-/// gave none). `Ok(None)` on timeout / would-block.
-pub fn recv_timestamped(s: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, SocketAddr, Ts)>, IoError> {
-    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-    let mut iov = [IoSliceMut::new(buf)];
-    match recvmsg::<SockaddrStorage>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
-        Ok(msg) => {
-            let mut ts = None;
-            if let Ok(cm) = msg.cmsgs() {
-                for c in cm {
-                    if let ControlMessageOwned::ScmTimestampns(t) = c {
-                        ts = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64));
-                    }
-                }
-            }
-            let from = msg
-                .address
-                .and_then(|a| {
-                    a.as_sockaddr_in()
-                        .map(|v| SocketAddr::from((v.ip(), v.port())))
-                        .or_else(|| a.as_sockaddr_in6().map(|v| SocketAddr::from((v.ip(), v.port()))))
-                })
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            Ok(Some((msg.bytes, from, ts.unwrap_or_else(realtime))))
+impl From<rxstamp::Error> for IoError {
+    fn from(e: rxstamp::Error) -> Self {
+        IoError {
+            what: e.what.into(),
+            source: e.source,
         }
-        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(None),
-        Err(e) => Err(io("recvmsg")(e.into())),
     }
 }
 
@@ -121,15 +98,14 @@ pub fn run_receiver_with(
         .map_err(io("receiver timeout"))?;
     let deadline = Instant::now() + duration;
     let mut buf = vec![0u8; 65_536];
+    let mut edge = rxstamp::StampedReceiver::new(sock);
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-        if let Some((n, from, host)) = recv_timestamped(sock, &mut buf)? {
-            let before = rx.stats().received;
+        if let Some(d) = edge.recv(&mut buf)? {
+            // A datagram the kernel did not stamp takes the clock's time.
+            let (n, from, host) = (d.len, d.from, d.kernel.unwrap_or_else(realtime));
             // Refused datagrams are counted in the receiver's stats.
-            let _ = rx.handle_datagram(host, from, &buf[..n]);
-            if let Some(c) = cal.as_deref_mut().filter(|_| rx.stats().received > before) {
-                if let Some(step) = c.feed(rx.estimator_mut(), host, n as u32) {
-                    on_step(step);
-                }
+            if let (_, Some(step)) = rx.handle_calibrated(host, from, &buf[..n], None, cal.as_deref_mut()) {
+                on_step(step);
             }
         }
         while let Some((n, to)) = rx.poll_transmit(realtime()) {

@@ -11,15 +11,12 @@
 
 #![allow(clippy::disallowed_methods)]
 
-use std::io::IoSliceMut;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
-
+use crate::rxstamp;
 use crate::time::Ts;
 use crate::transport::wire::{handshake_id, Hello, Kind};
 
@@ -54,6 +51,15 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> ReplayError {
     move |source| ReplayError::Io { what, source }
 }
 
+impl From<rxstamp::Error> for ReplayError {
+    fn from(e: rxstamp::Error) -> Self {
+        ReplayError::Io {
+            what: e.what,
+            source: e.source,
+        }
+    }
+}
+
 /// Sleep until shortly before `at`, then spin the rest; returns how late it woke up (the
 /// schedulers of both real-kernel replays: loopback here and veth in `testbed`).
 pub(crate) fn wait_until(at: Instant) -> Duration {
@@ -86,11 +92,13 @@ pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
     if span > 120.0 {
         return Err(ReplayError::TooLong(span));
     }
-    let rx = UdpSocket::bind("127.0.0.1:0").map_err(io("binding the receiver"))?;
-    setsockopt(&rx, sockopt::ReceiveTimestampns, &true).map_err(|e| io("SO_TIMESTAMPNS")(e.into()))?;
-    let _ = setsockopt(&rx, sockopt::RcvBuf, &(8 << 20));
-    rx.set_read_timeout(Some(Duration::from_millis(200)))
-        .map_err(io("receiver timeout"))?;
+    let rx = rxstamp::bind(
+        "127.0.0.1:0".parse().expect("an address"),
+        &rxstamp::Options {
+            read_timeout: Some(Duration::from_millis(200)),
+            ..rxstamp::Options::default()
+        },
+    )?;
     let addr = rx.local_addr().map_err(io("receiver address"))?;
     let tx = UdpSocket::bind("127.0.0.1:0").map_err(io("binding the sender"))?;
     tx.connect(addr).map_err(io("connecting"))?;
@@ -98,34 +106,7 @@ pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
     let done = Arc::new(AtomicBool::new(false));
     let done_rx = done.clone();
     let receiver = std::thread::spawn(move || -> Vec<(u32, u64)> {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 64];
-        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-        loop {
-            let mut iov = [IoSliceMut::new(&mut buf)];
-            match recvmsg::<SockaddrStorage>(rx.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
-                Ok(msg) => {
-                    let mut ts = None;
-                    if let Ok(cm) = msg.cmsgs() {
-                        for c in cm {
-                            if let ControlMessageOwned::ScmTimestampns(t) = c {
-                                ts = Some(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64);
-                            }
-                        }
-                    }
-                    let len = msg.bytes;
-                    if let (Some(t), true) = (ts, len >= 4) {
-                        got.push((u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]), t));
-                    }
-                }
-                Err(_) => {
-                    if done_rx.load(Ordering::Acquire) {
-                        break;
-                    }
-                }
-            }
-        }
-        got
+        rxstamp::StampedReceiver::new(&rx).collect_seq(64, &done_rx, n)
     });
 
     // Schedule: virtual mac[0] ↔ wall start (+ 20 ms to let the receiver settle).
@@ -301,7 +282,7 @@ pub fn run_ap(
         .map(|a| {
             let s = UdpSocket::bind(a).map_err(io("binding an AP port"))?;
             s.set_nonblocking(true).map_err(io("AP non-blocking"))?;
-            let _ = setsockopt(&s, sockopt::RcvBuf, &(8 << 20));
+            rxstamp::set_rcvbuf(&s, 8 << 20, false);
             Ok(s)
         })
         .collect::<Result<_, ReplayError>>()?;

@@ -619,6 +619,29 @@ impl Receiver {
         self.handle_datagram_radio(host, from, bytes, None)
     }
 
+    /// [`Receiver::handle_datagram_radio`] with the receiver calibrating its model's operating
+    /// point from its own receive times (`recv --self-calibrate`), by the one rule every driver
+    /// follows: `cal` sees a datagram only when the receiver accepted it as data — refused,
+    /// replayed and handshake datagrams never reach it — and after each window it used the
+    /// estimator takes the new operating point at once. Returns the handling's result and the
+    /// step of a window used.
+    pub fn handle_calibrated<'c>(
+        &mut self,
+        host: Ts,
+        from: SocketAddr,
+        bytes: &[u8],
+        tsft: Option<crate::time::Tsft>,
+        cal: Option<&'c mut crate::selfcal::OnlineCalibrator>,
+    ) -> (Result<(), WireError>, Option<&'c crate::selfcal::Step>) {
+        let before = self.stats.received;
+        let r = self.handle_datagram_radio(host, from, bytes, tsft);
+        let step = match cal {
+            Some(c) if self.stats.received > before => c.feed(&mut self.est, host, bytes.len() as u32),
+            _ => None,
+        };
+        (r, step)
+    }
+
     /// [`Receiver::handle_datagram`] with the radio's MAC timestamp of the frame that carried
     /// it, where the receiver can read one (a monitor interface, an emulator): the estimator's
     /// MAC-timestamp mode needs it.

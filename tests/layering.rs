@@ -1,0 +1,303 @@
+//! The house has one direction: every `crate::` path in the library's non-test code must go
+//! down the layers of ../shared/DESIGN.md (core → capture → label → dataset → pipeline → train
+//! → model export → transport IO; wlan beside, as a data source; sim, live logs and the testbed
+//! above; `report` only under the CLI). The table below is the whole rule: a module may name
+//! the modules listed for it and nothing else. A new arrow up fails here, with the file and line.
+//!
+//! Paths are read from the source text (use lines and inline `crate::a::b` paths, brace groups
+//! included), with comments and `#[cfg(test)]` modules left out. `crate::model::onnx` (the ONNX
+//! export, which reads trained SVR models) and `crate::transport::io` (the socket edge) are
+//! their own rooms; the rest of `model` and `transport`, like `time`, `features`, `runtime`,
+//! `control`, `selfcal` and `airtime`, is `aggrate-core`, re-exported, below everything.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The core crate's modules, re-exported at the root: anyone may use them.
+const CORE: &[&str] = &[
+    "time",
+    "features",
+    "runtime",
+    "control",
+    "selfcal",
+    "airtime",
+    "model",
+    "transport",
+    "Ts",
+    "Tsft",
+];
+
+/// Who may use whom (besides the core). `report` is in no list: only the CLI renders.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("metrics", &[]),
+    ("phy", &[]),
+    ("parallel", &[]),
+    ("progress", &[]),
+    ("rxstamp", &[]),
+    ("capture", &["phy"]),
+    ("label", &["capture"]),
+    ("wlan", &["phy", "progress", "capture", "rxstamp"]),
+    ("dataset", &["capture", "label"]),
+    ("pipeline", &["capture", "label", "dataset", "parallel", "progress"]),
+    (
+        "train",
+        &[
+            "capture", "label", "dataset", "pipeline", "metrics", "parallel", "progress", "wlan", "phy",
+        ],
+    ),
+    ("model::onnx", &["train"]),
+    ("transport::io", &["rxstamp"]),
+    ("livelog", &["metrics", "wlan"]),
+    ("testbed", &["parallel", "wlan", "rxstamp"]),
+    ("sim", &["metrics", "wlan", "train", "phy", "transport::io"]),
+    (
+        "report",
+        &[
+            "metrics", "train", "sim", "livelog", "wlan", "pipeline", "dataset", "capture", "phy",
+        ],
+    ),
+];
+
+/// The room a `crate::` path names: its first segment, or `model::onnx` / `transport::io`.
+fn room(path: &[&str]) -> String {
+    match path {
+        ["model", "onnx", ..] => "model::onnx".into(),
+        ["transport", "io", ..] => "transport::io".into(),
+        [first, ..] => first.to_string(),
+        [] => String::new(),
+    }
+}
+
+/// The room a source file is in.
+fn file_room(rel: &Path) -> String {
+    let parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    let segs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    room(&segs)
+}
+
+/// The text with comments blanked and `#[cfg(test)]` items removed (line numbers kept).
+fn strip(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let code = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        out.push_str(code);
+        out.push('\n');
+    }
+    // Blank each `#[cfg(test)]` item: from the attribute to the brace that closes it.
+    while let Some(at) = out.find("#[cfg(test)]") {
+        let open = match out[at..].find(['{', ';']) {
+            Some(i) => at + i,
+            None => break,
+        };
+        let mut end = open + 1;
+        if out.as_bytes()[open] == b'{' {
+            let mut depth = 0i64;
+            for (i, c) in out[open..].char_indices() {
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                if depth == 0 {
+                    end = open + i + 1;
+                    break;
+                }
+            }
+        }
+        let blank: String = out[at..end]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(at..end, &blank);
+    }
+    out
+}
+
+/// Every `crate::` path in `code`, as (line, segments); brace groups expand to one path each.
+fn crate_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+    let mut out = Vec::new();
+    let b = code.as_bytes();
+    let mut i = 0;
+    while let Some(k) = code[i..].find("crate::") {
+        let at = i + k;
+        i = at + 7;
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'$') {
+            continue; // `aggrate_core::…`, `$crate::…`
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        expand(code, i, Vec::new(), line, &mut out);
+    }
+    out
+}
+
+/// Paths starting at byte `i` (after a `::`), with `prefix` before them.
+fn expand(code: &str, mut i: usize, prefix: Vec<String>, line: usize, out: &mut Vec<(usize, Vec<String>)>) {
+    let b = code.as_bytes();
+    let mut path = prefix;
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i < b.len() && b[i] == b'{' {
+            // A group: split at top-level commas.
+            let mut depth = 0;
+            let mut start = i + 1;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            if !code[start..j].trim().is_empty() {
+                                expand(code, start, path.clone(), line, out);
+                            }
+                            return;
+                        }
+                    }
+                    b',' if depth == 1 => {
+                        expand(code, start, path.clone(), line, out);
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            return;
+        }
+        let s = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        if s == i {
+            break;
+        }
+        path.push(code[s..i].to_string());
+        if code[i..].starts_with("::") {
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    if !path.is_empty() {
+        out.push((line, path));
+    }
+}
+
+/// Every upward or sideways arrow in the library under `src`: (file, line, from, to).
+fn violations(src: &Path) -> Vec<String> {
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let mut bad = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut files = Vec::new();
+    walk(src, &mut files);
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let top = rel.iter().next().unwrap().to_string_lossy().to_string();
+        if top == "lib.rs" || top == "main.rs" || top == "cli" {
+            continue; // the root re-exports and the binary are on top
+        }
+        let from = file_room(rel);
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (line, path) in crate_paths(&strip(&text)) {
+            let segs: Vec<&str> = path.iter().map(String::as_str).collect();
+            let to = room(&segs);
+            let own = from.split("::").next() == to.split("::").next();
+            if own || segs.first().is_some_and(|s| *s == "self" || *s == "super") {
+                continue;
+            }
+            let core = CORE.contains(&to.as_str());
+            let ok = core
+                || allowed
+                    .get(from.as_str())
+                    .or_else(|| allowed.get(from.split("::").next().unwrap()))
+                    .is_some_and(|a| a.contains(&to.as_str()));
+            if !ok && seen.insert((rel.to_path_buf(), line, to.clone())) {
+                bad.push(format!(
+                    "{}:{line}: {from} → {to} (crate::{})",
+                    rel.display(),
+                    path.join("::")
+                ));
+            }
+        }
+    }
+    bad
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_arrow_goes_down() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let bad = violations(&src);
+    assert!(
+        bad.is_empty(),
+        "arrows against the layers (tests/layering.rs has the table):\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn every_room_is_in_the_table() {
+    // A new top-level module must be placed in the table (or be core), not slip through.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let listed: Vec<&str> = ALLOWED.iter().map(|(m, _)| *m).collect();
+    for l in lib.lines() {
+        if let Some(m) = l.trim().strip_prefix("pub mod ").and_then(|m| m.strip_suffix(';')) {
+            assert!(
+                listed.contains(&m) || CORE.contains(&m),
+                "src/lib.rs declares `{m}`, which tests/layering.rs does not place"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_reader_sees_what_it_must() {
+    // The checker on made-up files: an arrow up is caught through a brace group and an inline
+    // path, a test module and a comment are not read, `aggrate_core::` is not `crate::`.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("train")).unwrap();
+    std::fs::write(
+        src.join("capture.rs"),
+        "use crate::{phy::Radiotap, label::{self, Label}};\n// crate::train::x\nfn f() { aggrate_core::model::x(); }\n\
+         #[cfg(test)]\nmod tests {\n    use crate::train::Fit;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("train").join("cv.rs"),
+        "use crate::metrics::BinaryMetrics;\nfn g() -> crate::report::Table { crate::model::onnx::export() }\n",
+    )
+    .unwrap();
+    let bad = violations(src);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad[0].starts_with("capture.rs:1: capture → label"), "{bad:?}");
+    assert!(bad[1].starts_with("train/cv.rs:2: train → report"), "{bad:?}");
+    assert!(bad[2].starts_with("train/cv.rs:2: train → model::onnx"), "{bad:?}");
+    let paths = crate_paths(&strip(
+        "fn g() { crate::model::onnx::export(); crate::model::ModelFile::shipped(); }",
+    ));
+    let rooms: Vec<String> = paths
+        .iter()
+        .map(|(_, p)| room(&p.iter().map(String::as_str).collect::<Vec<_>>()))
+        .collect();
+    assert_eq!(rooms, ["model::onnx", "model"]);
+}
