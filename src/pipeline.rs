@@ -10,6 +10,7 @@
 //! or feature tables — on all cores into one [`Dataset`]; [`table`] writes and reads the
 //! Parquet/CSV feature tables. No printing; the clock is never read.
 
+pub mod inputs;
 pub mod table;
 
 use std::path::{Path, PathBuf};

@@ -20,6 +20,7 @@ use crate::features::FeatureSpec;
 use crate::model::{EstimatorModel, MlpModel};
 
 pub mod bank;
+pub mod bank_source;
 pub mod calibrate;
 pub mod cv;
 pub mod levels;

@@ -38,7 +38,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("label", &["capture"]),
     ("wlan", &["phy", "progress", "capture", "rxstamp"]),
     ("dataset", &["capture", "label"]),
-    ("pipeline", &["capture", "label", "dataset", "parallel", "progress"]),
+    (
+        "pipeline",
+        &["capture", "label", "dataset", "parallel", "progress", "wlan"],
+    ),
     (
         "train",
         &[
@@ -300,4 +303,67 @@ fn the_reader_sees_what_it_must() {
         .map(|(_, p)| room(&p.iter().map(String::as_str).collect::<Vec<_>>()))
         .collect();
     assert_eq!(rooms, ["model::onnx", "model"]);
+}
+
+/// The CLI modules that are commands (every file under src/cli but the shared ones).
+fn commands(cli: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    walk(cli, &mut files);
+    files
+        .iter()
+        .filter_map(|f| f.file_stem().map(|s| s.to_string_lossy().to_string()))
+        .filter(|s| !["mod", "common", "progress"].contains(&s.as_str()))
+        .collect()
+}
+
+/// `super::` paths in `code` that name a command module other than the file's own.
+fn command_imports(code: &str, own: &str, commands: &[String]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(k) = code[i..].find("super::") {
+        let at = i + k;
+        i = at + 7;
+        let line = code[..at].matches('\n').count() + 1;
+        let mut paths = Vec::new();
+        expand(code, i, Vec::new(), line, &mut paths);
+        for (line, p) in paths {
+            if let Some(first) = p.first().filter(|f| *f != own && commands.contains(f)) {
+                out.push((line, first.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_command_imports_another() {
+    // What two commands share lives in the library or in cli/common.rs (and cli/mod.rs's shared
+    // argument types); `demo`, which runs the commands in turn, is the one exception.
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("cli");
+    let cmds = commands(&cli);
+    assert!(
+        cmds.contains(&"train".to_string()) && cmds.contains(&"calibrate".to_string()),
+        "{cmds:?}"
+    );
+    let mut bad = Vec::new();
+    for c in cmds.iter().filter(|c| *c != "demo") {
+        let text = std::fs::read_to_string(cli.join(format!("{c}.rs"))).unwrap();
+        for (line, other) in command_imports(&strip(&text), c, &cmds) {
+            bad.push(format!("src/cli/{c}.rs:{line}: imports the `{other}` command"));
+        }
+    }
+    // The shared modules import no command either.
+    for shared in ["common", "progress"] {
+        let text = std::fs::read_to_string(cli.join(format!("{shared}.rs"))).unwrap();
+        for (line, other) in command_imports(&strip(&text), shared, &cmds) {
+            bad.push(format!("src/cli/{shared}.rs:{line}: imports the `{other}` command"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The check sees a command import through a group.
+    let made_up = "use super::{inputs, train::TrainArgs};\nfn f() { super::sweep::replot(); }\n";
+    assert_eq!(
+        command_imports(made_up, "eval", &cmds),
+        [(1, "train".to_string()), (2, "sweep".to_string())]
+    );
 }

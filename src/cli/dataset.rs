@@ -3,15 +3,16 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use aggrate::testbed::KernelPath;
 use aggrate::wlan::manifest::{DatasetManifest, PlannedReceiver, PlannedRun, Role};
 use aggrate::wlan::run::{RunSummary, ValidScenario};
 
 use super::progress::Ui;
-use super::simulate::{simulate_replayed, simulate_to};
-use super::Exit;
+use super::{ensure_parent, inputs, load_rows, Exit, FlowArgs};
+use super::{simulate_replayed, simulate_to};
+use aggrate::train::bank::Bank;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum DatasetCommand {
@@ -29,7 +30,7 @@ pub(crate) enum DatasetCommand {
     /// Summarise datasets' receivers for label-free calibration of one model without their
     /// captures: per capture its gap summary and the model's decisions on it, binned by label
     /// (`calibrate --no-labels --bank-dataset FILE`). A few hundred kB for 50 receivers.
-    Summarise(super::calibrate::SummariseArgs),
+    Summarise(SummariseArgs),
 }
 
 #[derive(serde::Serialize)]
@@ -237,6 +238,77 @@ pub(crate) fn run(ui: &Ui, c: DatasetCommand) -> Result<Exit> {
             build(ui, &m, &manifest, out, snaplen)?;
             Ok(Exit::Ok)
         }
-        DatasetCommand::Summarise(a) => super::calibrate::summarise(ui, a),
+        DatasetCommand::Summarise(a) => summarise(ui, a),
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SummariseArgs {
+    /// Dataset folders whose manifest.json names each capture's receiver (e.g. data/receivers).
+    #[arg(required = true)]
+    pub(crate) datasets: Vec<PathBuf>,
+    /// The model to summarise for (default: the shipped estimator embedded in the binary).
+    #[arg(long)]
+    pub(crate) model: Option<PathBuf>,
+    /// The summary to write (`.json`, or `.json.xz` compressed).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) flow: FlowArgs,
+}
+
+/// `aggrate dataset summarise`: the datasets' receivers as a [`BankSummary`] for one model.
+///
+/// [`BankSummary`]: aggrate::train::bank::BankSummary
+pub(crate) fn summarise(ui: &Ui, a: SummariseArgs) -> Result<Exit> {
+    use std::io::Write;
+    let (file, name) = super::model_or_shipped(a.model.as_deref())?;
+    let out = a.output.to_string_lossy();
+    if !(out.ends_with(".json") || out.ends_with(".json.xz")) {
+        bail!("{}: a bank summary is written as .json or .json.xz", a.output.display());
+    }
+    let files = inputs(&a.datasets, true, &[])?;
+    let (names, receiver_of_group) = aggrate::train::cv::receivers_of(&files, "summarise")?;
+    let data = load_rows(ui, &files, &file.spec, &a.flow)?;
+    let all: Vec<usize> = (0..data.len()).collect();
+    let from = a
+        .datasets
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .map_or(p.display().to_string(), |n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let s = Bank::summary(
+        &data,
+        &all,
+        &receiver_of_group,
+        &names,
+        &file.model,
+        &file.spec,
+        &name,
+        from,
+    )
+    .context("summarising the datasets")?;
+    let json = serde_json::to_vec(&s)?;
+    ensure_parent(&a.output)?;
+    let f = std::fs::File::create(&a.output).with_context(|| format!("writing {}", a.output.display()))?;
+    if out.ends_with(".xz") {
+        let mut xz = xz2::write::XzEncoder::new(f, 9);
+        xz.write_all(&json)
+            .and_then(|_| xz.finish().map(drop))
+            .with_context(|| format!("writing {}", a.output.display()))?;
+    } else {
+        let mut f = f;
+        f.write_all(&json)
+            .with_context(|| format!("writing {}", a.output.display()))?;
+    }
+    ui.info(format!(
+        "wrote {}: {} captures of {} receivers summarised for {name} ({} bins)",
+        a.output.display(),
+        s.runs.len(),
+        names.len(),
+        s.runs.iter().map(|r| r.bins.len()).sum::<usize>()
+    ));
+    Ok(Exit::Ok)
 }

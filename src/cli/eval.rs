@@ -10,7 +10,7 @@ use aggrate::model::ModelFile;
 use super::progress::Ui;
 use aggrate::train::cv::evaluate;
 
-use super::train::{inputs, load_rows};
+use super::{inputs, load_rows};
 use super::{Exit, FlowArgs};
 use aggrate::report::{rates_csv, rates_md};
 
@@ -46,13 +46,13 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
     let data = load_rows(ui, &files, &spec, &a.flow)?;
     // A model learned on one WLAN misjudges the airtime gaps of another (models/README.md,
     // "Another WLAN"): say so when the inputs show a different one.
-    let trained: Option<super::rows::WlanSettings> = file
+    let trained: Option<aggrate::wlan::manifest::WlanSettings> = file
         .metrics
         .get("training_wlan")
         .and_then(|v| serde_json::from_value(v.clone()).ok());
     let wlan = match trained {
         Some(t) => {
-            let seen = super::rows::seen_wlan(&files, &a.flow)?;
+            let seen = a.flow.seen_wlan(&files)?;
             let unlike = t.unlike(&seen);
             if !unlike.is_empty() {
                 ui.warn(format!(
@@ -153,7 +153,7 @@ pub(crate) fn run(ui: &Ui, a: EvalArgs) -> Result<Exit> {
 fn replay_levels(
     ui: &Ui,
     file: &ModelFile,
-    files: &[super::rows::Input],
+    files: &[aggrate::pipeline::Input],
     interval_ms: u64,
     flow: &FlowArgs,
 ) -> Result<Vec<aggrate::train::levels::CaptureLevels>> {
@@ -161,7 +161,7 @@ fn replay_levels(
         anyhow::bail!("--interval-ms {interval_ms}: between 10 and 60000");
     }
     let interval = std::time::Duration::from_millis(interval_ms);
-    let caps: Vec<&super::rows::Input> = files.iter().filter(|f| !f.is_table()).collect();
+    let caps: Vec<&aggrate::pipeline::Input> = files.iter().filter(|f| !f.is_table()).collect();
     if caps.len() < files.len() {
         ui.warn("feature tables carry no packets to replay: μ_N per interval is scored on the captures only");
     }
@@ -186,7 +186,7 @@ fn training_likeness(
     ui: &Ui,
     file: &ModelFile,
     data: &aggrate::dataset::Dataset,
-    files: &[super::rows::Input],
+    files: &[aggrate::pipeline::Input],
 ) -> Option<(serde_json::Value, String)> {
     use aggrate::train::bank::{shipped_bank_for, FAMILIAR_DISTANCE};
     let bank = shipped_bank_for(&file.model, &file.spec).ok()??;

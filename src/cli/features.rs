@@ -8,7 +8,6 @@ use aggrate::features::FeatureSpec;
 use aggrate::pipeline::table::{Compression, Format, RowTable};
 use aggrate::pipeline::{capture_rows, rate_from_name, RowsOptions, RowsOutcome};
 
-use super::ingest::report_read;
 use super::progress::{ByteBars, Ui};
 use super::{Exit, FlowArgs};
 
@@ -184,7 +183,7 @@ pub(crate) fn report_rows(ui: &Ui, out: &RowsOutcome, rate: Option<f64>) {
             out.pick.over_cap_packets
         ));
     }
-    report_read(ui, &out.path, &out.read);
+    ui.read_report(&out.path, &out.read);
     ui.info(format!(
         "{path}: {} packets, {} frames, {} rows, {} retransmitted duplicates dropped{}",
         out.packets,
@@ -207,19 +206,5 @@ pub(crate) fn report_rows(ui: &Ui, out: &RowsOutcome, rate: Option<f64>) {
             out.dedup_untracked
         ));
     }
-    report_join(ui, out);
-}
-
-/// How a kernel log's join went (when it matched anything; no match is an error).
-pub(crate) fn report_join(ui: &Ui, out: &RowsOutcome) {
-    if let Some((log, j)) = out.join.as_ref().filter(|(_, j)| j.matched > 0) {
-        ui.info(format!(
-            "{}: joined {} packets with {}; {} capture packets without a kernel time, {} log entries without a capture packet",
-            out.path.display(),
-            j.matched,
-            log.display(),
-            j.unmatched_truth,
-            j.unmatched_kernel
-        ));
-    }
+    ui.join_report(out);
 }

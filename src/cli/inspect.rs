@@ -11,7 +11,7 @@ use aggrate::capture::filter::{pick_flow, FlowCounts};
 use aggrate::capture::{FiveTuple, PacketRecord};
 use aggrate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder};
 
-use super::ingest::for_each_record;
+use super::for_each_record;
 use super::progress::Ui;
 use super::{Exit, FlowArgs};
 

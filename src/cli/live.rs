@@ -232,7 +232,7 @@ pub(crate) struct KeygenArgs {
 }
 
 fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
-    Ok(WlanConfig::vht_stations(&super::sim::mcs_per_station(mcs, n)?).check()?)
+    Ok(WlanConfig::vht_stations(&super::mcs_per_station(mcs, n)?).check()?)
 }
 
 fn secs(d: f64) -> Result<Duration> {

@@ -19,28 +19,30 @@ macro_rules! out {
 }
 
 mod calibrate;
+mod common;
 mod dataset;
 mod demo;
 mod eval;
 mod export;
 mod features;
-mod ingest;
 mod inspect;
 mod join;
 mod live;
 mod progress;
-mod rows;
 mod sim;
 mod simulate;
 mod sweep;
 mod tool;
 mod train;
 
+pub(crate) use common::*;
+
 use std::net::IpAddr;
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+
 use clap::{Parser, Subcommand};
 
 use aggrate::capture::dot11::parse_mac;
@@ -124,6 +126,19 @@ pub(crate) struct FlowArgs {
 }
 
 impl FlowArgs {
+    /// What the captures among `files` say of the WLAN they were sent over (the flow these
+    /// flags select).
+    pub(crate) fn seen_wlan(
+        &self,
+        files: &[aggrate::pipeline::Input],
+    ) -> Result<aggrate::wlan::manifest::WlanSettings> {
+        Ok(aggrate::pipeline::inputs::seen_wlan(
+            files,
+            &self.filter(),
+            self.keep_going,
+        )?)
+    }
+
     pub(crate) fn filter(&self) -> FlowFilter {
         FlowFilter {
             mac: self.mac,

@@ -10,6 +10,52 @@ pub(crate) struct Ui {
 }
 
 impl Ui {
+    /// What a read noticed, as warnings and notes.
+    pub(crate) fn read_report(&self, path: &std::path::Path, st: &aggrate::pipeline::ReadStats) {
+        for e in &st.first_skipped {
+            self.warn(format!("{}: {e}; skipped", path.display()));
+        }
+        if st.skipped > aggrate::pipeline::MAX_SKIPPED_KEPT as u64 {
+            self.warn(format!(
+                "{}: {} damaged packets skipped in all",
+                path.display(),
+                st.skipped
+            ));
+        }
+        if let (Some(e), true) = (&st.damage, st.keep_going) {
+            self.warn(format!("{}: {e}; stopped reading this file there", path.display()));
+        }
+        if st.other_link_packets > 0 {
+            self.info(format!(
+                "{}: {} packets of interface(s) {:?} skipped: link types aggrate does not decode",
+                path.display(),
+                st.other_link_packets,
+                st.other_link_interfaces
+            ));
+        }
+        if st.timestamps_fixed > 0 {
+            self.info(format!(
+                "{}: {} records with a fraction of a second ≥ 1 s, carried into the seconds (as tshark does)",
+                path.display(),
+                st.timestamps_fixed
+            ));
+        }
+    }
+
+    /// How a kernel log's join went (when it matched anything; no match is an error).
+    pub(crate) fn join_report(&self, out: &aggrate::pipeline::RowsOutcome) {
+        if let Some((log, j)) = out.join.as_ref().filter(|(_, j)| j.matched > 0) {
+            self.info(format!(
+                "{}: joined {} packets with {}; {} capture packets without a kernel time, {} log entries without a capture packet",
+                out.path.display(),
+                j.matched,
+                log.display(),
+                j.unmatched_truth,
+                j.unmatched_kernel
+            ));
+        }
+    }
+
     /// An informational line on stderr (suppressed by `-q`).
     pub(crate) fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {

@@ -119,20 +119,11 @@ impl SimArgs {
     }
 }
 
-/// `--mcs` for `n` stations: one value for all, or one per station.
-pub(crate) fn mcs_per_station(mcs: &[u8], n: usize) -> Result<Vec<u8>> {
-    Ok(match mcs.len() {
-        1 => vec![mcs[0]; n],
-        k if k == n => mcs.to_vec(),
-        k => bail!("--mcs has {k} values for {n} stations: give one or one per station"),
-    })
-}
-
 pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
     if a.stations == 0 || a.stations > 64 {
         bail!("--stations = {}: 1..=64", a.stations);
     }
-    let mcs = mcs_per_station(&a.mcs, a.stations)?;
+    let mcs = super::mcs_per_station(&a.mcs, a.stations)?;
     let estimator = match (&a.model, a.self_calibrate) {
         (Some(p), _) => EstimatorKind::Model(Box::new(ModelFile::load(p)?)),
         (None, true) => EstimatorKind::Model(Box::new(ModelFile::shipped()?)),

@@ -1,22 +1,18 @@
 //! `aggrate simulate`: run the 802.11ac downlink emulator and write what each station's monitor
 //! interface would record (radiotap captures with kernel receive times).
 
-use std::fs::File;
-use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::capture::writer::CaptureWriter;
-use aggrate::testbed::{KernelPath, Testbed};
+use aggrate::testbed::KernelPath;
 use aggrate::wlan::noise::{NoisePreset, ReceivePath};
-use aggrate::wlan::run::{run, MpduFrames, RunSummary, Scenario, ValidScenario};
+use aggrate::wlan::run::Scenario;
 use aggrate::wlan::traffic::{Arrival, BackhaulConfig, FlowConfig};
-use aggrate::wlan::write;
-use aggrate::wlan::{StationConfig, WlanConfig};
+use aggrate::wlan::StationConfig;
 
-use super::progress::{ByteBars, Ui};
-use super::Exit;
+use super::progress::Ui;
+use super::{simulate_replayed, simulate_to, Exit};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SimulateArgs {
@@ -184,29 +180,6 @@ fn set_station(st: &mut StationConfig, a: &SimulateArgs) {
     }
 }
 
-/// The snap length to write with ([`aggrate::wlan::write::snaplen_for`]), with a note on stderr
-/// when A-MSDU subframes would be cut off.
-pub(crate) fn snaplen_for(ui: &Ui, asked: Option<u32>, wlan: &WlanConfig) -> Result<u32> {
-    let s = write::snaplen_for(asked, wlan)?;
-    if wlan.amsdu_max_msdus > 1 && s < 65_535 {
-        ui.info(format!(
-            "note: snap length {s} with A-MSDUs: subframes past byte {s} of a frame cannot be read back"
-        ));
-    }
-    Ok(s)
-}
-
-/// Run a checked scenario and write one capture per station.
-pub(crate) fn simulate_to(
-    ui: &Ui,
-    scn: &ValidScenario,
-    out: &Path,
-    snaplen: Option<u32>,
-) -> Result<(RunSummary, Vec<PathBuf>)> {
-    let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
-    Ok(write::simulate_to(scn, out, Some(snaplen), &mut ByteBars::new(ui))?)
-}
-
 /// The real-kernel receive path asked for by --veth / --kernel-path, if any.
 pub(crate) fn kernel_path_arg(a: &SimulateArgs) -> Result<Option<KernelPath>> {
     if let Some(v) = &a.veth {
@@ -219,100 +192,6 @@ pub(crate) fn kernel_path_arg(a: &SimulateArgs) -> Result<Option<KernelPath>> {
         return Ok(Some(kp));
     }
     Ok(None)
-}
-
-/// Emulate with no noise model, replay MAC times through the real kernel (loopback, or a veth
-/// testbed with `kernel`'s settings), write kernel times. The pcapng section comment records
-/// the path, what the kernel applied and how the replay went.
-pub(crate) fn simulate_replayed(
-    ui: &Ui,
-    mut s: Scenario,
-    out: &Path,
-    snaplen: Option<u32>,
-    kernel: Option<&KernelPath>,
-) -> Result<(RunSummary, Vec<PathBuf>)> {
-    s.noise_preset = NoisePreset::None;
-    s.noise = None;
-    let scn = s.check().context("invalid scenario")?;
-    let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
-    if scn.scenario.duration_s > 120.0 {
-        bail!(
-            "--kernel-replay runs in real time: duration_s = {} exceeds 120 s",
-            scn.scenario.duration_s
-        );
-    }
-    let format = write::out_format(out)?;
-    let mut ds = Vec::new();
-    let summary = run(&scn, |d, _| ds.push(*d), |_| {});
-    let n = scn.wlan.config().stations.len();
-    let paths = write::station_paths(out, n);
-    let channel = scn.wlan.config().channel_mhz;
-    let bed = match kernel {
-        Some(k) => Some(Testbed::create(k).context("setting up the veth testbed")?),
-        None => None,
-    };
-    for (sta, p) in paths.iter().enumerate() {
-        let mine: Vec<_> = ds.iter().filter(|d| d.sta.0 as usize == sta).collect();
-        ui.info(format!(
-            "sta{sta}: replaying {} packets through the kernel ({}, {:.1} s)…",
-            mine.len(),
-            kernel.map_or("loopback".to_string(), |k| k.name.clone()),
-            scn.scenario.duration_s
-        ));
-        let (host, lost, late, meta) = match (&bed, kernel) {
-            (Some(bed), Some(k)) => {
-                let ppdu: Vec<_> = mine
-                    .iter()
-                    .map(|d| (d.ppdu_start, d.mac_time, d.index, d.count))
-                    .collect();
-                let due = aggrate::testbed::schedule(k, &ppdu);
-                let rep = bed.replay(k, &due)?;
-                let meta = serde_json::json!({
-                    "receiver": k.name,
-                    "kernel_path": k,
-                    "applied": bed.applied,
-                    "lost": rep.lost,
-                    "send_errors": rep.send_errors,
-                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
-                });
-                (rep.host, rep.lost, rep.max_send_late, meta)
-            }
-            _ => {
-                let macs: Vec<aggrate::Ts> = mine.iter().map(|d| d.mac_time).collect();
-                let rep = aggrate::wlan::live::replay_through_kernel(&macs)?;
-                let meta = serde_json::json!({
-                    "receiver": "loopback",
-                    "kernel_path": "loopback",
-                    "lost": rep.lost,
-                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
-                });
-                (rep.host, rep.lost, rep.max_send_late, meta)
-            }
-        };
-        let comment = serde_json::json!({
-            "aggrate": env!("CARGO_PKG_VERSION"),
-            "seed": scn.scenario.seed,
-            "replay": meta,
-        })
-        .to_string();
-        super::ensure_parent(p)?;
-        let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        let mut w = CaptureWriter::with_comment(BufWriter::new(f), format, snaplen, Some(&comment))?;
-        let mut buf = Vec::new();
-        let mut frames = MpduFrames::default();
-        for (d, h) in mine.iter().zip(&host) {
-            if let Some((at, orig)) = frames.push(d, *h, channel, snaplen as usize, &mut buf) {
-                w.write(at, &buf, orig as u32)
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
-        w.finish().with_context(|| format!("writing {}", p.display()))?;
-        ui.info(format!(
-            "sta{sta}: {lost} lost in the kernel, sender at most {:.0} µs late",
-            late.as_secs_f64() * 1e6
-        ));
-    }
-    Ok((summary, paths))
 }
 
 pub(crate) fn run_cmd(ui: &Ui, a: SimulateArgs) -> Result<Exit> {

@@ -20,7 +20,7 @@ use aggrate::report::sweep::{DPoint, Point};
 use aggrate::train::cv::{packet_cv, rate_reports, Fitter, PacketCv};
 
 use super::progress::Bars;
-use super::train::{inputs, load_rows, svr_stage};
+use super::{inputs, load_rows, svr_stage};
 use super::{Exit, FlowArgs};
 use aggrate::train::cv::SvrStage;
 
@@ -208,17 +208,6 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         a.output.display()
     ));
     Ok(Exit::Ok)
-}
-
-/// Redraw panel (a) from a `sweep.json` (hidden tool).
-pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?)
-            .with_context(|| format!("{}: not JSON", json.display()))?;
-    let points: Vec<Point> =
-        serde_json::from_value(v["points"].clone()).with_context(|| format!("{}: field `points`", json.display()))?;
-    aggrate::report::sweep::fig13a(&points, out)?;
-    Ok(())
 }
 
 fn point(model: &str, m: usize, sigma: bool, cv: &PacketCv) -> Point {

@@ -122,7 +122,7 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
         } => self_calibrate(&input, phy_mbps, interval_ms),
         ToolCommand::Hostile { kind, n, output } => hostile(ui, &kind, n, &output),
         ToolCommand::ReplotSweep { json, output } => {
-            super::sweep::replot(&json, &output)?;
+            replot(&json, &output)?;
             Ok(Exit::Ok)
         }
         ToolCommand::SvrCv {
@@ -173,7 +173,7 @@ fn ingest_rate(ui: &Ui, input: &std::path::Path) -> Result<Exit> {
     let mut ex = RowExtractor::new(FeatureSpec::default(), 0)?;
     let mut acc = 0.0f64;
     let mut sink = |_: &aggrate::dataset::RowMeta, x: &[f64]| acc += x[0];
-    let out = super::ingest::for_each_record(ui, input, false, |r| {
+    let out = super::for_each_record(ui, input, false, |r| {
         counts.push(r);
         if r.l3.is_some_and(|l| l.flow.proto == 17) {
             ex.push(r, Some(r.host), &mut sink);
@@ -480,4 +480,15 @@ fn hostile(ui: &Ui, kind: &str, n: u32, output: &Path) -> Result<Exit> {
     w.finish()?.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?.finish()?;
     ui.info(format!("wrote {n} packets ({kind}) to {}", output.display()));
     Ok(Exit::Ok)
+}
+
+/// Redraw panel (a) from a `sweep.json` (hidden tool).
+pub(crate) fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?)
+            .with_context(|| format!("{}: not JSON", json.display()))?;
+    let points: Vec<aggrate::report::sweep::Point> =
+        serde_json::from_value(v["points"].clone()).with_context(|| format!("{}: field `points`", json.display()))?;
+    aggrate::report::sweep::fig13a(&points, out)?;
+    Ok(())
 }

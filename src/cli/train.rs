@@ -9,13 +9,14 @@ use aggrate::dataset::Dataset;
 use aggrate::features::FeatureSpec;
 use aggrate::metrics::mean_std;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
-use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter, SvrStage};
-use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams, ValidSvrParams};
+use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter};
+use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams};
 use aggrate::wlan::manifest::WlanSettings;
 
 use super::progress::{Bars, Ui};
-pub(crate) use super::rows::{inputs, load_rows, Input};
+use super::{inputs, load_rows, svr_stage};
 use super::{Exit, FlowArgs};
+use aggrate::pipeline::Input;
 
 /// Which estimator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -121,7 +122,7 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_name = "SPREADS", default_value_t = aggrate::train::cv::DEFAULT_TAILOR_MAX_DISTANCE)]
     pub(crate) like_max_distance: f64,
     #[command(flatten)]
-    pub(crate) bank: super::calibrate::BankArgs,
+    pub(crate) bank: super::BankArgs,
     /// Estimator.
     #[arg(long, value_enum, default_value_t = ModelKind::Logistic)]
     pub(crate) model: ModelKind,
@@ -263,7 +264,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if a.self_calibrate_on_training && a.group_by != GroupBy::Receiver {
         bail!("--self-calibrate-on-training scores held-out receivers: it needs --group-by receiver");
     }
-    a.bank.check_distance()?;
+    a.bank.source().check_distance()?;
     if a.self_calibrate_on_training && a.training_neighbours == 0 {
         bail!("--training-neighbours 0: at least one training receiver must set each threshold");
     }
@@ -451,7 +452,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
 /// Record the WLAN the training captures were sent over (`metrics.training_wlan`), where they
 /// say it, so that `eval` can warn when it scores the model on another.
 fn note_training_wlan(file: &mut ModelFile, files: &[Input], flow: &FlowArgs) -> Result<()> {
-    let seen = super::rows::seen_wlan(files, flow)?;
+    let seen = flow.seen_wlan(files)?;
     if !seen.is_empty() {
         file.metrics["training_wlan"] = serde_json::to_value(seen)?;
     }
@@ -472,7 +473,7 @@ fn receiver_run(
 ) -> Result<Exit> {
     use aggrate::report::receivers_md;
     use aggrate::train::verdict::{receiver_verdicts, ReceiverCriteria};
-    let (names, receiver_of_group) = receivers_of(files, "--group-by receiver")?;
+    let (names, receiver_of_group) = aggrate::train::cv::receivers_of(files, "--group-by receiver")?;
     let mut test = vec![false; names.len()];
     for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
         test[r as usize] = true;
@@ -497,12 +498,12 @@ fn receiver_run(
         share: a.calibrate,
         bank: banks.as_ref().map(|(banks, of)| aggrate::train::cv::ReceiverBanks {
             of_receiver: of.iter().map(|&b| (&banks[b].0, banks[b].1.describe())).collect(),
-            like: a.bank.likeness(),
+            like: a.bank.source().likeness(),
         }),
         tailor: a.like_held_out.then_some(a.tailor()),
         on_training: a
             .self_calibrate_on_training
-            .then_some(a.bank.measured_likeness(a.training_neighbours)),
+            .then_some(a.bank.source().measured_likeness(a.training_neighbours)),
     };
     let reports = receiver_cv(
         data,
@@ -607,19 +608,6 @@ fn receiver_run(
     Ok(Exit::Ok)
 }
 
-/// The inputs' receivers as [`aggrate::train::cv::receiver_groups`] gives them; an input that
-/// names none is refused, naming it and what (`why`) needed it.
-pub(crate) fn receivers_of(files: &[Input], why: &str) -> Result<(Vec<String>, Vec<u32>)> {
-    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
-    aggrate::train::cv::receiver_groups(&receivers).map_err(|i| {
-        anyhow::anyhow!(
-            "{}: which receiver? {why} needs a dataset folder whose manifest.json names each run's receiver \
-             (datasets/receivers.toml) or captures written by aggrate simulate/dataset build",
-            files[i].path.display()
-        )
-    })
-}
-
 /// The distinct finite send rates among `rates`, ascending.
 fn distinct_rates(rates: impl Iterator<Item = f32>) -> Vec<f64> {
     let mut v: Vec<f64> = rates.filter(|r| r.is_finite()).map(f64::from).collect();
@@ -651,12 +639,12 @@ fn like_selection(
     data: Dataset,
 ) -> Result<(Dataset, serde_json::Value)> {
     use aggrate::train::bank::{rank_receivers, Bank};
-    let (names, receiver_of_group) = receivers_of(files, "--like")?;
+    let (names, receiver_of_group) = aggrate::train::cv::receivers_of(files, "--like")?;
     let mut mine = inputs(&a.like, false, &a.like_kernel)?;
     mine.iter_mut().for_each(|f| f.truth_optional = true);
     let mut target = load_rows(ui, &mine, spec, &a.flow).context("--like")?;
-    let bytes = super::rows::seen_wlan(&mine, &a.flow)?.ip_len.unwrap_or(1500);
-    super::calibrate::set_rates(ui, &[], &mine, &mut target, bytes)?;
+    let bytes = a.flow.seen_wlan(&mine)?.ip_len.unwrap_or(1500);
+    super::set_rates(ui, &[], &mine, &mut target, bytes)?;
     let bank = Bank::of_captures(&data, &receiver_of_group, &names);
     let ranked = rank_receivers(&bank, &target).context("--like: ranking the training receivers")?;
     let near: Vec<&(String, f64)> = ranked.iter().take(a.like_receivers).collect();
@@ -718,9 +706,9 @@ fn receiver_banks(
     names: &[String],
     data: &Dataset,
 ) -> Result<(Vec<WlanBank>, Vec<usize>)> {
-    use super::calibrate::{bank_manifest, bank_wlan, load_bank, BankArgs};
+    use aggrate::train::bank_source::BankSource;
     // Distinct WLANs in first-seen order: the flags that emulate each and its receivers.
-    let mut wlans: Vec<(WlanSettings, BankArgs, Vec<&str>)> = Vec::new();
+    let mut wlans: Vec<(WlanSettings, BankSource, Vec<&str>)> = Vec::new();
     let mut of = Vec::with_capacity(names.len());
     for (r, name) in names.iter().enumerate() {
         let mine: Vec<Input> = files
@@ -729,8 +717,10 @@ fn receiver_banks(
             .filter(|(_, &g)| g as usize == r)
             .map(|(f, _)| f.clone())
             .collect();
-        let (args, _) = bank_wlan(&a.bank, super::rows::seen_wlan(&mine, &a.flow)?);
-        let (manifest, _) = bank_manifest(&args).with_context(|| format!("the bank for receiver {name}'s WLAN"))?;
+        let (args, _) = a.bank.source().with_seen(a.flow.seen_wlan(&mine)?);
+        let (manifest, _) = args
+            .manifest()
+            .with_context(|| format!("the bank for receiver {name}'s WLAN"))?;
         let wlan = WlanSettings::of(&manifest);
         let i = match wlans.iter().position(|(w, _, _)| *w == wlan) {
             Some(i) => i,
@@ -766,35 +756,9 @@ fn receiver_banks(
     let banks = wlans
         .into_iter()
         .zip(&rates)
-        .map(|((w, args, _), rates)| Ok((load_bank(ui, &args, rates, spec)?, w)))
+        .map(|((w, args, _), rates)| Ok((super::load_bank(ui, &args, rates, spec)?, w)))
         .collect::<Result<Vec<_>>>()?;
     Ok((banks, of))
-}
-
-/// [`aggrate::train::cv::svr_stage`] with a progress bar, saying when captures are too short
-/// for the folds asked for.
-pub(crate) fn svr_stage(
-    ui: &Ui,
-    data: &Dataset,
-    oof: &[bool],
-    spec: &FeatureSpec,
-    k: usize,
-    grid: &[ValidSvrParams],
-) -> Result<SvrStage> {
-    let st = aggrate::train::cv::svr_stage(data, oof, spec, k, grid, &mut Bars::new(ui))?;
-    if st.folds < k {
-        ui.warn(format!(
-            "slot SVR: {}-fold CV (the shortest capture has too few slot rows for {k})",
-            st.folds
-        ));
-    }
-    ui.info(format!(
-        "slot SVR: {} slot rows, {} grid points × {} folds",
-        st.rows.len(),
-        grid.len(),
-        st.folds
-    ));
-    Ok(st)
 }
 
 /// Paths as "a, b, c" for the closing line.

@@ -553,6 +553,30 @@ pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec
     Ok((names, of_group))
 }
 
+/// An input that names no receiver, where one is needed.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: which receiver? {why} needs a dataset folder whose manifest.json names each run's receiver \
+         (datasets/receivers.toml) or captures written by aggrate simulate/dataset build", path.display())]
+pub struct NoReceiver {
+    /// The input.
+    pub path: std::path::PathBuf,
+    /// What needed it (a flag or command).
+    pub why: &'static str,
+}
+
+/// The inputs' receivers as [`receiver_groups`] gives them; an input that names none is refused,
+/// naming it and what (`why`) needed it.
+pub fn receivers_of(
+    files: &[crate::pipeline::Input],
+    why: &'static str,
+) -> Result<(Vec<String>, Vec<u32>), NoReceiver> {
+    let receivers: Vec<Option<String>> = files.iter().map(|f| f.receiver.clone()).collect();
+    receiver_groups(&receivers).map_err(|i| NoReceiver {
+        path: files[i].path.clone(),
+        why,
+    })
+}
+
 /// Leave-one-receiver-out: for each receiver (rows whose capture maps to it in
 /// `receiver_of_group`), fit `fit` (and the m = 1 threshold) on every other receiver's rows and
 /// score on it; then cross-validate the same fitters on that receiver alone with `own_folds`
