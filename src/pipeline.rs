@@ -11,6 +11,7 @@
 //! Parquet/CSV feature tables. No printing; the clock is never read.
 
 pub mod inputs;
+pub mod summary;
 pub mod table;
 
 use std::path::{Path, PathBuf};

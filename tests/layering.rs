@@ -307,8 +307,12 @@ fn the_reader_sees_what_it_must() {
 
 /// The CLI modules that are commands (every file under src/cli but the shared ones).
 fn commands(cli: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    walk(cli, &mut files);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cli)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
     files
         .iter()
         .filter_map(|f| f.file_stem().map(|s| s.to_string_lossy().to_string()))

@@ -1,15 +1,12 @@
 //! `aggrate inspect`: one pass over a capture → link type, flows, and the selected flow's
 //! aggregation summary (human table or one JSON object).
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use aggrate::capture::filter::{pick_flow, FlowCounts};
-use aggrate::capture::{FiveTuple, PacketRecord};
-use aggrate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder};
+use aggrate::pipeline::summary::{FrameTypes, Summariser};
 
 use super::for_each_record;
 use super::progress::Ui;
@@ -26,49 +23,11 @@ pub(crate) struct InspectArgs {
     pub(crate) flow: FlowArgs,
 }
 
-struct FlowState {
-    labeler: Labeler,
-    summary: SummaryBuilder,
-    /// MPDUs (records whose packet is the first of its MPDU; A-MSDUs carry more packets).
-    mpdus: u64,
-}
-
-impl FlowState {
-    fn new(n_max: u16) -> Result<FlowState> {
-        Ok(FlowState {
-            labeler: Labeler::new(n_max)?,
-            summary: SummaryBuilder::new(n_max),
-            mpdus: 0,
-        })
-    }
-    fn push(&mut self, r: &PacketRecord) {
-        self.mpdus += u64::from(r.msdu.0 == 0);
-        self.summary.packet(r);
-        if let Some(f) = self.labeler.push(r).closed {
-            self.summary.frame(&f);
-        }
-    }
-    fn finish(&mut self, dups: u64) -> (FlowSummary, bool, u64) {
-        if let Some(f) = self.labeler.finish() {
-            self.summary.frame(&f);
-        }
-        (self.summary.finish(dups), self.labeler.has_ground_truth(), self.mpdus)
-    }
-}
-
 #[derive(serde::Serialize)]
 struct FlowRow {
     flow: String,
     packets: u64,
     bytes: u64,
-}
-
-#[derive(Default, serde::Serialize)]
-struct FrameTypes {
-    data: u64,
-    management: u64,
-    control: u64,
-    extension: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -116,126 +75,13 @@ struct Report {
     error: Option<String>,
 }
 
-/// Flows `inspect` summarises at most when no flow is selected (each holds a labeller and a
-/// level histogram); later flows are still counted.
-pub(crate) const MAX_FLOW_STATES: usize = 4096;
-
 pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
-    let filter = a.flow.filter();
-    let n_max = a.flow.n_max;
-    let mut counts = FlowCounts::default();
-    let mut dedup = Dedup::default();
-    // Flow → index into `states`, with a one-entry cache for runs of one flow.
-    let mut per_flow: HashMap<FiveTuple, usize> = HashMap::new();
-    let mut states: Vec<FlowState> = Vec::new();
-    let mut last: Option<(FiveTuple, usize)> = None;
-    let mut unsummarised = 0u64;
-    let mut types = FrameTypes::default();
-    let (mut skipped, mut tsft_records, mut ampdu_records) = (0u64, 0u64, 0u64);
-    let mut single = FlowState::new(n_max)?;
-    let mut state_err: Option<anyhow::Error> = None;
-    let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| {
-        counts.push(r);
-        use aggrate::capture::dot11::FrameType;
-        match r.dot11.map(|d| d.ftype) {
-            Some(FrameType::Data) => types.data += 1,
-            Some(FrameType::Mgmt) => types.management += 1,
-            Some(FrameType::Ctrl) => types.control += 1,
-            Some(FrameType::Ext) => types.extension += 1,
-            None => {}
-        }
-        skipped += u64::from(r.skipped.is_some());
-        if let Some(rt) = &r.radio {
-            tsft_records += u64::from(rt.tsft.is_some());
-            ampdu_records += u64::from(rt.ampdu.is_some());
-        }
-        if !dedup.keep(r) {
-            return;
-        }
-        if filter.is_empty() {
-            // A TCP flow is summarised by its data segments (bare ACKs carry nothing).
-            let data =
-                r.l3.is_some_and(|l| l.flow.proto != aggrate::capture::net::PROTO_TCP || l.payload_len > 0);
-            if let Some(flow) = r.flow().filter(|_| data) {
-                let i = match last {
-                    Some((f, i)) if f == flow => i,
-                    _ => {
-                        let n = states.len();
-                        let i = match per_flow.get(&flow) {
-                            Some(&i) => i,
-                            None if n >= MAX_FLOW_STATES => {
-                                unsummarised += 1;
-                                return;
-                            }
-                            None => match FlowState::new(n_max) {
-                                Ok(s) => {
-                                    states.push(s);
-                                    per_flow.insert(flow, n);
-                                    n
-                                }
-                                Err(err) => {
-                                    state_err = Some(err);
-                                    return;
-                                }
-                            },
-                        };
-                        last = Some((flow, i));
-                        i
-                    }
-                };
-                states[i].push(r);
-            }
-        } else if filter.matches(r) {
-            single.push(r);
-        }
-    })?;
-    if let Some(e) = state_err {
-        return Err(e);
-    }
-
-    let (selected, selection, state) = if filter.is_empty() {
-        match pick_flow(&counts, &filter) {
-            Some((f, why)) => {
-                let state = per_flow.get(&f).map(|&i| states.swap_remove(i));
-                (Some(f.to_string()), why.to_string(), state)
-            }
-            None => (None, "no UDP or TCP flow in the capture".to_string(), None),
-        }
-    } else {
-        (
-            None,
-            format!("packets matching {}", describe_filter(&a.flow)),
-            Some(single),
-        )
-    };
-    let (summary, gt, mpdus) = match state {
-        Some(mut s) => {
-            let (sum, gt, mpdus) = s.finish(dedup.dropped);
-            (Some(sum), gt, mpdus)
-        }
-        None => (None, false, 0),
-    };
-    let sorted = counts.sorted();
-    let mut caps_hit = Vec::new();
-    if unsummarised > 0 {
-        caps_hit.push(format!(
-            "flows summarised: {MAX_FLOW_STATES} (packets of later flows not summarised: {unsummarised}; select one with --port/--ip)"
-        ));
-    }
-    if counts.over_cap_packets > 0 {
-        caps_hit.push(format!(
-            "flows counted: {} (packets of later flows not counted: {})",
-            aggrate::capture::filter::MAX_COUNTED_FLOWS,
-            counts.over_cap_packets
-        ));
-    }
-    if dedup.untracked > 0 {
-        caps_hit.push(format!(
-            "retransmission filter: {} transmitter × TID streams (packets kept unfiltered: {})",
-            aggrate::label::DEDUP_MAX_STREAMS,
-            dedup.untracked
-        ));
-    }
+    let mut sum = Summariser::new(a.flow.filter(), describe_filter(&a.flow), a.flow.n_max)?;
+    let outcome = for_each_record(ui, &a.capture, a.flow.keep_going, |r| sum.push(r))?;
+    let s = sum.finish();
+    let gt = s.ground_truth;
+    let summary = s.summary.as_ref();
+    let caps_hit = s.caps_hit.clone();
     for c in &caps_hit {
         ui.warn(format!("{}: cap hit: {c}", a.capture.display()));
     }
@@ -246,8 +92,9 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
         link_type: outcome.link.map(|l| format!("{} ({})", l.name(), l.number())),
         records: outcome.records + outcome.other_link_packets,
         damaged_skipped: outcome.skipped,
-        flows_total: sorted.len(),
-        flows: sorted
+        flows_total: s.flows.len(),
+        flows: s
+            .flows
             .iter()
             .take(10)
             .map(|(f, p, b)| FlowRow {
@@ -256,23 +103,23 @@ pub(crate) fn run(ui: &Ui, a: InspectArgs) -> Result<Exit> {
                 bytes: *b,
             })
             .collect(),
-        selected_flow: selected,
-        selection,
+        selected_flow: s.selected.map(|f| f.to_string()),
+        selection: s.selection.clone(),
         ground_truth: gt,
-        packets: summary.as_ref().map_or(0, |s| s.packets),
-        mpdus,
-        frames: summary.as_ref().filter(|_| gt).map(|s| s.frames),
-        mean_agg: summary.as_ref().filter(|_| gt).map(|s| s.mean_agg),
-        median_agg: summary.as_ref().filter(|_| gt).map(|s| s.median_agg),
-        max_agg: summary.as_ref().filter(|_| gt).map(|s| s.max_agg),
-        phy_rates_bps: summary.as_ref().map(|s| s.phy_rates_bps.clone()).unwrap_or_default(),
-        received_mbps: summary.as_ref().map_or(0.0, |s| s.received_mbps),
-        duration_s: summary.as_ref().map_or(0.0, |s| s.duration_s),
-        duplicates_dropped: dedup.dropped,
-        frame_types: types,
-        frames_skipped: skipped,
-        tsft_records,
-        ampdu_records,
+        packets: summary.map_or(0, |s| s.packets),
+        mpdus: s.mpdus,
+        frames: summary.filter(|_| gt).map(|s| s.frames),
+        mean_agg: summary.filter(|_| gt).map(|s| s.mean_agg),
+        median_agg: summary.filter(|_| gt).map(|s| s.median_agg),
+        max_agg: summary.filter(|_| gt).map(|s| s.max_agg),
+        phy_rates_bps: summary.map(|s| s.phy_rates_bps.clone()).unwrap_or_default(),
+        received_mbps: summary.map_or(0.0, |s| s.received_mbps),
+        duration_s: summary.map_or(0.0, |s| s.duration_s),
+        duplicates_dropped: s.duplicates_dropped,
+        frame_types: s.frame_types,
+        frames_skipped: s.frames_skipped,
+        tsft_records: s.tsft_records,
+        ampdu_records: s.ampdu_records,
         caps_hit,
         timestamps_fixed: outcome.timestamps_fixed,
         other_link_records: outcome.other_link_packets,

@@ -5,7 +5,6 @@
 //! This is an IO edge: it reads the real clock for its live table.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -23,6 +22,13 @@ use aggrate::wlan::WlanConfig;
 
 use super::progress::Ui;
 use super::Exit;
+
+mod csvlog;
+mod keys;
+mod loopback;
+use csvlog::CsvLog;
+pub(crate) use keys::{keygen, load_key, KeygenArgs};
+pub(crate) use loopback::live_loop;
 
 /// Settings shared by `send` and `recv`.
 #[derive(Debug, Clone, clap::Args)]
@@ -152,85 +158,6 @@ pub(crate) fn self_calibrator(
     for_receiver(file, limit, phy_mbps.map(|m| (m * 1e6) as u64)).context("--self-calibrate")
 }
 
-/// The pre-shared key from `--key-file` or `AGGRATE_KEY`, checked.
-/// Longest key file read: a 1,024-byte key in hex (what `keygen` can write at most), a newline
-/// and some whitespace.
-const MAX_KEY_FILE: u64 = 2 * aggrate::transport::wire::MAX_KEY_LEN as u64 + 64;
-
-pub(crate) fn load_key(a: &SessionArgs) -> Result<Psk> {
-    if let Some(p) = &a.key_file {
-        use std::io::Read;
-        let f = std::fs::File::open(p).with_context(|| format!("reading the key file {}", p.display()))?;
-        let meta = f
-            .metadata()
-            .with_context(|| format!("reading the key file {}", p.display()))?;
-        if !meta.is_file() {
-            bail!(
-                "key file {}: not a regular file (a device, pipe or folder); `aggrate keygen FILE` writes one",
-                p.display()
-            );
-        }
-        let mut text = String::new();
-        f.take(MAX_KEY_FILE + 1)
-            .read_to_string(&mut text)
-            .with_context(|| format!("reading the key file {}: not hex text", p.display()))?;
-        if text.len() as u64 > MAX_KEY_FILE {
-            bail!(
-                "key file {}: longer than {MAX_KEY_FILE} bytes, not a key (`aggrate keygen FILE` writes 64 hex digits)",
-                p.display()
-            );
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if let Ok(m) = std::fs::metadata(p) {
-                if m.permissions().mode() & 0o077 != 0 {
-                    eprintln!(
-                        "warning: key file {} is readable by others (mode {:o}); chmod 600 it",
-                        p.display(),
-                        m.permissions().mode() & 0o777
-                    );
-                }
-            }
-        }
-        return Psk::from_hex(&text).with_context(|| format!("key file {}", p.display()));
-    }
-    match std::env::var("AGGRATE_KEY") {
-        Ok(v) => Psk::from_hex(&v).context("AGGRATE_KEY"),
-        Err(_) => bail!(
-            "no key: give --key-file FILE (or AGGRATE_KEY_FILE) or set AGGRATE_KEY to hex; `aggrate keygen FILE` writes a random one, and both ends need the same"
-        ),
-    }
-}
-
-/// `aggrate keygen FILE`: 32 random bytes as hex, mode 0600, never over an existing file.
-pub(crate) fn keygen(ui: &Ui, a: KeygenArgs) -> Result<Exit> {
-    use std::io::Write;
-    let key = io::entropy()?;
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    let mut f = o
-        .open(&a.file)
-        .with_context(|| format!("creating {} (it must not exist yet)", a.file.display()))?;
-    writeln!(f, "{}", Psk::to_hex(&key)).with_context(|| format!("writing {}", a.file.display()))?;
-    ui.info(format!(
-        "wrote a 256-bit key to {} (mode 600); copy it to the other end over a channel you trust",
-        a.file.display()
-    ));
-    Ok(Exit::Ok)
-}
-
-#[derive(Debug, clap::Args)]
-pub(crate) struct KeygenArgs {
-    /// Where to write the key (must not exist).
-    pub(crate) file: PathBuf,
-}
-
 fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
     Ok(WlanConfig::vht_stations(&super::mcs_per_station(mcs, n)?).check()?)
 }
@@ -248,44 +175,6 @@ fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEsti
         // No model given: the shipped one, embedded in the binary (trained across receivers).
         None => OnlineEstimator::from_model(&ModelFile::shipped()?, interval)?,
     })
-}
-
-/// A CSV log written line by line as a run goes (`ap --truth`, `recv --log`): the first write
-/// error is kept and reported when the run ends, so a full disk neither stops the run nor goes
-/// unnoticed.
-struct CsvLog {
-    path: PathBuf,
-    out: std::io::BufWriter<std::fs::File>,
-    err: Option<std::io::Error>,
-}
-
-impl CsvLog {
-    fn create(path: &Path, header: &str) -> Result<CsvLog> {
-        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let mut out = std::io::BufWriter::new(file);
-        writeln!(out, "{header}").with_context(|| format!("writing {}", path.display()))?;
-        Ok(CsvLog {
-            path: path.to_path_buf(),
-            out,
-            err: None,
-        })
-    }
-
-    fn line(&mut self, text: &str) {
-        if let Err(e) = writeln!(self.out, "{text}") {
-            self.err.get_or_insert(e);
-        }
-    }
-
-    fn finish(mut self) -> Result<PathBuf> {
-        if let Some(e) = self.err.take() {
-            return Err(e).with_context(|| format!("writing {}", self.path.display()));
-        }
-        self.out
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))?;
-        Ok(self.path)
-    }
 }
 
 pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
@@ -488,169 +377,4 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     }
     outln!("{out}");
     Ok(Exit::Ok)
-}
-
-/// The AP's true level of the interval starting at `start` (NaN when it has none yet).
-fn true_level(truth: &[aggrate::wlan::live::TruthRow], start: aggrate::Ts) -> f64 {
-    truth
-        .iter()
-        .find(|t| t.start_ns == start.as_nanos() && t.ampdus > 0)
-        .map_or(f64::NAN, |t| t.mpdus as f64 / t.ampdus as f64)
-}
-
-fn free_port() -> Result<SocketAddr> {
-    let s = UdpSocket::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(s.local_addr()?)
-}
-
-use aggrate::report::LiveRow;
-
-/// `ap` + `recv` + `send` on threads over loopback for `duration`, one station at `mcs`;
-/// prints a live table each report and writes `live.csv` and PNGs into `out`.
-pub(crate) fn live_loop(
-    ui: &Ui,
-    model: Option<&ModelFile>,
-    mcs: u8,
-    duration: Duration,
-    out: &Path,
-) -> Result<Vec<LiveRow>> {
-    let interval = Duration::from_millis(500);
-    let (ap_port, rx_addr) = (free_port()?, free_port()?);
-    let rx_sock = io::timestamped_socket(rx_addr)?;
-    // A fresh key for this run only: both ends live in this process.
-    let key = Psk::new(&io::entropy()?)?;
-    let mut rx = Receiver::new(key.clone(), io::entropy()?, estimator(model, interval)?);
-    let cfg = wlan(&[mcs], 1)?;
-    // The station's PHY rate, as a receiver reads its link speed: the level from airtime.
-    rx.phy_rate_bps = cfg.modes()[0].rate_bps();
-    let stop = Arc::new(AtomicBool::new(false));
-    let reports: Arc<Mutex<Vec<AggReport>>> = Arc::new(Mutex::new(Vec::new()));
-    let truth: Arc<Mutex<Vec<aggrate::wlan::live::TruthRow>>> = Arc::new(Mutex::new(Vec::new()));
-    let rates: Arc<Mutex<Vec<(f64, f64)>>> = Arc::new(Mutex::new(Vec::new()));
-    let t0 = io::realtime();
-    std::thread::scope(|sc| -> Result<()> {
-        let (stop_ap, stop_rx, stop_tx) = (stop.clone(), stop.clone(), stop.clone());
-        let tr = truth.clone();
-        let ap = sc.spawn(move || {
-            let mut keep = |r: &aggrate::wlan::live::TruthRow| {
-                if let Ok(mut v) = tr.lock() {
-                    v.push(*r);
-                }
-            };
-            aggrate::wlan::live::run_ap(
-                &[ap_port],
-                &[rx_addr],
-                cfg,
-                1,
-                duration + Duration::from_millis(300),
-                &stop_ap,
-                aggrate::wlan::live::ApOptions {
-                    truth: Some(aggrate::wlan::live::ApTruth {
-                        interval,
-                        on_row: &mut keep,
-                    }),
-                    release_tick: Duration::ZERO,
-                },
-            )
-        });
-        let reps = reports.clone();
-        let rxh = sc.spawn(move || {
-            io::run_receiver(
-                &rx_sock,
-                &mut rx,
-                duration + Duration::from_millis(200),
-                &stop_rx,
-                |r| {
-                    if let Ok(mut v) = reps.lock() {
-                        v.push(*r);
-                    }
-                },
-            )
-        });
-        let rt = rates.clone();
-        let txh = sc.spawn(move || -> Result<aggrate::transport::SenderStats> {
-            std::thread::sleep(Duration::from_millis(50));
-            let sock = UdpSocket::bind("127.0.0.1:0").context("binding the sender")?;
-            let mut tx = Sender::new(
-                key,
-                io::entropy()?,
-                1,
-                1472 - aggrate::transport::wire::DATA_HEADER_LEN,
-                PiParams::default(),
-                interval,
-                io::realtime(),
-            )?;
-            Ok(io::run_sender(
-                &sock,
-                &[ap_port],
-                &mut tx,
-                duration,
-                &stop_tx,
-                |now, s| {
-                    if let Ok(mut v) = rt.lock() {
-                        v.push((now.saturating_since(t0).as_secs_f64(), s.rate(0).mbps));
-                    }
-                },
-            )?)
-        });
-        // The live table, from the main thread.
-        ui.info("     t s   send Mb/s   μ_N   true μ_N   rx Mb/s   one-way ms   lost");
-        let mut shown = 0;
-        let start = std::time::Instant::now();
-        while start.elapsed() < duration + Duration::from_millis(400) {
-            std::thread::sleep(Duration::from_millis(100));
-            let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
-            let rate = rates.lock().ok().and_then(|v| v.last().map(|x| x.1)).unwrap_or(0.0);
-            let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
-            for r in reps.iter().skip(shown) {
-                ui.info(format!(
-                    "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:8.1}   {:10.2}   {:4}",
-                    r.end.saturating_since(t0).as_secs_f64(),
-                    rate,
-                    r.level(),
-                    true_level(&tr, r.start),
-                    r.rx_rate_bps / 1e6,
-                    r.owd_mean_ms.unwrap_or(f64::NAN),
-                    r.lost
-                ));
-            }
-            shown = reps.len();
-        }
-        let ap_stats = ap.join().map_err(|_| anyhow::anyhow!("AP thread panicked"))??;
-        rxh.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
-        let tx_stats = txh.join().map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
-        ui.info(format!(
-            "AP: {} in, {} out, {} A-MPDUs, {} dropped; sender: {} sent, {} feedback ({} refused)",
-            ap_stats.data_in,
-            ap_stats.data_out,
-            ap_stats.ampdus,
-            ap_stats.dropped,
-            tx_stats.sent,
-            tx_stats.feedback,
-            tx_stats.feedback_dropped
-        ));
-        Ok(())
-    })?;
-    let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
-    let rate_series = rates.lock().map(|v| v.clone()).unwrap_or_default();
-    let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
-    let rows: Vec<LiveRow> = reps
-        .iter()
-        .map(|r| {
-            let t = r.end.saturating_since(t0).as_secs_f64();
-            let rate = rate_series.iter().rev().find(|(tt, _)| *tt <= t).map_or(0.0, |x| x.1);
-            LiveRow {
-                t_s: t,
-                rate_mbps: rate,
-                mean_agg: r.level(),
-                count_agg: r.mean_agg,
-                true_agg: true_level(&tr, r.start),
-                rx_mbps: r.rx_rate_bps / 1e6,
-                owd_ms: r.owd_mean_ms.unwrap_or(f64::NAN),
-                lost: r.lost,
-            }
-        })
-        .collect();
-    aggrate::report::write_live(out, &rows, &rate_series)?;
-    Ok(rows)
 }
