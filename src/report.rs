@@ -61,41 +61,62 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             [w] if v.uses_bank() => format!(" (the bank emulated at {w})"),
             _ => String::new(),
         };
-        let what = match v {
-            Variant::Calibrated => "With the held-out model calibrated on the first part of each of the receiver's \
-                 captures (`aggrate calibrate`: it uses that receiver's labels) and scored on the rest"
-                .to_string(),
-            Variant::SelfCalibrated => format!(
-                "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
-                 whose packet timing is most like each of its captures{at} (`aggrate calibrate --no-labels`), \
-                 and scored on all its rows"
-            ),
-            Variant::Tailored => "With the held-out model fitted again tailored to the receiver *without* its \
-                 labels — the training receivers whose captures time packets most like its captures weigh \
-                 more (`aggrate train --like`) — and scored on all its rows"
-                .to_string(),
-            Variant::SelfCalibratedOnTraining => "With the held-out model calibrated *without* the receiver's \
-                 labels on the *training* receivers whose packet timing is most like each of its captures \
-                 (measured receivers, real kernel paths among them, instead of an emulated bank) and scored on \
-                 all its rows"
-                .to_string(),
-            Variant::TailoredSelfCalibrated => format!(
-                "With the tailored model then calibrated without labels on the emulated receivers most like \
-                 each capture{at} (both label-free steps, one after the other) and scored on all its rows"
-            ),
-        };
+        let what = variant_paragraph(v, &at);
         s.push_str(&format!(
             "{what} — the `{}` lines — **{n} of {} pass**.\n\n",
             v.label(),
             verdicts.len()
         ));
     }
+    s.push_str(&receivers_table(reports, &verdicts, &rates, &variants, mixed_banks));
+    s.push_str(&distance_md(reports, c));
+    s
+}
+
+/// What a variant of the held-out model did, for the paragraph above the table (`at`: where its
+/// bank was emulated, when one WLAN serves the whole table).
+fn variant_paragraph(v: Variant, at: &str) -> String {
+    match v {
+        Variant::Calibrated => "With the held-out model calibrated on the first part of each of the receiver's \
+             captures (`aggrate calibrate`: it uses that receiver's labels) and scored on the rest"
+            .to_string(),
+        Variant::SelfCalibrated => format!(
+            "With the held-out model calibrated *without* the receiver's labels, on the emulated receivers \
+             whose packet timing is most like each of its captures{at} (`aggrate calibrate --no-labels`), \
+             and scored on all its rows"
+        ),
+        Variant::Tailored => "With the held-out model fitted again tailored to the receiver *without* its \
+             labels — the training receivers whose captures time packets most like its captures weigh \
+             more (`aggrate train --like`) — and scored on all its rows"
+            .to_string(),
+        Variant::SelfCalibratedOnTraining => "With the held-out model calibrated *without* the receiver's \
+             labels on the *training* receivers whose packet timing is most like each of its captures \
+             (measured receivers, real kernel paths among them, instead of an emulated bank) and scored on \
+             all its rows"
+            .to_string(),
+        Variant::TailoredSelfCalibrated => format!(
+            "With the tailored model then calibrated without labels on the emulated receivers most like \
+             each capture{at} (both label-free steps, one after the other) and scored on all its rows"
+        ),
+    }
+}
+
+/// The table of [`receivers_md`]: per receiver a line for the model, the m = 1 threshold and
+/// each variant, per rate `held-out / own` F1, then the worst loss and the verdict.
+fn receivers_table(
+    reports: &[crate::train::cv::ReceiverReport],
+    verdicts: &[crate::train::verdict::ReceiverVerdict],
+    rates: &[f64],
+    variants: &[Variant],
+    mixed_banks: bool,
+) -> String {
+    let mut s = String::new();
     s.push_str("| receiver | model |");
-    for r in &rates {
+    for r in rates {
         s.push_str(&format!(" {r} Mb/s |"));
     }
     s.push_str(" worst loss | pass |\n| --- | --- |");
-    for _ in &rates {
+    for _ in rates {
         s.push_str(" --- |");
     }
     s.push_str(" --- | --- |\n");
@@ -111,7 +132,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
         .chain(variants.iter().map(|&v| Line::Variant(v)))
         .collect();
     let yes = |p: bool| if p { "yes" } else { "**no**" };
-    for (r, v) in reports.iter().zip(&verdicts) {
+    for (r, v) in reports.iter().zip(verdicts) {
         for &line in &lines {
             let (first, label) = match line {
                 Line::Model => (r.receiver.as_str(), "model".to_string()),
@@ -122,7 +143,7 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
                 },
             };
             s.push_str(&format!("| {first} | {label} |"));
-            for rate in &rates {
+            for rate in rates {
                 let cell = r
                     .per_rate
                     .iter()
@@ -144,7 +165,6 @@ pub fn receivers_md(title: &str, reports: &[crate::train::cv::ReceiverReport], c
             }
         }
     }
-    s.push_str(&distance_md(reports, c));
     s
 }
 

@@ -499,9 +499,10 @@ impl<R: BufRead> CaptureReader<R> {
         self.next_into(&mut rec).map(|r| r.map(|()| rec))
     }
 
-    /// Read the next packet into `rec` (the allocation- and copy-free form of
-    /// [`CaptureReader::next_record`]). On error `rec` is unspecified.
-    pub fn next_into(&mut self, rec: &mut PacketRecord) -> Option<Result<(), Error>> {
+    /// The next subframe of the A-MSDU being read into `rec`; false (and the A-MSDU done) when
+    /// none is left.
+    #[inline]
+    fn next_subframe(&mut self, rec: &mut PacketRecord) -> bool {
         if let Some(base) = &self.amsdu {
             if let Some(l3) = self.amsdu_rest.get(self.amsdu_next) {
                 self.amsdu_next += 1;
@@ -510,9 +511,27 @@ impl<R: BufRead> CaptureReader<R> {
                     msdu: (self.amsdu_next as u16, base.msdu.1),
                     ..*base
                 };
-                return Some(Ok(()));
+                return true;
             }
             self.amsdu = None;
+        }
+        false
+    }
+
+    /// A packet of an interface whose link type is not decoded: counted, and the interface
+    /// named (the first 64).
+    fn skip_other_link(&mut self, iface: u32) {
+        self.other_link_packets += 1;
+        if !self.other_link_interfaces.contains(&iface) && self.other_link_interfaces.len() < 64 {
+            self.other_link_interfaces.push(iface);
+        }
+    }
+
+    /// Read the next packet into `rec` (the allocation- and copy-free form of
+    /// [`CaptureReader::next_record`]). On error `rec` is unspecified.
+    pub fn next_into(&mut self, rec: &mut PacketRecord) -> Option<Result<(), Error>> {
+        if self.amsdu.is_some() && self.next_subframe(rec) {
+            return Some(Ok(()));
         }
         if self.done {
             return None;
@@ -579,11 +598,7 @@ impl<R: BufRead> CaptureReader<R> {
                             // interface beside the Wi-Fi one): its packets are skipped and
                             // counted, the other interfaces read on.
                             if lt.is_some() {
-                                self.other_link_packets += 1;
-                                if !self.other_link_interfaces.contains(&iface) && self.other_link_interfaces.len() < 64
-                                {
-                                    self.other_link_interfaces.push(iface);
-                                }
+                                self.skip_other_link(iface);
                                 continue;
                             }
                             return Some(Err(Error::UnsupportedLinkType {

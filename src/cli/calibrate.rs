@@ -226,27 +226,7 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         let wlan = WlanSettings::of(&manifest).describe();
         (model, cal, bank_name, "none (emulated bank)", wlan)
     } else {
-        let (bank, bank_name) = if a.measured {
-            let s = aggrate::train::bank::shipped_summary().context("the embedded bank summary")?;
-            let bank = Bank::of_summary(&s).context("the embedded bank summary")?;
-            ui.info(format!(
-                "bank: {} measured captures of the shipped model's training receivers (embedded summary of {})",
-                bank.runs.len(),
-                s.from.join(", ")
-            ));
-            (bank, format!("{} (embedded summary)", s.from.join(", ")))
-        } else {
-            let name = a
-                .bank_dataset
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
-            (measured_bank(ui, &a.bank_dataset, &spec, &a.flow)?, name)
-        };
-        let like = bank_args.measured_likeness(a.dataset_neighbours);
-        let (model, cal) = aggrate::train::bank::self_calibrate(&data, &file.model, &spec, &bank, like)
-            .with_context(|| format!("calibrating on the measured receivers of {bank_name}"))?;
+        let (model, cal, bank_name) = on_measured(ui, a, &file, &data, &bank_args)?;
         (
             model,
             cal,
@@ -288,6 +268,43 @@ fn run_no_labels(ui: &Ui, a: &CalibrateArgs, mut file: ModelFile, name: &str) ->
         ));
     }
     write_calibrated(ui, &a.output, file, report, &md)
+}
+
+/// `--measured` / `--bank-dataset`: the operating point from measured receivers (the shipped
+/// model's embedded summary, or the dataset folders'); the model, what was done, the bank's name.
+fn on_measured(
+    ui: &Ui,
+    a: &CalibrateArgs,
+    file: &ModelFile,
+    data: &aggrate::dataset::Dataset,
+    bank_args: &BankSource,
+) -> Result<(
+    aggrate::model::EstimatorModel,
+    aggrate::train::bank::SelfCalibration,
+    String,
+)> {
+    let (bank, bank_name) = if a.measured {
+        let s = aggrate::train::bank::shipped_summary().context("the embedded bank summary")?;
+        let bank = Bank::of_summary(&s).context("the embedded bank summary")?;
+        ui.info(format!(
+            "bank: {} measured captures of the shipped model's training receivers (embedded summary of {})",
+            bank.runs.len(),
+            s.from.join(", ")
+        ));
+        (bank, format!("{} (embedded summary)", s.from.join(", ")))
+    } else {
+        let name = a
+            .bank_dataset
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        (measured_bank(ui, &a.bank_dataset, &file.spec, &a.flow)?, name)
+    };
+    let like = bank_args.measured_likeness(a.dataset_neighbours);
+    let (model, cal) = aggrate::train::bank::self_calibrate(data, &file.model, &file.spec, &bank, like)
+        .with_context(|| format!("calibrating on the measured receivers of {bank_name}"))?;
+    Ok((model, cal, bank_name))
 }
 
 /// The receivers of dataset folders as a bank with rows ([`Bank::of_captures_with_rows`]), in

@@ -141,33 +141,8 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
     points.push(point("threshold", 1, false, &cv));
 
     // The slot SVR over d, on logistic m = 20 + σ.
-    let mut dpoints = Vec::new();
-    let mut d5: Option<SvrStage> = None;
-    if let Some(oof) = &oof_m20 {
-        let grid = aggrate::train::svr_grid(&SVR_GRID_C, &SVR_GRID_GAMMA, &SVR_GRID_EPSILON)?;
-        for &d in &a.d {
-            ui.info(format!("slot SVR d = {d}"));
-            let spec = FeatureSpec { d, ..wide };
-            match svr_stage(ui, &data, oof, &spec, a.folds, &grid) {
-                Ok(st) => {
-                    dpoints.push(DPoint {
-                        d,
-                        slot_rmse: st.svr_rmse,
-                        base_slot_rmse: st.base_rmse,
-                        c: st.params.c,
-                        gamma: st.params.gamma,
-                        epsilon: st.params.epsilon,
-                    });
-                    if d == 5 || d5.is_none() {
-                        d5 = Some(st);
-                    }
-                }
-                Err(e) => ui.warn(format!("slot SVR d = {d}: {e:#}")),
-            }
-        }
-    } else {
-        ui.warn("no logistic m = 20 + σ in the sweep: skipping the slot SVR (panels c, d)");
-    }
+    let grid = aggrate::train::svr_grid(&SVR_GRID_C, &SVR_GRID_GAMMA, &SVR_GRID_EPSILON)?;
+    let (dpoints, d5) = svr_over_d(ui, &a, &data, &wide, oof_m20.as_deref(), &grid);
 
     std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
     let json = serde_json::json!({
@@ -208,6 +183,46 @@ pub(crate) fn run(ui: &Ui, a: SweepArgs) -> Result<Exit> {
         a.output.display()
     ));
     Ok(Exit::Ok)
+}
+
+/// The slot SVR stage at each `--d` on the logistic m = 20 + σ out-of-fold predictions (panels
+/// c and d): a point per d, and the stage at d = 5 (else the first) for the plots.
+fn svr_over_d(
+    ui: &Ui,
+    a: &SweepArgs,
+    data: &aggrate::dataset::Dataset,
+    wide: &FeatureSpec,
+    oof: Option<&[bool]>,
+    grid: &[aggrate::train::ValidSvrParams],
+) -> (Vec<DPoint>, Option<SvrStage>) {
+    let mut dpoints = Vec::new();
+    let mut d5: Option<SvrStage> = None;
+    if let Some(oof) = oof {
+        for &d in &a.d {
+            ui.info(format!("slot SVR d = {d}"));
+            let spec = FeatureSpec { d, ..*wide };
+            match svr_stage(ui, data, oof, &spec, a.folds, grid) {
+                Ok(st) => {
+                    dpoints.push(DPoint {
+                        d,
+                        slot_rmse: st.svr_rmse,
+                        base_slot_rmse: st.base_rmse,
+                        c: st.params.c,
+                        gamma: st.params.gamma,
+                        epsilon: st.params.epsilon,
+                    });
+                    if d == 5 || d5.is_none() {
+                        d5 = Some(st);
+                    }
+                }
+                Err(e) => ui.warn(format!("slot SVR d = {d}: {e:#}")),
+            }
+        }
+    } else {
+        ui.warn("no logistic m = 20 + σ in the sweep: skipping the slot SVR (panels c, d)");
+    }
+
+    (dpoints, d5)
 }
 
 fn point(model: &str, m: usize, sigma: bool, cv: &PacketCv) -> Point {

@@ -66,9 +66,9 @@ fn model_name(a: &TrainArgs, spec: &FeatureSpec, loss: SvmLoss) -> String {
     }
 }
 
-pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
-    let spec = spec_for(&a)?;
-    a.check()?;
+/// The fitter the flags ask for, each hyper-parameter checked; the slot SVR's grid (empty for
+/// the other kinds) and the SVM loss (for the model's name).
+fn fitter(a: &TrainArgs, spec: &FeatureSpec) -> Result<(Fitter, Vec<aggrate::train::ValidSvrParams>, SvmLoss)> {
     let params = LogisticParams {
         l2: a.l2,
         balanced: a.balanced,
@@ -109,6 +109,19 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         ..MlpParams::default()
     }
     .check()?;
+    let how = match a.model {
+        ModelKind::Logistic | ModelKind::Svr => Fitter::Logistic(params),
+        ModelKind::Svm => Fitter::Svm(svm),
+        ModelKind::Threshold => Fitter::Threshold,
+        ModelKind::Mlp => Fitter::Mlp(mlp),
+    };
+    Ok((how, grid, loss))
+}
+
+pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
+    let spec = spec_for(&a)?;
+    a.check()?;
+    let (how, grid, loss) = fitter(&a, &spec)?;
     let mut files = inputs(&a.dataset, true, &a.kernel)?;
     // Test receivers' inputs follow the training ones (`receiver_run` tells them apart by index).
     let trained_on = files.len();
@@ -128,23 +141,34 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         let (d, l) = like_selection(ui, &a, &spec, &files, data)?;
         (d, Some(l))
     };
-    let how = match a.model {
-        ModelKind::Logistic | ModelKind::Svr => Fitter::Logistic(params),
-        ModelKind::Svm => Fitter::Svm(svm),
-        ModelKind::Threshold => Fitter::Threshold,
-        ModelKind::Mlp => Fitter::Mlp(mlp),
-    };
     if a.group_by == GroupBy::Receiver {
         if a.model == ModelKind::Svr {
             bail!("--group-by receiver scores per-packet models; train the slot SVR with --group-by capture");
         }
         return receiver_run(ui, &a, &spec, (&files, trained_on), &data, how);
     }
-    let cv = packet_cv(&data, a.folds, spec.n_max, how, &mut Bars::new(ui))?;
+    capture_run(ui, &a, &spec, &files, &data, like, how, &grid, loss)
+}
+
+/// `--group-by capture`: contiguous-fold CV, the final model (with the slot SVR stage), the
+/// model file and its reports.
+#[allow(clippy::too_many_arguments)]
+fn capture_run(
+    ui: &Ui,
+    a: &TrainArgs,
+    spec: &FeatureSpec,
+    files: &[Input],
+    data: &Dataset,
+    like: Option<serde_json::Value>,
+    how: Fitter,
+    grid: &[aggrate::train::ValidSvrParams],
+    loss: SvmLoss,
+) -> Result<Exit> {
+    let cv = packet_cv(data, a.folds, spec.n_max, how, &mut Bars::new(ui))?;
     let (f1_mean, f1_std) = mean_std(&cv.folds.iter().map(|f| f.f1).collect::<Vec<_>>());
     let (acc_mean, acc_std) = mean_std(&cv.folds.iter().map(|f| f.accuracy).collect::<Vec<_>>());
     let mut rates = rate_reports(&cv.per_rate);
-    let name = model_name(&a, &spec, loss);
+    let name = model_name(a, spec, loss);
 
     let mut final_model = cv.final_model;
     let mut slot_json = serde_json::Value::Null;
@@ -154,7 +178,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
         let EstimatorModel::Logistic(base) = final_model else {
             bail!("internal: the SVR's base model is not logistic");
         };
-        let st = svr_stage(ui, &data, &cv.oof, &spec, a.folds, &grid)?;
+        let st = svr_stage(ui, data, &cv.oof, spec, a.folds, grid)?;
         aggrate::train::cv::attach_slots(&mut rates, &st.per_rate);
         headline = format!(
             "{headline}; slot SVR (C = {}, γ = {}, ε = {}): slot RMSE {:.2} vs {:.2} for logistic alone",
@@ -181,7 +205,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     let mut rates_seen: Vec<f64> = rates.iter().map(|r| r.rate_mbps).filter(|r| !r.is_nan()).collect();
     rates_seen.dedup();
     let mut file = ModelFile::new(
-        spec,
+        *spec,
         final_model,
         TrainingSummary {
             rows: data.len() as u64,
@@ -195,7 +219,7 @@ pub(crate) fn run(ui: &Ui, a: TrainArgs) -> Result<Exit> {
     if let Some(l) = like {
         file.metrics["like"] = l;
     }
-    note_training_wlan(&mut file, &files, &a.flow)?;
+    note_training_wlan(&mut file, files, &a.flow)?;
     if let Some(st) = &slot_stage {
         file.metrics["slot_rmse"] = st.svr_rmse.into();
         file.metrics["base_slot_rmse"] = st.base_rmse.into();

@@ -553,6 +553,20 @@ pub fn receiver_groups(receivers: &[Option<String>]) -> Result<(Vec<String>, Vec
     Ok((names, of_group))
 }
 
+/// Which receivers are test receivers: those of the groups from `trained_on` on (`--test`),
+/// by receiver index among `n`. A receiver in both the training and the test groups is
+/// refused: `Err((training group, test group))` names the first such pair.
+pub fn test_receivers(receiver_of_group: &[u32], trained_on: usize, n: usize) -> Result<Vec<bool>, (usize, usize)> {
+    let mut test = vec![false; n];
+    for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
+        test[r as usize] = true;
+        if let Some(t) = (0..trained_on).find(|&t| receiver_of_group[t] == r) {
+            return Err((t, g));
+        }
+    }
+    Ok(test)
+}
+
 /// An input that names no receiver, where one is needed.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: which receiver? {why} needs a dataset folder whose manifest.json names each run's receiver \
@@ -602,14 +616,8 @@ pub fn receiver_cv(
     if (0..n).any(|i| recv_of_row(i).is_none_or(|r| r as usize >= names.len())) {
         return Err(CvError::NoReceiver);
     }
-    let mut present: Vec<u32> = (0..n).filter_map(recv_of_row).collect();
-    present.sort_unstable();
-    present.dedup();
     let is_test = |r: u32| test.get(r as usize).copied().unwrap_or(false);
-    let trainable = present.iter().filter(|&&r| !is_test(r)).count();
-    if trainable < 2 {
-        return Err(CvError::TooFewReceivers(trainable));
-    }
+    let present = receivers_present((0..n).filter_map(recv_of_row), &is_test)?;
     // Rows of test receivers: out of every training set.
     let test_rows: Vec<usize> = (0..n).filter(|&i| recv_of_row(i).is_some_and(is_test)).collect();
     // The m = 1 threshold works on feature 0: the newest gap (µs, or its log in a context row;
@@ -639,21 +647,7 @@ pub fn receiver_cv(
         .filter(|&i| recv_of_row(i).is_some_and(|r| !is_test(r)))
         .collect();
     let mut trained_on = super::bank::Bank::of_captures_among(data, &train_rows, receiver_of_group, names);
-    // Every capture's gap summary, to rank receivers by likeness (tailored fits only).
-    let like_bank = calibrate
-        .and_then(|c| c.tailor)
-        .map(|_| super::bank::Bank::of_captures(data, receiver_of_group, names));
-    // Every training receiver's rows (every other one), to self-calibrate on measured
-    // receivers; each held-out receiver's own are excluded while it is calibrated.
-    let mut training_bank = calibrate
-        .and_then(|c| c.on_training.map(|like| (c.spec, like)))
-        .map(|(spec, like)| {
-            (
-                super::bank::Bank::of_captures_with_rows(data, &train_rows, receiver_of_group, names, 2),
-                like,
-                spec,
-            )
-        });
+    let (like_bank, mut training_bank) = variant_banks(calibrate, data, &train_rows, receiver_of_group, names);
     progress.start("leaving one receiver out", present.len() as u64);
     let mut out = Vec::new();
     for &r in &present {
@@ -663,146 +657,50 @@ pub fn receiver_cv(
             // Held out with every test receiver.
             _ => fit_without(&[&test[..], &test_rows[..]].concat())?,
         };
-        let mut held = PerRate::new();
-        score(data, &test, &model, n_max, &mut held);
-        let mut held_thr = PerRate::new();
-        score(data, &test, &thr, n_max, &mut held_thr);
+        let (held, held_thr) = (scored(data, &test, &model, n_max), scored(data, &test, &thr, n_max));
         // Own CV on this receiver alone.
         let sub = data.select(&test);
-        let calibrated: Option<Vec<RateReport>> = match calibrate.and_then(|c| c.share.map(|s| (c.spec, s))) {
-            Some((spec, share)) => match super::calibrate::calibrate(&sub, &model, spec, share) {
-                Ok((_, c)) => Some(c.rates_after),
-                Err(super::calibrate::Error::NoStarts { .. }) => None,
-                Err(e) => return Err(CvError::Calibrate(e)),
-            },
-            None => None,
-        };
+        let calibrated = calibrated_with_labels(calibrate, &sub, &model)?;
         let bank = calibrate.and_then(|c| {
             let b = c.bank.as_ref()?;
             let (bank, wlan) = b.of_receiver.get(r as usize)?;
             Some((c.spec, *bank, wlan, b.like))
         });
-        // A model self-calibrated on the bank: its per-rate scores, and the captures' distances
-        // to the bank.
-        let self_calibrate = |m: &EstimatorModel| -> Result<_, CvError> {
-            match bank {
-                Some((spec, bank, _, like)) => {
-                    let (m, c) = super::bank::self_calibrate(&sub, m, spec, bank, like)?;
-                    let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
-                    Ok(Some((evaluate(&sub, &m, spec).rates, d)))
-                }
-                None => Ok(None),
-            }
-        };
-        let (self_calibrated, distances) = self_calibrate(&model)?.unzip();
+        let bank_of = bank.map(|(spec, bank, _, like)| (spec, bank, like));
+        let (self_calibrated, distances) = self_calibrate_on(bank_of, &sub, &model)?.unzip();
         // Tailored: the model fitted again with the receivers nearest this one weighing more,
         // or the held-out model when they lie too far.
         let (tailored, tailored_from) = match (calibrate.and_then(|c| c.tailor), &like_bank) {
             (Some(t), Some(lb)) => {
-                let ranked = super::bank::rank_receivers(lb, &sub)?;
-                // Nearest first, among the receivers this one's model may train on.
-                let chosen: Vec<(u32, f64)> = ranked
-                    .iter()
-                    .filter_map(|(name, d)| names.iter().position(|n| n == name).map(|i| (i as u32, *d)))
-                    .filter(|&(o, _)| o != r && !is_test(o))
-                    .take(t.receivers.max(1))
-                    .collect();
-                let near: Vec<u32> = chosen.iter().map(|c| c.0).collect();
-                let from = chosen.iter().map(|&(o, d)| (names[o as usize].clone(), d)).collect();
-                let m = if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
-                    // Too far to tailor on: the held-out model stands.
-                    model.clone()
-                } else {
-                    let pool: Vec<usize> = (0..n)
-                        .filter(|&i| recv_of_row(i).is_some_and(|o| o != r && !is_test(o)))
-                        .collect();
-                    let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
-                    fit.fit(data, &RowSet::from_indices(&keep))?
-                };
+                let may_train = |o: u32| o != r && !is_test(o);
+                let (m, from) = tailored_model(t, lb, data, &sub, names, &may_train, &recv_of_row, &model, fit)?;
                 (Some(m), from)
             }
             _ => (None, Vec::new()),
         };
-        let on_training = match &mut training_bank {
-            Some((bank, like, spec)) => {
-                bank.exclude(vec![names[r as usize].clone()]);
-                let (m, _) = super::bank::self_calibrate(&sub, &model, spec, bank, *like)?;
-                Some(evaluate(&sub, &m, spec).rates)
-            }
-            None => None,
-        };
-        let tailored_scores = tailored.as_ref().map(|m| {
-            let mut liked = PerRate::new();
-            score(data, &test, m, n_max, &mut liked);
-            liked
-        });
+        let on_training = on_training_scores(training_bank.as_mut(), &names[r as usize], &sub, &model)?;
+        let tailored_scores = tailored.as_ref().map(|m| scored(data, &test, m, n_max));
         let tailored_self_calibrated = match &tailored {
-            Some(m) => self_calibrate(m)?.map(|(rates, _)| rates),
+            Some(m) => self_calibrate_on(bank_of, &sub, m)?.map(|(rates, _)| rates),
             None => None,
         };
         trained_on.exclude(vec![names[r as usize].clone()]);
         // Runs too short to summarise, or without a rate: no distance.
         let training_distances = trained_on.likeness_of(&sub).unwrap_or_default();
-        let k = own_folds.max(2);
-        let folds = contiguous_folds(&sub.group, k)?;
-        let own_warm = match fit {
-            Fitter::Logistic(p) => Some(LogisticCv::new(&sub, &p)?),
-            _ => None,
-        };
-        let mut own = PerRate::new();
-        let mut own_thr = PerRate::new();
-        for f in &folds {
-            let tr = RowSet::from_indices(f).complement(sub.len());
-            let m = match &own_warm {
-                Some(cv) => EstimatorModel::Logistic(cv.without(f)?),
-                None => fit.fit(&sub, &tr)?,
-            };
-            score(&sub, f, &m, n_max, &mut own);
-            let t = Fitter::Threshold.fit(&sub, &tr)?;
-            score(&sub, f, &t, n_max, &mut own_thr);
-        }
-        let per_rate = held
-            .iter()
-            .map(|(key, (rate, b, a))| {
-                let get = |m: &PerRate| m.get(key).map(|(_, b, a)| Score::of(b, a)).unwrap_or_default();
-                ReceiverRate {
-                    rate_mbps: *rate,
-                    rows: b.tp + b.fp + b.tn + b.fn_,
-                    held_out: Score::of(b, a),
-                    own: get(&own),
-                    threshold_held_out: get(&held_thr),
-                    threshold_own: get(&own_thr),
-                    variants: [
-                        (Variant::Calibrated, at_rate(calibrated.as_deref(), *rate)),
-                        (Variant::SelfCalibrated, at_rate(self_calibrated.as_deref(), *rate)),
-                        (Variant::Tailored, tailored_scores.as_ref().map(get)),
-                        (
-                            Variant::TailoredSelfCalibrated,
-                            at_rate(tailored_self_calibrated.as_deref(), *rate),
-                        ),
-                        (
-                            Variant::SelfCalibratedOnTraining,
-                            at_rate(on_training.as_deref(), *rate),
-                        ),
-                    ]
-                    .into_iter()
-                    .filter_map(|(v, s)| Some((v, s?)))
-                    .collect(),
-                    // The nearest of the rate's captures (one per rate in a receivers dataset).
-                    self_calibration_distance: distances
-                        .iter()
-                        .flatten()
-                        .filter(|(r, _)| r == rate)
-                        .map(|&(_, d)| d)
-                        .min_by(f64::total_cmp),
-                    training_distance: training_distances
-                        .iter()
-                        .filter(|x| x.rate_mbps == *rate)
-                        .map(|x| x.distance)
-                        .min_by(f64::total_cmp),
-                }
-            })
-            .collect();
+        let (own, own_thr) = own_cv(&sub, fit, own_folds, n_max)?;
+        let per_rate = receiver_rates(&HeldOutScores {
+            held: &held,
+            held_thr: &held_thr,
+            own: &own,
+            own_thr: &own_thr,
+            calibrated: calibrated.as_deref(),
+            self_calibrated: self_calibrated.as_deref(),
+            tailored: tailored_scores.as_ref(),
+            tailored_self_calibrated: tailored_self_calibrated.as_deref(),
+            on_training: on_training.as_deref(),
+            distances: distances.as_deref(),
+            training_distances: &training_distances,
+        });
         out.push(ReceiverReport {
             receiver: names[r as usize].clone(),
             test: is_test(r),
@@ -814,6 +712,228 @@ pub fn receiver_cv(
     }
     progress.finish();
     Ok(out)
+}
+
+/// The receivers that have rows (ascending); at least two that are not test receivers.
+fn receivers_present(of_rows: impl Iterator<Item = u32>, is_test: &dyn Fn(u32) -> bool) -> Result<Vec<u32>, CvError> {
+    let mut present: Vec<u32> = of_rows.collect();
+    present.sort_unstable();
+    present.dedup();
+    let trainable = present.iter().filter(|&&r| !is_test(r)).count();
+    if trainable < 2 {
+        return Err(CvError::TooFewReceivers(trainable));
+    }
+    Ok(present)
+}
+
+/// Per-rate scores of `model` on `rows`.
+fn scored(data: &Dataset, rows: &[usize], model: &EstimatorModel, n_max: u16) -> PerRate {
+    let mut s = PerRate::new();
+    score(data, rows, model, n_max, &mut s);
+    s
+}
+
+/// The held-out model calibrated with the receiver's labels (`--calibrate`): its scores on the
+/// rest of each capture; none when not asked, or when the calibration part holds no start.
+fn calibrated_with_labels(
+    calibrate: Option<&HeldOutCalibrations>,
+    sub: &Dataset,
+    model: &EstimatorModel,
+) -> Result<Option<Vec<RateReport>>, CvError> {
+    match calibrate.and_then(|c| c.share.map(|s| (c.spec, s))) {
+        Some((spec, share)) => match super::calibrate::calibrate(sub, model, spec, share) {
+            Ok((_, c)) => Ok(Some(c.rates_after)),
+            Err(super::calibrate::Error::NoStarts { .. }) => Ok(None),
+            Err(e) => Err(CvError::Calibrate(e)),
+        },
+        None => Ok(None),
+    }
+}
+
+/// A measured training bank, its likeness and the feature layout.
+type TrainingBank<'a> = (super::bank::Bank, super::bank::Likeness, &'a FeatureSpec);
+
+/// The banks the variants need: every capture's gap summary, to rank receivers by likeness
+/// (tailored fits only); and every training receiver's rows (every other one), to
+/// self-calibrate on measured receivers (each held-out receiver's own are excluded while it is
+/// calibrated).
+fn variant_banks<'a>(
+    calibrate: Option<&HeldOutCalibrations<'a>>,
+    data: &Dataset,
+    train_rows: &[usize],
+    receiver_of_group: &[u32],
+    names: &[String],
+) -> (Option<super::bank::Bank>, Option<TrainingBank<'a>>) {
+    let like_bank = calibrate
+        .and_then(|c| c.tailor)
+        .map(|_| super::bank::Bank::of_captures(data, receiver_of_group, names));
+    let training_bank = calibrate
+        .and_then(|c| c.on_training.map(|like| (c.spec, like)))
+        .map(|(spec, like)| {
+            (
+                super::bank::Bank::of_captures_with_rows(data, train_rows, receiver_of_group, names, 2),
+                like,
+                spec,
+            )
+        });
+    (like_bank, training_bank)
+}
+
+/// A model self-calibrated on the receiver's bank (`bank`: layout, bank, likeness): its
+/// per-rate scores, and the captures' distances to the bank; none without a bank.
+#[allow(clippy::type_complexity)]
+fn self_calibrate_on(
+    bank: Option<(&FeatureSpec, &super::bank::Bank, super::bank::Likeness)>,
+    sub: &Dataset,
+    m: &EstimatorModel,
+) -> Result<Option<(Vec<RateReport>, Vec<(f64, f64)>)>, CvError> {
+    match bank {
+        Some((spec, bank, like)) => {
+            let (m, c) = super::bank::self_calibrate(sub, m, spec, bank, like)?;
+            let d: Vec<(f64, f64)> = c.runs.iter().map(|r| (r.rate_mbps, r.distance)).collect();
+            Ok(Some((evaluate(sub, &m, spec).rates, d)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The held-out model self-calibrated on the measured training receivers but `receiver`
+/// (excluded from the bank from now on): its per-rate scores.
+fn on_training_scores(
+    training_bank: Option<&mut TrainingBank>,
+    receiver: &str,
+    sub: &Dataset,
+    model: &EstimatorModel,
+) -> Result<Option<Vec<RateReport>>, CvError> {
+    match training_bank {
+        Some((bank, like, spec)) => {
+            bank.exclude(vec![receiver.to_string()]);
+            let (m, _) = super::bank::self_calibrate(sub, model, spec, bank, *like)?;
+            Ok(Some(evaluate(sub, &m, spec).rates))
+        }
+        None => Ok(None),
+    }
+}
+
+/// A held-out receiver's scores, per rate key, that [`receiver_rates`] puts side by side.
+struct HeldOutScores<'a> {
+    held: &'a PerRate,
+    held_thr: &'a PerRate,
+    own: &'a PerRate,
+    own_thr: &'a PerRate,
+    calibrated: Option<&'a [RateReport]>,
+    self_calibrated: Option<&'a [RateReport]>,
+    tailored: Option<&'a PerRate>,
+    tailored_self_calibrated: Option<&'a [RateReport]>,
+    on_training: Option<&'a [RateReport]>,
+    /// (rate, distance) of each capture to the self-calibration bank.
+    distances: Option<&'a [(f64, f64)]>,
+    training_distances: &'a [super::bank::Nearest],
+}
+
+/// One [`ReceiverRate`] per rate the held-out model was scored at.
+fn receiver_rates(s: &HeldOutScores) -> Vec<ReceiverRate> {
+    s.held
+        .iter()
+        .map(|(key, (rate, b, a))| {
+            let get = |m: &PerRate| m.get(key).map(|(_, b, a)| Score::of(b, a)).unwrap_or_default();
+            ReceiverRate {
+                rate_mbps: *rate,
+                rows: b.tp + b.fp + b.tn + b.fn_,
+                held_out: Score::of(b, a),
+                own: get(s.own),
+                threshold_held_out: get(s.held_thr),
+                threshold_own: get(s.own_thr),
+                variants: [
+                    (Variant::Calibrated, at_rate(s.calibrated, *rate)),
+                    (Variant::SelfCalibrated, at_rate(s.self_calibrated, *rate)),
+                    (Variant::Tailored, s.tailored.map(get)),
+                    (
+                        Variant::TailoredSelfCalibrated,
+                        at_rate(s.tailored_self_calibrated, *rate),
+                    ),
+                    (Variant::SelfCalibratedOnTraining, at_rate(s.on_training, *rate)),
+                ]
+                .into_iter()
+                .filter_map(|(v, s)| Some((v, s?)))
+                .collect(),
+                // The nearest of the rate's captures (one per rate in a receivers dataset).
+                self_calibration_distance: s
+                    .distances
+                    .into_iter()
+                    .flatten()
+                    .filter(|(r, _)| r == rate)
+                    .map(|&(_, d)| d)
+                    .min_by(f64::total_cmp),
+                training_distance: s
+                    .training_distances
+                    .iter()
+                    .filter(|x| x.rate_mbps == *rate)
+                    .map(|x| x.distance)
+                    .min_by(f64::total_cmp),
+            }
+        })
+        .collect()
+}
+
+/// Contiguous-fold CV of `fit` and the m = 1 threshold on one receiver's rows alone.
+fn own_cv(sub: &Dataset, fit: Fitter, own_folds: usize, n_max: u16) -> Result<(PerRate, PerRate), CvError> {
+    let folds = contiguous_folds(&sub.group, own_folds.max(2))?;
+    let own_warm = match fit {
+        Fitter::Logistic(p) => Some(LogisticCv::new(sub, &p)?),
+        _ => None,
+    };
+    let mut own = PerRate::new();
+    let mut own_thr = PerRate::new();
+    for f in &folds {
+        let tr = RowSet::from_indices(f).complement(sub.len());
+        let m = match &own_warm {
+            Some(cv) => EstimatorModel::Logistic(cv.without(f)?),
+            None => fit.fit(sub, &tr)?,
+        };
+        score(sub, f, &m, n_max, &mut own);
+        let t = Fitter::Threshold.fit(sub, &tr)?;
+        score(sub, f, &t, n_max, &mut own_thr);
+    }
+    Ok((own, own_thr))
+}
+
+/// `--like-held-out`: the model fitted again with the training receivers nearest the held-out
+/// one (`sub`; `may_train`: the receivers its model may train on) weighing more, or the
+/// held-out `model` when they lie too far; and the receivers chosen with their distances.
+#[allow(clippy::too_many_arguments)]
+fn tailored_model(
+    t: Tailor,
+    like_bank: &super::bank::Bank,
+    data: &Dataset,
+    sub: &Dataset,
+    names: &[String],
+    may_train: &dyn Fn(u32) -> bool,
+    recv_of_row: &dyn Fn(usize) -> Option<u32>,
+    model: &EstimatorModel,
+    fit: Fitter,
+) -> Result<(EstimatorModel, Vec<(String, f64)>), CvError> {
+    let ranked = super::bank::rank_receivers(like_bank, sub)?;
+    // Nearest first, among the receivers this one's model may train on.
+    let chosen: Vec<(u32, f64)> = ranked
+        .iter()
+        .filter_map(|(name, d)| names.iter().position(|n| n == name).map(|i| (i as u32, *d)))
+        .filter(|&(o, _)| may_train(o))
+        .take(t.receivers.max(1))
+        .collect();
+    let near: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+    let from = chosen.iter().map(|&(o, d)| (names[o as usize].clone(), d)).collect();
+    let m = if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
+        // Too far to tailor on: the held-out model stands.
+        model.clone()
+    } else {
+        let pool: Vec<usize> = (0..data.len())
+            .filter(|&i| recv_of_row(i).is_some_and(may_train))
+            .collect();
+        let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
+        fit.fit(data, &RowSet::from_indices(&keep))?
+    };
+    Ok((m, from))
 }
 
 /// The score at `rate` of per-rate reports, if they have that rate.
@@ -1057,6 +1177,13 @@ mod tests {
         assert!(t.admits(&[0.5, 1.5]));
         assert!(!t.admits(&[0.5, 1.6]));
         assert!(!t.admits(&[]) && !t.admits(&[f64::NAN]));
+    }
+
+    #[test]
+    fn test_receivers_are_never_trained_on() {
+        assert_eq!(test_receivers(&[0, 1, 2, 2], 2, 3), Ok(vec![false, false, true]));
+        assert_eq!(test_receivers(&[0, 1, 1], 2, 2), Err((1, 2)));
+        assert_eq!(test_receivers(&[0, 1], 2, 2), Ok(vec![false, false]));
     }
 
     #[test]

@@ -129,6 +129,11 @@ impl Adam {
 }
 
 /// Fit a perceptron on the rows `rows` of `data`.
+///
+/// Longer than the house's 120 lines on purpose: the training kernel (standardise, initialise,
+/// then per epoch the shuffled mini-batches' forward pass, back-propagation in two lanes and the
+/// Adam step) over buffers allocated once; split, each piece would take the same buffers and
+/// the epoch's order would no longer read top to bottom.
 pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpModel, Error> {
     let p = p.get();
     let n = rows.len();

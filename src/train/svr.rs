@@ -122,6 +122,11 @@ const SHRINK_EVERY: usize = 200;
 
 /// libsvm's ε-SVR dual: variables t < n are α (sign +1), t ≥ n are α* (sign −1);
 /// Q(s, t) = sign_s·sign_t·K(s mod n, t mod n); linear term ε − y (α), ε + y (α*).
+///
+/// Longer than the house's 120 lines on purpose: one solver loop (working-set selection,
+/// two-variable update, gradient update, shrinking, unshrinking) over state that every step
+/// reads and writes; split into functions it would pass the same eight slices to each, and the
+/// step order that makes it equal libsvm's would no longer read top to bottom.
 fn smo(k: &[f32], n: usize, y: &[f64], p: &SvrParams) -> Solution {
     let l = 2 * n;
     let c = p.c;

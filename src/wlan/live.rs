@@ -271,21 +271,7 @@ pub fn run_ap(
     // Datagrams waiting for their tick: (release time, station, bytes); bounded like the store.
     let mut held: std::collections::VecDeque<(Ts, usize, Vec<u8>)> = std::collections::VecDeque::new();
     use rand::SeedableRng;
-    if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
-        return Err(ReplayError::Io {
-            what: "live AP: one listen address and one station address per configured station",
-            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-        });
-    }
-    let socks: Vec<UdpSocket> = listen
-        .iter()
-        .map(|a| {
-            let s = UdpSocket::bind(a).map_err(io("binding an AP port"))?;
-            s.set_nonblocking(true).map_err(io("AP non-blocking"))?;
-            rxstamp::set_rcvbuf(&s, 8 << 20, false);
-            Ok(s)
-        })
-        .collect::<Result<_, ReplayError>>()?;
+    let socks = ap_sockets(listen, stations, &wlan)?;
     let mut sim = super::WlanSim::new(wlan, rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let start = Instant::now();
     // CLOCK_REALTIME at `start`: the truth's intervals sit on the receivers' grid.
@@ -300,10 +286,7 @@ pub fn run_ap(
     let mut store: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
     store.resize_with(AP_STORE_CAP, || None);
     let mut next_id = 0u32;
-    // Per station: the bound sender, and recent hellos' sources.
-    let mut sender: Vec<Option<std::net::SocketAddr>> = vec![None; stations.len()];
-    let mut hellos: Vec<std::collections::VecDeque<(Hello, std::net::SocketAddr)>> =
-        vec![std::collections::VecDeque::new(); stations.len()];
+    let mut binding = Binding::new(stations.len());
     let mut stats = ApStats::default();
     let mut buf = vec![0u8; 65_536];
     let mut last_ref = u32::MAX;
@@ -312,46 +295,13 @@ pub fn run_ap(
         for (i, s) in socks.iter().enumerate() {
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 busy = true;
-                let id = handshake_id(&buf[..n]);
-                if from == stations[i] {
-                    match id {
-                        // The station answers a hello: back to where that hello came from.
-                        Some((k @ (Kind::Cookie | Kind::HelloAck), h)) => {
-                            if let Some(&(_, to)) = hellos[i].iter().find(|(x, _)| *x == h) {
-                                let _ = s.send_to(&buf[..n], to);
-                                if k == Kind::HelloAck {
-                                    if sender[i] != Some(to) {
-                                        stats.bindings += 1;
-                                    }
-                                    sender[i] = Some(to);
-                                }
-                            }
-                        }
-                        _ => {
-                            if let Some(to) = sender[i] {
-                                let _ = s.send_to(&buf[..n], to);
-                                stats.feedback += 1;
-                            }
-                        }
+                match binding.route(i, from, stations[i], &buf[..n], &mut stats) {
+                    Route::To(to) => {
+                        let _ = s.send_to(&buf[..n], to);
+                        continue;
                     }
-                    continue;
-                }
-                if let Some((Kind::Hello, h)) = id {
-                    // The first source of a hello keeps it (a copy replayed from elsewhere does
-                    // not take its answer).
-                    if !hellos[i].iter().any(|(x, _)| *x == h) {
-                        if hellos[i].len() == AP_HELLOS_KEPT {
-                            hellos[i].pop_front();
-                        }
-                        hellos[i].push_back((h, from));
-                    }
-                    let _ = s.send_to(&buf[..n], stations[i]);
-                    stats.hellos += 1;
-                    continue;
-                }
-                if sender[i] != Some(from) {
-                    stats.foreign += 1;
-                    continue;
+                    Route::Drop => continue,
+                    Route::Data => {}
                 }
                 stats.data_in += 1;
                 let now = vnow();
@@ -380,45 +330,29 @@ pub fn run_ap(
         if let Some(t) = truth.as_mut() {
             let real = real0 + start.elapsed().as_nanos() as u64;
             while real >= open_start + step {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    (t.on_row)(&a.finish(open_start, i as u16));
-                }
+                rows_of(t, &mut acc, open_start);
                 open_start += step;
             }
         }
         while let Some(d) = sim.poll_delivery() {
             busy = true;
-            if d.ampdu_ref != last_ref {
+            let first = d.ampdu_ref != last_ref;
+            if first {
                 stats.ampdus += 1;
                 last_ref = d.ampdu_ref;
-                if let Some(a) = acc.get_mut(d.sta.0 as usize) {
-                    let now_i = Instant::now();
-                    a.ampdus += 1;
-                    if a.last_release.is_some_and(|l| now_i.duration_since(l) < MERGE_GAP) {
-                        a.merged += 1;
-                    }
-                    a.last_release = Some(now_i);
-                    if a.late_us.len() < TRUTH_SAMPLES_MAX {
-                        a.late_us.push(vnow().saturating_since(d.mac_time).as_secs_f32() * 1e6);
-                    }
-                }
             }
             if let Some(a) = acc.get_mut(d.sta.0 as usize) {
-                a.mpdus += 1;
+                a.released(&d, first.then(vnow));
             }
             let slot = &mut store[d.packet.seq as usize % AP_STORE_CAP];
             if let Some((_, bytes)) = slot.take_if(|(id, _)| *id == d.packet.seq) {
                 let i = d.sta.0 as usize;
-                if tick_ns > 0 {
-                    let at = Ts(d.mac_time.as_nanos().div_ceil(tick_ns).saturating_mul(tick_ns));
-                    if held.len() == AP_STORE_CAP {
-                        held.pop_front();
-                        stats.evicted += 1;
+                match hold_until(d.mac_time, tick_ns) {
+                    Some(at) => hold(&mut held, (at, i, bytes), &mut stats),
+                    None => {
+                        let _ = socks[i].send_to(&bytes, stations[i]);
+                        stats.data_out += 1;
                     }
-                    held.push_back((at, i, bytes));
-                } else {
-                    let _ = socks[i].send_to(&bytes, stations[i]);
-                    stats.data_out += 1;
                 }
             }
         }
@@ -431,27 +365,173 @@ pub fn run_ap(
             }
         }
         if !busy {
-            let next = match (sim.poll_timeout(), held.front().map(|h| h.0)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let wait = next.map_or(Duration::from_micros(200), |t| t.saturating_since(vnow()));
-            if wait > Duration::from_micros(120) {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+            idle(sim.poll_timeout(), held.front().map(|h| h.0), vnow());
         }
     }
     if let Some(t) = truth.as_mut() {
-        for (i, a) in acc.iter_mut().enumerate() {
-            (t.on_row)(&a.finish(open_start, i as u16));
-        }
+        rows_of(t, &mut acc, open_start);
     }
     Ok(stats)
 }
 
+/// One non-blocking socket per station's listen address, with a large receive buffer.
+fn ap_sockets(
+    listen: &[std::net::SocketAddr],
+    stations: &[std::net::SocketAddr],
+    wlan: &super::ValidWlanConfig,
+) -> Result<Vec<UdpSocket>, ReplayError> {
+    if listen.len() != stations.len() || listen.len() != wlan.config().stations.len() {
+        return Err(ReplayError::Io {
+            what: "live AP: one listen address and one station address per configured station",
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        });
+    }
+    listen
+        .iter()
+        .map(|a| {
+            let s = UdpSocket::bind(a).map_err(io("binding an AP port"))?;
+            s.set_nonblocking(true).map_err(io("AP non-blocking"))?;
+            rxstamp::set_rcvbuf(&s, 8 << 20, false);
+            Ok(s)
+        })
+        .collect::<Result<_, ReplayError>>()
+}
+
+/// With a release tick (`tick_ns` > 0), the tick an MPDU emulated to end at `mac_time` leaves
+/// on; without, None: it leaves now.
+fn hold_until(mac_time: Ts, tick_ns: u64) -> Option<Ts> {
+    (tick_ns > 0).then(|| Ts(mac_time.as_nanos().div_ceil(tick_ns).saturating_mul(tick_ns)))
+}
+
+/// Hold a datagram for its tick; the oldest held is dropped (counted) when full.
+fn hold(held: &mut std::collections::VecDeque<(Ts, usize, Vec<u8>)>, h: (Ts, usize, Vec<u8>), stats: &mut ApStats) {
+    if held.len() == AP_STORE_CAP {
+        held.pop_front();
+        stats.evicted += 1;
+    }
+    held.push_back(h);
+}
+
+/// Every station's truth row of the interval starting at `start_ns`, to `t.on_row`.
+fn rows_of(t: &mut ApTruth<'_>, acc: &mut [TruthAcc], start_ns: u64) {
+    for (i, a) in acc.iter_mut().enumerate() {
+        (t.on_row)(&a.finish(start_ns, i as u16));
+    }
+}
+
+/// Where a datagram the AP received goes.
+enum Route {
+    /// Relay it to this address.
+    To(std::net::SocketAddr),
+    /// Station data from its bound sender: into the emulated WLAN.
+    Data,
+    /// Nowhere.
+    Drop,
+}
+
+/// The AP's binding of each station's sender by the handshake it relays (see [`run_ap`]):
+/// per station, the bound sender and recent hellos' sources.
+struct Binding {
+    sender: Vec<Option<std::net::SocketAddr>>,
+    hellos: Vec<std::collections::VecDeque<(Hello, std::net::SocketAddr)>>,
+}
+
+impl Binding {
+    fn new(stations: usize) -> Self {
+        Binding {
+            sender: vec![None; stations],
+            hellos: vec![std::collections::VecDeque::new(); stations],
+        }
+    }
+
+    /// Where `bytes` from `from`, arriving on station `i`'s port (the station at `station`),
+    /// go; counted in `stats`.
+    fn route(
+        &mut self,
+        i: usize,
+        from: std::net::SocketAddr,
+        station: std::net::SocketAddr,
+        bytes: &[u8],
+        stats: &mut ApStats,
+    ) -> Route {
+        let id = handshake_id(bytes);
+        if from == station {
+            return match id {
+                // The station answers a hello: back to where that hello came from.
+                Some((k @ (Kind::Cookie | Kind::HelloAck), h)) => {
+                    let Some(&(_, to)) = self.hellos[i].iter().find(|(x, _)| *x == h) else {
+                        return Route::Drop;
+                    };
+                    if k == Kind::HelloAck {
+                        if self.sender[i] != Some(to) {
+                            stats.bindings += 1;
+                        }
+                        self.sender[i] = Some(to);
+                    }
+                    Route::To(to)
+                }
+                _ => match self.sender[i] {
+                    Some(to) => {
+                        stats.feedback += 1;
+                        Route::To(to)
+                    }
+                    None => Route::Drop,
+                },
+            };
+        }
+        if let Some((Kind::Hello, h)) = id {
+            // The first source of a hello keeps it (a copy replayed from elsewhere does not
+            // take its answer).
+            if !self.hellos[i].iter().any(|(x, _)| *x == h) {
+                if self.hellos[i].len() == AP_HELLOS_KEPT {
+                    self.hellos[i].pop_front();
+                }
+                self.hellos[i].push_back((h, from));
+            }
+            stats.hellos += 1;
+            return Route::To(station);
+        }
+        if self.sender[i] != Some(from) {
+            stats.foreign += 1;
+            return Route::Drop;
+        }
+        Route::Data
+    }
+}
+
+/// Nothing to do now: sleep a little when the next event (the emulator's, or a held release)
+/// is far enough, else spin.
+fn idle(next_wlan: Option<Ts>, next_held: Option<Ts>, now: Ts) {
+    let next = match (next_wlan, next_held) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let wait = next.map_or(Duration::from_micros(200), |t| t.saturating_since(now));
+    if wait > Duration::from_micros(120) {
+        std::thread::sleep(Duration::from_micros(50));
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 impl TruthAcc {
+    /// An MPDU released; `first_at`: the virtual time now, when it is the first of its A-MPDU
+    /// (then the A-MPDU is counted, whether it follows the last one too closely to tell apart,
+    /// and how late the release was).
+    fn released(&mut self, d: &super::Delivery, first_at: Option<Ts>) {
+        if let Some(now) = first_at {
+            let now_i = Instant::now();
+            self.ampdus += 1;
+            if self.last_release.is_some_and(|l| now_i.duration_since(l) < MERGE_GAP) {
+                self.merged += 1;
+            }
+            self.last_release = Some(now_i);
+            if self.late_us.len() < TRUTH_SAMPLES_MAX {
+                self.late_us.push(now.saturating_since(d.mac_time).as_secs_f32() * 1e6);
+            }
+        }
+        self.mpdus += 1;
+    }
     /// The row of the interval starting at `start_ns`, and a fresh interval.
     fn finish(&mut self, start_ns: u64, station: u16) -> TruthRow {
         let q = |v: &mut Vec<f32>, p: f64| -> f64 {

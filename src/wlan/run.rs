@@ -257,10 +257,30 @@ pub fn run(
         }
     }
     progress(now);
-    let stats = sim.stats();
+    let stations = station_summaries(scn, &sim.stats(), &offered, &delay_sum, &max_agg);
+    RunSummary {
+        delivered: stations.iter().map(|x| x.delivered).sum(),
+        stations,
+        backhaul_dropped: backhaul.map_or(0, |b| b.dropped),
+        receiver_dropped: noise.iter().map(|n| n.dropped()).sum(),
+        receiver: scn.noise.as_ref().map(|p| p.path().clone()),
+        collisions: sim.collisions(),
+        simulated_s: now.as_secs_f64(),
+    }
+}
+
+/// Per station: what was offered and delivered, the aggregation, delay and airtime share.
+fn station_summaries(
+    scn: &ValidScenario,
+    stats: &[super::StaStats],
+    offered: &[u64],
+    delay_sum: &[f64],
+    max_agg: &[u16],
+) -> Vec<StaSummary> {
+    let s = &scn.scenario;
     let total_air: u64 = stats.iter().map(|x| x.airtime_ns).sum();
     let dur = s.duration_s;
-    let stations = stats
+    stats
         .iter()
         .enumerate()
         .map(|(i, st)| StaSummary {
@@ -289,16 +309,7 @@ pub fn run(
             },
             stats: *st,
         })
-        .collect::<Vec<_>>();
-    RunSummary {
-        delivered: stations.iter().map(|x| x.delivered).sum(),
-        stations,
-        backhaul_dropped: backhaul.map_or(0, |b| b.dropped),
-        receiver_dropped: noise.iter().map(|n| n.dropped()).sum(),
-        receiver: scn.noise.as_ref().map(|p| p.path().clone()),
-        collisions: sim.collisions(),
-        simulated_s: now.as_secs_f64(),
-    }
+        .collect::<Vec<_>>()
 }
 
 fn offered_bytes(s: &Scenario, sta: usize, packets: u64) -> f64 {

@@ -106,28 +106,7 @@ pub(crate) fn live_loop(
             )?)
         });
         // The live table, from the main thread.
-        ui.info("     t s   send Mb/s   μ_N   true μ_N   rx Mb/s   one-way ms   lost");
-        let mut shown = 0;
-        let start = std::time::Instant::now();
-        while start.elapsed() < duration + Duration::from_millis(400) {
-            std::thread::sleep(Duration::from_millis(100));
-            let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
-            let rate = rates.lock().ok().and_then(|v| v.last().map(|x| x.1)).unwrap_or(0.0);
-            let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
-            for r in reps.iter().skip(shown) {
-                ui.info(format!(
-                    "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:8.1}   {:10.2}   {:4}",
-                    r.end.saturating_since(t0).as_secs_f64(),
-                    rate,
-                    r.level(),
-                    true_level(&tr, r.start),
-                    r.rx_rate_bps / 1e6,
-                    r.owd_mean_ms.unwrap_or(f64::NAN),
-                    r.lost
-                ));
-            }
-            shown = reps.len();
-        }
+        show_table(ui, duration, t0, &reports, &rates, &truth);
         let ap_stats = ap.join().map_err(|_| anyhow::anyhow!("AP thread panicked"))??;
         rxh.join().map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
         let tx_stats = txh.join().map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
@@ -143,11 +122,55 @@ pub(crate) fn live_loop(
         ));
         Ok(())
     })?;
-    let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
     let rate_series = rates.lock().map(|v| v.clone()).unwrap_or_default();
+    let rows = live_rows(t0, &reports, &rate_series, &truth);
+    aggrate::report::write_live(out, &rows, &rate_series)?;
+    Ok(rows)
+}
+
+/// The live table on stderr while the loop runs: one line per report as it arrives.
+fn show_table(
+    ui: &Ui,
+    duration: Duration,
+    t0: aggrate::Ts,
+    reports: &Mutex<Vec<AggReport>>,
+    rates: &Mutex<Vec<(f64, f64)>>,
+    truth: &Mutex<Vec<aggrate::wlan::live::TruthRow>>,
+) {
+    ui.info("     t s   send Mb/s   μ_N   true μ_N   rx Mb/s   one-way ms   lost");
+    let mut shown = 0;
+    let start = std::time::Instant::now();
+    while start.elapsed() < duration + Duration::from_millis(400) {
+        std::thread::sleep(Duration::from_millis(100));
+        let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
+        let rate = rates.lock().ok().and_then(|v| v.last().map(|x| x.1)).unwrap_or(0.0);
+        let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
+        for r in reps.iter().skip(shown) {
+            ui.info(format!(
+                "  {:6.1}   {:9.1}   {:5.1}   {:8.1}   {:8.1}   {:10.2}   {:4}",
+                r.end.saturating_since(t0).as_secs_f64(),
+                rate,
+                r.level(),
+                true_level(&tr, r.start),
+                r.rx_rate_bps / 1e6,
+                r.owd_mean_ms.unwrap_or(f64::NAN),
+                r.lost
+            ));
+        }
+        shown = reps.len();
+    }
+}
+
+/// One row per report: its time, the send rate then, the levels, rate, delay and losses.
+fn live_rows(
+    t0: aggrate::Ts,
+    reports: &Mutex<Vec<AggReport>>,
+    rate_series: &[(f64, f64)],
+    truth: &Mutex<Vec<aggrate::wlan::live::TruthRow>>,
+) -> Vec<LiveRow> {
+    let reps = reports.lock().map(|v| v.clone()).unwrap_or_default();
     let tr = truth.lock().map(|v| v.clone()).unwrap_or_default();
-    let rows: Vec<LiveRow> = reps
-        .iter()
+    reps.iter()
         .map(|r| {
             let t = r.end.saturating_since(t0).as_secs_f64();
             let rate = rate_series.iter().rev().find(|(tt, _)| *tt <= t).map_or(0.0, |x| x.1);
@@ -162,7 +185,5 @@ pub(crate) fn live_loop(
                 lost: r.lost,
             }
         })
-        .collect();
-    aggrate::report::write_live(out, &rows, &rate_series)?;
-    Ok(rows)
+        .collect()
 }

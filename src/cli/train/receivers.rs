@@ -15,22 +15,18 @@ pub(super) fn receiver_run(
     data: &Dataset,
     how: Fitter,
 ) -> Result<Exit> {
-    use aggrate::report::receivers_md;
     use aggrate::train::verdict::{receiver_verdicts, ReceiverCriteria};
     let (names, receiver_of_group) = aggrate::train::cv::receivers_of(files, "--group-by receiver")?;
-    let mut test = vec![false; names.len()];
-    for (g, &r) in receiver_of_group.iter().enumerate().skip(trained_on) {
-        test[r as usize] = true;
-        if let Some(t) = (0..trained_on).find(|&t| receiver_of_group[t] == r) {
-            bail!(
-                "receiver {} is in the training data ({}) and in the test data ({}): a test receiver must be one \
-                 the model never saw",
-                names[r as usize],
-                files[t].path.display(),
-                files[g].path.display()
-            );
-        }
-    }
+    let test = aggrate::train::cv::test_receivers(&receiver_of_group, trained_on, names.len()).map_err(|(t, g)| {
+        let r = receiver_of_group[g] as usize;
+        anyhow::anyhow!(
+            "receiver {} is in the training data ({}) and in the test data ({}): a test receiver must be one \
+             the model never saw",
+            names[r],
+            files[t].path.display(),
+            files[g].path.display()
+        )
+    })?;
     ui.info(format!("{} receivers: {}", names.len(), names.join(", ")));
     let banks = if a.self_calibrate {
         Some(receiver_banks(ui, a, spec, files, &receiver_of_group, &names, data)?)
@@ -106,23 +102,56 @@ pub(super) fn receiver_run(
     std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
     let model_path = a.output.join(format!("{name}.json"));
     std::fs::write(&model_path, file.to_json()).with_context(|| format!("writing {}", model_path.display()))?;
+    let written = write_tables(
+        ui,
+        a,
+        (&name, &model_path, file.model.kind(), spec),
+        &criteria,
+        [(&reports, verdicts), (&tests, test_verdicts)],
+    )?;
+    let tested = if tests.is_empty() {
+        String::new()
+    } else {
+        format!(", {test_passing} of {} test receivers", tests.len())
+    };
+    ui.info(format!(
+        "{passing} of {} receivers pass{tested}; wrote {} and {}",
+        reports.len(),
+        model_path.display(),
+        list(&written)
+    ));
+    Ok(Exit::Ok)
+}
+
+/// The leave-one-receiver-out table and the test receivers' (when there are any), as Markdown
+/// (also printed), JSON, CSV and PNG; the files written.
+fn write_tables(
+    ui: &Ui,
+    a: &TrainArgs,
+    (name, model_path, kind, spec): (&str, &std::path::Path, &str, &FeatureSpec),
+    criteria: &aggrate::train::verdict::ReceiverCriteria,
+    [(trained, verdicts), (tests, test_verdicts)]: [(
+        &Vec<aggrate::train::cv::ReceiverReport>,
+        Vec<aggrate::train::verdict::ReceiverVerdict>,
+    ); 2],
+) -> Result<Vec<std::path::PathBuf>> {
     let mut written = Vec::new();
     for (stem, title, reports, verdicts) in [
-        (name.clone(), "leave one receiver out", &reports, verdicts),
+        (name.to_string(), "leave one receiver out", trained, verdicts),
         (
             format!("{name}.test"),
             "receivers in no training set (--test), each against its own CV",
-            &tests,
+            tests,
             test_verdicts,
         ),
     ] {
         if reports.is_empty() {
             continue;
         }
-        let md = receivers_md(&format!("{name}: {title}"), reports, &criteria);
+        let md = aggrate::report::receivers_md(&format!("{name}: {title}"), reports, criteria);
         let report = serde_json::json!({
             "model": name,
-            "kind": file.model.kind(),
+            "kind": kind,
             "model_file": model_path.display().to_string(),
             "spec": spec,
             "group_by": "receiver",
@@ -138,18 +167,7 @@ pub(super) fn receiver_run(
             out!("{md}");
         }
     }
-    let tested = if tests.is_empty() {
-        String::new()
-    } else {
-        format!(", {test_passing} of {} test receivers", tests.len())
-    };
-    ui.info(format!(
-        "{passing} of {} receivers pass{tested}; wrote {} and {}",
-        reports.len(),
-        model_path.display(),
-        list(&written)
-    ));
-    Ok(Exit::Ok)
+    Ok(written)
 }
 
 /// The distinct finite send rates among `rates`, ascending.
