@@ -96,6 +96,20 @@ fn run(s: &mut Sender, r: &mut Receiver, from: Ts, until: Ts) {
     }
 }
 
+/// The receiver's answers that go to the sender's address (`addr(1)`; the rest went back to an
+/// attacker) handed to the sender, then the next step: the sender's timer, 1 µs to 1 ms on.
+fn answer_and_step(s: &mut Sender, r: &mut Receiver, now: Ts) -> Ts {
+    while let Some((n, to)) = r.poll_transmit(now) {
+        if to == addr(1) {
+            let b = r.buffer()[..n].to_vec();
+            let _ = s.handle_datagram(now, 0, &b);
+        }
+    }
+    s.poll_timeout()
+        .min(now + Duration::from_millis(1))
+        .max(now + Duration::from_micros(1))
+}
+
 #[test]
 fn there_is_no_default_key_and_weak_keys_are_refused() {
     assert!(
@@ -532,16 +546,7 @@ fn attacked_loop(
             attack(now, &mut r);
             next_attack = next_attack + Duration::from_millis(1);
         }
-        while let Some((n, to)) = r.poll_transmit(now) {
-            if to == addr(1) {
-                let b = r.buffer()[..n].to_vec();
-                let _ = s.handle_datagram(now, 0, &b);
-            }
-        }
-        now = s
-            .poll_timeout()
-            .min(now + Duration::from_millis(1))
-            .max(now + Duration::from_micros(1));
+        now = answer_and_step(&mut s, &mut r, now);
     }
     (s.rate(0).mbps, *r.last_report().unwrap(), s.stats(), r.stats())
 }
@@ -685,16 +690,7 @@ fn replayed_data_is_dropped_before_the_estimator_and_the_counters() {
                 }
                 recorded.clear();
             }
-            while let Some((n, to)) = r.poll_transmit(now) {
-                if to == addr(1) {
-                    let b = r.buffer()[..n].to_vec();
-                    let _ = s.handle_datagram(now, 0, &b);
-                }
-            }
-            now = s
-                .poll_timeout()
-                .min(now + Duration::from_millis(1))
-                .max(now + Duration::from_micros(1));
+            now = answer_and_step(&mut s, &mut r, now);
         }
         assert!(replays > 1000, "{replays}");
         assert_eq!(r.stats().replayed, replays);

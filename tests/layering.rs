@@ -52,7 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("transport::io", &["rxstamp"]),
     ("livelog", &["metrics", "wlan"]),
     ("testbed", &["parallel", "wlan", "rxstamp"]),
-    ("sim", &["metrics", "wlan", "train", "phy", "transport::io"]),
+    ("sim", &["metrics", "wlan", "train"]),
     (
         "report",
         &[

@@ -93,7 +93,7 @@ pub fn replay_through_kernel(mac: &[Ts]) -> Result<Replayed, ReplayError> {
         return Err(ReplayError::TooLong(span));
     }
     let rx = rxstamp::bind(
-        "127.0.0.1:0".parse().expect("an address"),
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         &rxstamp::Options {
             read_timeout: Some(Duration::from_millis(200)),
             ..rxstamp::Options::default()
