@@ -20,6 +20,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+pub mod emulated;
+
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -51,7 +51,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("model::onnx", &["train"]),
     ("transport::io", &["rxstamp"]),
     ("livelog", &["metrics", "wlan"]),
-    ("testbed", &["parallel", "wlan", "rxstamp"]),
+    ("testbed", &["parallel", "capture", "wlan", "rxstamp"]),
     ("sim", &["metrics", "wlan", "train"]),
     (
         "report",

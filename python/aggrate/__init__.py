@@ -16,7 +16,7 @@ receiver's online estimator, and run the 802.11ac emulator::
 from ._aggrate import AggrateError, InputError, ModelError, Model, OnlineEstimator as _OnlineEstimator
 from ._aggrate import __version__
 from .calibrate import calibrate, training_likeness
-from .capture import CaptureError, read_capture, read_dataset
+from .capture import CaptureError, inspect, read_capture, read_dataset
 from .estimators import LinearSVC, LogisticRegression, ThresholdClassifier
 from .online import OnlineEstimator
 from .sim import simulate
@@ -34,6 +34,7 @@ __all__ = [
     "ThresholdClassifier",
     "__version__",
     "calibrate",
+    "inspect",
     "read_capture",
     "read_dataset",
     "receivers",

@@ -51,6 +51,29 @@ def _rate_from_name(path: str) -> Optional[float]:
         return None
 
 
+def inspect(
+    path: PathLike,
+    *,
+    port: Optional[int] = None,
+    proto: Optional[Union[str, int]] = None,
+    n_max: int = 64,
+    keep_going: bool = False,
+) -> dict:
+    """Describe a capture as ``aggrate inspect --json`` does: format, compression, link type,
+    records, the ten largest flows, 802.11 frame types, and the aggregation summary of one flow
+    (the one ``port``/``proto`` select, else the largest UDP, else TCP flow): packets, MPDUs,
+    A-MPDUs and their mean / median / largest size when the capture has ground truth, PHY rates,
+    received Mb/s. Damage stops the read and is reported in the result (``complete`` False,
+    ``error`` naming the file and byte offset) with everything read before it; a file that cannot
+    be opened raises ``InputError``.
+    """
+    if isinstance(proto, str):
+        if proto.lower() not in _PROTOS:
+            raise ValueError(f"proto {proto!r}: udp or tcp")
+        proto = _PROTOS[proto.lower()]
+    return json.loads(_aggrate.inspect(os.fspath(path), port, proto, n_max, keep_going))
+
+
 def read_capture(
     path: PathLike,
     kernel: Optional[PathLike] = None,

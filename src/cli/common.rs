@@ -2,16 +2,13 @@
 //! library call with a progress bar and says on stderr what it noticed. Commands import this
 //! (through `super::`), never each other.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use aggrate::capture::writer::CaptureWriter;
-use aggrate::testbed::{KernelPath, Testbed};
+use aggrate::testbed::KernelPath;
 use aggrate::wlan::noise::NoisePreset;
-use aggrate::wlan::run::{run, MpduFrames, RunSummary, Scenario, ValidScenario};
+use aggrate::wlan::run::{RunSummary, Scenario, ValidScenario};
 use aggrate::wlan::write;
 use aggrate::wlan::WlanConfig;
 
@@ -240,9 +237,8 @@ pub(crate) fn simulate_to(
     Ok(write::simulate_to(scn, out, Some(snaplen), &mut ByteBars::new(ui))?)
 }
 
-/// Emulate with no noise model, replay MAC times through the real kernel (loopback, or a veth
-/// testbed with `kernel`'s settings), write kernel times. The pcapng section comment records
-/// the path, what the kernel applied and how the replay went.
+/// Emulate with no noise model and take the receive times from the real kernel (loopback, or a
+/// veth testbed with `kernel`'s settings): [`aggrate::testbed::emulated::simulate_replayed`].
 pub(crate) fn simulate_replayed(
     ui: &Ui,
     mut s: Scenario,
@@ -254,82 +250,11 @@ pub(crate) fn simulate_replayed(
     s.noise = None;
     let scn = s.check().context("invalid scenario")?;
     let snaplen = snaplen_for(ui, snaplen, scn.wlan.config())?;
-    if scn.scenario.duration_s > 120.0 {
-        bail!(
-            "--kernel-replay runs in real time: duration_s = {} exceeds 120 s",
-            scn.scenario.duration_s
-        );
-    }
-    let format = write::out_format(out)?;
-    let mut ds = Vec::new();
-    let summary = run(&scn, |d, _| ds.push(*d), |_| {});
-    let n = scn.wlan.config().stations.len();
-    let paths = write::station_paths(out, n);
-    let channel = scn.wlan.config().channel_mhz;
-    let bed = match kernel {
-        Some(k) => Some(Testbed::create(k).context("setting up the veth testbed")?),
-        None => None,
-    };
-    for (sta, p) in paths.iter().enumerate() {
-        let mine: Vec<_> = ds.iter().filter(|d| d.sta.0 as usize == sta).collect();
-        ui.info(format!(
-            "sta{sta}: replaying {} packets through the kernel ({}, {:.1} s)…",
-            mine.len(),
-            kernel.map_or("loopback".to_string(), |k| k.name.clone()),
-            scn.scenario.duration_s
-        ));
-        let (host, lost, late, meta) = match (&bed, kernel) {
-            (Some(bed), Some(k)) => {
-                let ppdu: Vec<_> = mine
-                    .iter()
-                    .map(|d| (d.ppdu_start, d.mac_time, d.index, d.count))
-                    .collect();
-                let due = aggrate::testbed::schedule(k, &ppdu);
-                let rep = bed.replay(k, &due)?;
-                let meta = serde_json::json!({
-                    "receiver": k.name,
-                    "kernel_path": k,
-                    "applied": bed.applied,
-                    "lost": rep.lost,
-                    "send_errors": rep.send_errors,
-                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
-                });
-                (rep.host, rep.lost, rep.max_send_late, meta)
-            }
-            _ => {
-                let macs: Vec<aggrate::Ts> = mine.iter().map(|d| d.mac_time).collect();
-                let rep = aggrate::wlan::live::replay_through_kernel(&macs)?;
-                let meta = serde_json::json!({
-                    "receiver": "loopback",
-                    "kernel_path": "loopback",
-                    "lost": rep.lost,
-                    "max_send_late_us": rep.max_send_late.as_secs_f64() * 1e6,
-                });
-                (rep.host, rep.lost, rep.max_send_late, meta)
-            }
-        };
-        let comment = serde_json::json!({
-            "aggrate": env!("CARGO_PKG_VERSION"),
-            "seed": scn.scenario.seed,
-            "replay": meta,
-        })
-        .to_string();
-        super::ensure_parent(p)?;
-        let f = File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        let mut w = CaptureWriter::with_comment(BufWriter::new(f), format, snaplen, Some(&comment))?;
-        let mut buf = Vec::new();
-        let mut frames = MpduFrames::default();
-        for (d, h) in mine.iter().zip(&host) {
-            if let Some((at, orig)) = frames.push(d, *h, channel, snaplen as usize, &mut buf) {
-                w.write(at, &buf, orig as u32)
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
-        w.finish().with_context(|| format!("writing {}", p.display()))?;
-        ui.info(format!(
-            "sta{sta}: {lost} lost in the kernel, sender at most {:.0} µs late",
-            late.as_secs_f64() * 1e6
-        ));
-    }
-    Ok((summary, paths))
+    Ok(aggrate::testbed::emulated::simulate_replayed(
+        &scn,
+        out,
+        snaplen,
+        kernel,
+        &mut |m| ui.info(m),
+    )?)
 }

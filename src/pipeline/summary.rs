@@ -5,6 +5,7 @@
 //! histogram; later flows are still counted). Fed record by record; no IO.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -12,6 +13,9 @@ use crate::capture::dot11::FrameType;
 use crate::capture::filter::{pick_flow, FlowCounts, FlowFilter, MAX_COUNTED_FLOWS};
 use crate::capture::{FiveTuple, PacketRecord};
 use crate::label::{Dedup, FlowSummary, Labeler, SummaryBuilder, DEDUP_MAX_STREAMS};
+use crate::progress::Progress;
+
+use super::{read_records, Error, ReadStats};
 
 /// Flows summarised at most when no flow is selected; later flows are still counted.
 pub const MAX_FLOW_STATES: usize = 4096;
@@ -240,4 +244,153 @@ impl Summariser {
             caps_hit,
         }
     }
+}
+/// One flow of [`Inspection::flows`].
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowRow {
+    /// The flow, as `proto src:port > dst:port`.
+    pub flow: String,
+    /// Its packets.
+    pub packets: u64,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// A capture described: how it read and what it holds — what `aggrate inspect --json` prints
+/// and the Python package's `inspect` returns.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inspection {
+    /// The capture.
+    pub file: String,
+    /// Container (pcap, pcapng).
+    pub format: String,
+    /// Compression (none, gzip, xz).
+    pub compression: String,
+    /// Link type, named with its number.
+    pub link_type: Option<String>,
+    /// Records read (with those of undecoded link types).
+    pub records: u64,
+    /// Damaged records skipped (with `keep_going`).
+    pub damaged_skipped: u64,
+    /// Flows counted.
+    pub flows_total: usize,
+    /// The ten largest flows.
+    pub flows: Vec<FlowRow>,
+    /// The flow summarised, when chosen among the flows.
+    pub selected_flow: Option<String>,
+    /// Why these packets.
+    pub selection: String,
+    /// The packets carry A-MPDU ground truth.
+    pub ground_truth: bool,
+    /// Packets of the selected flow.
+    pub packets: u64,
+    /// MPDUs of the selected flow (fewer than packets when MPDUs carry A-MSDUs).
+    pub mpdus: u64,
+    /// A-MPDUs (with ground truth).
+    pub frames: Option<u64>,
+    /// Mean MPDUs per A-MPDU (with ground truth).
+    pub mean_agg: Option<f64>,
+    /// Median MPDUs per A-MPDU (with ground truth).
+    pub median_agg: Option<f64>,
+    /// Largest A-MPDU (with ground truth).
+    pub max_agg: Option<u16>,
+    /// PHY rates seen (b/s).
+    pub phy_rates_bps: Vec<u64>,
+    /// The selected flow's rate (Mb/s).
+    pub received_mbps: f64,
+    /// Its duration (s).
+    pub duration_s: f64,
+    /// Retransmitted duplicates dropped.
+    pub duplicates_dropped: u64,
+    /// 802.11 frames by type (records without an 802.11 header are not counted).
+    pub frame_types: FrameTypes,
+    /// Frames skipped undecoded because they cannot carry a flow (short control or management
+    /// frames, frames cut by the snap length).
+    pub frames_skipped: u64,
+    /// Records with TSFT in their radiotap header.
+    pub tsft_records: u64,
+    /// Records with A-MPDU status in their radiotap header.
+    pub ampdu_records: u64,
+    /// Caps on state that were hit (each named with its limit and what it cost).
+    pub caps_hit: Vec<String>,
+    /// Records whose timestamp fraction was ≥ 1 s, normalised as tshark does.
+    pub timestamps_fixed: u64,
+    /// Records of pcapng interfaces with link types aggrate does not decode (in `records`,
+    /// skipped).
+    pub other_link_records: u64,
+    /// False whenever reading stopped before the end of the file (also with `keep_going`).
+    pub complete: bool,
+    /// Bytes of the file not read when reading stopped early.
+    pub unread_bytes: u64,
+    /// What stopped the read, naming the file and byte offset.
+    pub error: Option<String>,
+}
+
+impl Inspection {
+    /// `path`'s read (`read`) and summary, flat.
+    pub fn of(path: &Path, read: &ReadStats, s: CaptureSummary) -> Inspection {
+        let gt = s.ground_truth;
+        let summary = s.summary.as_ref();
+        let with_gt = summary.filter(|_| gt);
+        Inspection {
+            file: path.display().to_string(),
+            format: format!("{:?}", read.format).to_lowercase(),
+            compression: format!("{:?}", read.compression).to_lowercase(),
+            link_type: read.link.map(|l| format!("{} ({})", l.name(), l.number())),
+            records: read.records + read.other_link_packets,
+            damaged_skipped: read.skipped,
+            flows_total: s.flows.len(),
+            flows: s
+                .flows
+                .iter()
+                .take(10)
+                .map(|(f, p, b)| FlowRow {
+                    flow: f.to_string(),
+                    packets: *p,
+                    bytes: *b,
+                })
+                .collect(),
+            selected_flow: s.selected.map(|f| f.to_string()),
+            selection: s.selection.clone(),
+            ground_truth: gt,
+            packets: summary.map_or(0, |s| s.packets),
+            mpdus: s.mpdus,
+            frames: with_gt.map(|s| s.frames),
+            mean_agg: with_gt.map(|s| s.mean_agg),
+            median_agg: with_gt.map(|s| s.median_agg),
+            max_agg: with_gt.map(|s| s.max_agg),
+            phy_rates_bps: summary.map(|s| s.phy_rates_bps.clone()).unwrap_or_default(),
+            received_mbps: summary.map_or(0.0, |s| s.received_mbps),
+            duration_s: summary.map_or(0.0, |s| s.duration_s),
+            duplicates_dropped: s.duplicates_dropped,
+            frame_types: s.frame_types,
+            frames_skipped: s.frames_skipped,
+            tsft_records: s.tsft_records,
+            ampdu_records: s.ampdu_records,
+            caps_hit: s.caps_hit,
+            timestamps_fixed: read.timestamps_fixed,
+            other_link_records: read.other_link_packets,
+            complete: read.damage.is_none(),
+            unread_bytes: read.unread_bytes,
+            error: read.damage.as_ref().map(|e| format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// Read `path` once and describe it ([`Summariser`] over the packets `filter` selects —
+/// `filter_words` says how it reads — A-MPDUs capped at `n_max`). Damage stops the read and is
+/// in the result (`complete`, `error`), with everything before it; with `keep_going` damaged
+/// records are skipped. The read's outcome comes back too, for the caller to judge the damage
+/// ([`ReadStats::fatal_damage`]).
+pub fn inspect(
+    path: &Path,
+    filter: FlowFilter,
+    filter_words: String,
+    n_max: u16,
+    keep_going: bool,
+    progress: &mut dyn Progress,
+) -> Result<(Inspection, ReadStats), Error> {
+    let mut sum = Summariser::new(filter, filter_words, n_max)?;
+    let read = read_records(path, keep_going, progress, |r| sum.push(r))?;
+    Ok((Inspection::of(path, &read, sum.finish()), read))
 }

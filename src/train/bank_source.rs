@@ -50,6 +50,14 @@ pub enum SourceError {
         /// Its rows.
         rows: usize,
     },
+    /// A receiver's bank cannot be made.
+    #[error("the bank for receiver {receiver}'s WLAN: {source}")]
+    Receiver {
+        /// The receiver.
+        receiver: String,
+        /// Why.
+        source: Box<SourceError>,
+    },
     /// A capture's receive times span no time, and no rate was given.
     #[error("{}: its receive times span no time; give its send rate with --rate", path.display())]
     NoSpan {
@@ -148,6 +156,66 @@ impl BankSource {
     }
 }
 
+/// The banks that self-calibrating every receiver takes: one per distinct WLAN (first seen
+/// first), made from a source with that WLAN filled in ([`BankSource::with_seen`]).
+#[derive(Clone, Debug)]
+pub struct WlanBanks {
+    /// Per bank: its WLAN, its source, its receivers (indices) and the distinct send rates of
+    /// their rows (ascending), at which it is emulated.
+    pub banks: Vec<(WlanSettings, BankSource, Vec<usize>, Vec<f64>)>,
+    /// Per receiver, its bank's index.
+    pub of_receiver: Vec<usize>,
+}
+
+impl WlanBanks {
+    /// Group receivers `names` by the WLAN `base` takes with each one's `seen` WLAN (its flow's
+    /// packet size and radiotap VHT settings, as `calibrate --no-labels` reads them); each
+    /// bank's rates are those of its receivers' rows in `data` (`receiver_of_row`).
+    pub fn group(
+        base: &BankSource,
+        names: &[String],
+        seen: &[WlanSettings],
+        data: &Dataset,
+        receiver_of_row: &dyn Fn(usize) -> Option<usize>,
+    ) -> Result<WlanBanks, SourceError> {
+        let mut banks: Vec<(WlanSettings, BankSource, Vec<usize>, Vec<f64>)> = Vec::new();
+        let mut of_receiver = Vec::with_capacity(names.len());
+        for (r, (name, seen)) in names.iter().zip(seen).enumerate() {
+            let (source, _) = base.with_seen(*seen);
+            let (manifest, _) = source.manifest().map_err(|e| SourceError::Receiver {
+                receiver: name.clone(),
+                source: Box::new(e),
+            })?;
+            let wlan = WlanSettings::of(&manifest);
+            let b = match banks.iter().position(|b| b.0 == wlan) {
+                Some(b) => b,
+                None => {
+                    banks.push((wlan, source, Vec::new(), Vec::new()));
+                    banks.len() - 1
+                }
+            };
+            banks[b].2.push(r);
+            of_receiver.push(b);
+        }
+        for (b, bank) in banks.iter_mut().enumerate() {
+            bank.3 = distinct_rates(
+                (0..data.len())
+                    .filter(|&i| receiver_of_row(i).map(|r| of_receiver[r]) == Some(b))
+                    .map(|i| data.rate_mbps[i]),
+            );
+        }
+        Ok(WlanBanks { banks, of_receiver })
+    }
+}
+
+/// The distinct finite send rates among `rates`, ascending.
+pub fn distinct_rates(rates: impl Iterator<Item = f32>) -> Vec<f64> {
+    let mut v: Vec<f64> = rates.filter(|r| r.is_finite()).map(f64::from).collect();
+    v.sort_unstable_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
 /// Each input's send rate into its rows (group g = `files[g]`): `rates` (one for all, or one per
 /// input), else the rate its name tagged the rows with, else its packet rate at `bytes` per
 /// packet. A capture too short to summarise is refused, naming it. Returns, per input whose rate
@@ -195,6 +263,41 @@ pub fn set_rates(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receivers_share_a_bank_exactly_when_their_wlans_agree() {
+        // Receivers 0 and 2 send 1500-byte packets, receiver 1 sends 600-byte ones.
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let seen = [1500, 600, 1500].map(|l| WlanSettings {
+            ip_len: Some(l),
+            ..WlanSettings::default()
+        });
+        let mut d = Dataset::new(1);
+        for (g, rate) in [(0u32, 300.0), (1, 100.0), (2, 500.0), (2, 300.0), (0, f32::NAN)] {
+            d.push(&[0.0], false, g, rate, 1);
+        }
+        let base = BankSource {
+            neighbours: 1,
+            ..BankSource::default()
+        };
+        let g = WlanBanks::group(&base, &names, &seen, &d, &|i| Some(d.group[i] as usize)).unwrap();
+        assert_eq!(g.of_receiver, [0, 1, 0]);
+        assert_eq!(g.banks.len(), 2);
+        assert_eq!(
+            (g.banks[0].2.as_slice(), g.banks[0].3.as_slice()),
+            ([0, 2].as_slice(), [300.0, 500.0].as_slice())
+        );
+        assert_eq!(
+            (g.banks[1].2.as_slice(), g.banks[1].3.as_slice()),
+            ([1].as_slice(), [100.0].as_slice())
+        );
+        assert_eq!(g.banks[0].0.ip_len, Some(1500));
+        assert_eq!(g.banks[1].0.ip_len, Some(600));
+        // A source that cannot be made names the receiver.
+        let none = BankSource::default();
+        let e = WlanBanks::group(&none, &names, &seen, &d, &|i| Some(d.group[i] as usize)).unwrap_err();
+        assert!(e.to_string().contains("receiver a"), "{e}");
+    }
 
     #[test]
     fn the_seen_wlan_fills_only_what_is_open() {

@@ -462,11 +462,75 @@ pub fn mean_distance(d: &[f64]) -> f64 {
     d.iter().sum::<f64>() / d.len() as f64
 }
 
+/// What [`Tailor::select`] chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tailored {
+    /// The nearest receivers (indices into the names) with their distances, nearest first.
+    pub near: Vec<(u32, f64)>,
+    /// The rows to fit on; `None` when the nearest lie too far ([`Tailor::admits`]) and the plain
+    /// fit stands.
+    pub keep: Option<Vec<usize>>,
+}
+
+impl Tailored {
+    /// The mean distance of the receivers chosen.
+    pub fn mean_distance(&self) -> f64 {
+        mean_distance(&self.near.iter().map(|n| n.1).collect::<Vec<_>>())
+    }
+}
+
 impl Tailor {
     /// Whether receivers whose distances to the target are `d` are near enough to tailor on
     /// (their mean within [`Tailor::max_distance`]; none, or NaN, never).
     pub fn admits(&self, d: &[f64]) -> bool {
         mean_distance(d) <= self.max_distance
+    }
+
+    /// Rank the receivers of `like_bank` by likeness to `target` (label-free:
+    /// [`super::bank::rank_receivers`]), keep the [`Tailor::receivers`] nearest of those named in
+    /// `names` that `may_train`, and — when they are near enough — the rows of `data` to fit on:
+    /// of the rows whose receiver (`receiver_of_row`) may train, the nearest's whole and one in
+    /// [`Tailor::weight`] of the others'.
+    pub fn select(
+        &self,
+        like_bank: &super::bank::Bank,
+        target: &Dataset,
+        names: &[String],
+        data: &Dataset,
+        receiver_of_row: &dyn Fn(usize) -> Option<u32>,
+        may_train: &dyn Fn(u32) -> bool,
+    ) -> Result<Tailored, super::bank::Error> {
+        let ranked = super::bank::rank_receivers(like_bank, target)?;
+        let near: Vec<(u32, f64)> = ranked
+            .iter()
+            .filter_map(|(name, d)| names.iter().position(|n| n == name).map(|i| (i as u32, *d)))
+            .filter(|&(o, _)| may_train(o))
+            .take(self.receivers.max(1))
+            .collect();
+        if !self.admits(&near.iter().map(|c| c.1).collect::<Vec<_>>()) {
+            return Ok(Tailored { near, keep: None });
+        }
+        let pool: Vec<usize> = (0..data.len())
+            .filter(|&i| receiver_of_row(i).is_some_and(may_train))
+            .collect();
+        let keep = self.keep(data, &pool, |i| {
+            receiver_of_row(i).is_some_and(|o| near.iter().any(|n| n.0 == o))
+        });
+        Ok(Tailored { near, keep: Some(keep) })
+    }
+
+    /// [`Tailor::select`] for `train --like`: the bank is `data`'s own captures grouped by
+    /// receiver (`receiver_of_group`, `names`: [`receivers_of`]), and every receiver may train.
+    pub fn select_in(
+        &self,
+        data: &Dataset,
+        receiver_of_group: &[u32],
+        names: &[String],
+        target: &Dataset,
+    ) -> Result<Tailored, super::bank::Error> {
+        let bank = super::bank::Bank::of_captures(data, receiver_of_group, names);
+        let of_row = |i: usize| receiver_of_group.get(data.group[i] as usize).copied();
+        self.select(&bank, target, names, data, &of_row, &|_| true)
     }
 
     /// Of `rows` (row indices, contiguous per capture), those kept: `near(row)` whole, the
@@ -913,25 +977,16 @@ fn tailored_model(
     model: &EstimatorModel,
     fit: Fitter,
 ) -> Result<(EstimatorModel, Vec<(String, f64)>), CvError> {
-    let ranked = super::bank::rank_receivers(like_bank, sub)?;
-    // Nearest first, among the receivers this one's model may train on.
-    let chosen: Vec<(u32, f64)> = ranked
+    let chosen = t.select(like_bank, sub, names, data, recv_of_row, may_train)?;
+    let from = chosen
+        .near
         .iter()
-        .filter_map(|(name, d)| names.iter().position(|n| n == name).map(|i| (i as u32, *d)))
-        .filter(|&(o, _)| may_train(o))
-        .take(t.receivers.max(1))
+        .map(|&(o, d)| (names[o as usize].clone(), d))
         .collect();
-    let near: Vec<u32> = chosen.iter().map(|c| c.0).collect();
-    let from = chosen.iter().map(|&(o, d)| (names[o as usize].clone(), d)).collect();
-    let m = if !t.admits(&chosen.iter().map(|c| c.1).collect::<Vec<_>>()) {
+    let m = match &chosen.keep {
         // Too far to tailor on: the held-out model stands.
-        model.clone()
-    } else {
-        let pool: Vec<usize> = (0..data.len())
-            .filter(|&i| recv_of_row(i).is_some_and(may_train))
-            .collect();
-        let keep = t.keep(data, &pool, |i| recv_of_row(i).is_some_and(|o| near.contains(&o)));
-        fit.fit(data, &RowSet::from_indices(&keep))?
+        None => model.clone(),
+        Some(keep) => fit.fit(data, &RowSet::from_indices(keep))?,
     };
     Ok((m, from))
 }

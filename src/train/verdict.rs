@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::train::cv::{ReceiverRate, ReceiverReport, Variant};
+use crate::dataset::{Dataset, RowSet};
+use crate::features::FeatureSpec;
+use crate::model::{ModelFile, TrainingSummary};
+use crate::train::bank_source::distinct_rates;
+use crate::train::cv::{CvError, Fitter, ReceiverRate, ReceiverReport, Variant};
 
 /// The leave-one-receiver-out criteria, per receiver: at every rate up to `max_rate` the model
 /// trained without the receiver is within `tol` F1 of the one trained on it (its own CV), and at
@@ -116,4 +120,78 @@ pub fn receiver_verdicts(reports: &[ReceiverReport], c: &ReceiverCriteria) -> Ve
 /// `c.max_rate` never do).
 pub fn point_fails(p: &ReceiverRate, c: &ReceiverCriteria) -> bool {
     p.rate_mbps <= c.max_rate && !c.holds(p.held_out.f1, p.own.f1)
+}
+/// A leave-one-receiver-out run, finished: the model fitted on every training receiver's rows
+/// (groups below `trained_on`; those from it on are `--test` receivers'), the reports split into
+/// training and test receivers, and the verdicts of each.
+#[derive(Debug)]
+pub struct ReceiverRun {
+    /// The final model, with what it was trained on and its verdicts in `metrics`.
+    pub file: ModelFile,
+    /// Reports of the receivers the model trained on.
+    pub reports: Vec<ReceiverReport>,
+    /// Their verdicts.
+    pub verdicts: Vec<ReceiverVerdict>,
+    /// Reports of the test receivers (in no training set).
+    pub tests: Vec<ReceiverReport>,
+    /// Their verdicts.
+    pub test_verdicts: Vec<ReceiverVerdict>,
+    /// The criteria applied.
+    pub criteria: ReceiverCriteria,
+}
+
+impl ReceiverRun {
+    /// Fit the final model with `fit` on the rows of groups below `trained_on` (the captures
+    /// `captures` name) and judge `reports` by the default criteria.
+    pub fn finish(
+        reports: Vec<ReceiverReport>,
+        data: &Dataset,
+        trained_on: usize,
+        captures: Vec<String>,
+        spec: FeatureSpec,
+        fit: Fitter,
+    ) -> Result<ReceiverRun, CvError> {
+        let trained_rows: Vec<usize> = (0..data.len())
+            .filter(|&i| (data.group[i] as usize) < trained_on)
+            .collect();
+        let model = fit.fit(data, &RowSet::from_indices(&trained_rows))?;
+        let criteria = ReceiverCriteria::default();
+        let (tests, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|r| r.test);
+        let verdicts = receiver_verdicts(&reports, &criteria);
+        let test_verdicts = receiver_verdicts(&tests, &criteria);
+        let mut file = ModelFile::new(
+            spec,
+            model,
+            TrainingSummary {
+                rows: trained_rows.len() as u64,
+                positives: trained_rows.iter().filter(|&&i| data.y[i]).count() as u64,
+                captures,
+                rates_mbps: distinct_rates(trained_rows.iter().map(|&i| data.rate_mbps[i])),
+            },
+        );
+        file.metrics = serde_json::json!({
+            "group_by": "receiver",
+            "receivers": reports.iter().map(|r| &r.receiver).collect::<Vec<_>>(),
+            "receivers_passing": verdicts.iter().filter(|v| v.pass).count(),
+            "criteria": criteria,
+        });
+        if !tests.is_empty() {
+            file.metrics["test_receivers"] = tests.iter().map(|r| r.receiver.clone()).collect::<Vec<_>>().into();
+            file.metrics["test_receivers_passing"] = test_verdicts.iter().filter(|v| v.pass).count().into();
+        }
+        Ok(ReceiverRun {
+            file,
+            reports,
+            verdicts,
+            tests,
+            test_verdicts,
+            criteria,
+        })
+    }
+
+    /// Receivers the model trained on that pass, and test receivers that pass.
+    pub fn passing(&self) -> (usize, usize) {
+        let n = |v: &[ReceiverVerdict]| v.iter().filter(|v| v.pass).count();
+        (n(&self.verdicts), n(&self.test_verdicts))
+    }
 }

@@ -126,3 +126,24 @@ def test_a_dataset_folder_reads_with_receivers_and_kernel_logs(tmp_path, emulate
     empty.mkdir()
     with pytest.raises(aggrate.InputError, match="no captures"):
         aggrate.read_dataset(empty)
+
+
+def test_inspect_equals_the_cli_and_reports_damage_with_its_offset(sample, emulated, aggrate_bin, tmp_path):
+    cli = subprocess.run([aggrate_bin, "-q", "inspect", "--json", str(sample)], check=True, capture_output=True, text=True)
+    import json
+
+    assert aggrate.inspect(sample) == json.loads(cli.stdout)
+    got = aggrate.inspect(emulated)
+    assert got["ground_truth"] and got["complete"] and got["error"] is None
+    assert got["frames"] > 0 and abs(got["mean_agg"] * got["frames"] - got["mpdus"]) <= 64
+    # Damage stops the read: what came before it is described, the error names the offset.
+    data = emulated.read_bytes()
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(data[: len(data) // 2])
+    half = aggrate.inspect(cut)
+    assert not half["complete"] and str(cut) in half["error"] and "offset" in half["error"]
+    assert 0 < half["packets"] < got["packets"]
+    with pytest.raises(aggrate.InputError, match="nothing.pcap"):
+        aggrate.inspect(tmp_path / "nothing.pcap")
+    with pytest.raises(ValueError):
+        aggrate.inspect(sample, proto="icmp")

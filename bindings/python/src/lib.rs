@@ -767,6 +767,36 @@ fn simulate(py: Python<'_>, output: PathBuf, scenario: &str) -> PyResult<(String
     Ok((serde_json::to_string(&summary).unwrap_or_default(), paths))
 }
 
+/// Describe a capture as `aggrate inspect --json` does: its format, flows, frame types and the
+/// aggregation summary of one flow (the one `port`/`proto` select, else the largest UDP, else TCP
+/// flow). Returns JSON. A capture that cannot be opened raises `InputError`; damage stops the
+/// read and is in the result (`complete`, `error`, naming the byte offset).
+#[pyfunction]
+#[pyo3(signature = (path, port=None, proto=None, n_max=64, keep_going=false))]
+fn inspect(
+    py: Python<'_>,
+    path: PathBuf,
+    port: Option<u16>,
+    proto: Option<u8>,
+    n_max: u16,
+    keep_going: bool,
+) -> PyResult<String> {
+    let filter = FlowFilter {
+        port,
+        proto,
+        ..FlowFilter::default()
+    };
+    let words = [port.map(|p| format!("port {p}")), proto.map(|p| format!("proto {p}"))]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (report, _) = py
+        .detach(|| aggrate::pipeline::summary::inspect(&path, filter, words, n_max, keep_going, &mut NoProgress))
+        .map_err(|e| InputError::new_err(chain(&e)))?;
+    serde_json::to_string(&report).map_err(|e| AggrateError::new_err(e.to_string()))
+}
+
 /// The Rust half of the `aggrate` Python package.
 #[pymodule]
 fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -778,6 +808,7 @@ fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layout, m)?)?;
     m.add_function(wrap_pyfunction!(receiver_of, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_class::<PyModel>()?;
     m.add_class::<PyEstimator>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
