@@ -12,8 +12,10 @@
 //! The aggregation-target sender is the transport itself: its sans-IO [`Sender`] (which owns the
 //! `AirtimeSplit`) paces the stations and one [`Receiver`] per station runs the estimator,
 //! exchanging real datagrams (session handshake, HMAC tags, feedback reports) — data through the
-//! emulated WLAN, hellos and feedback over the feedback delay. The Cubic baseline has no wire
-//! format: its acknowledgements are events.
+//! emulated WLAN, hellos and feedback over the feedback delay. The Cubic baseline paces through
+//! the same [`Pacer`](crate::control::Pacer) as the `Sender` (its window counts packets in flight
+//! there), so the two differ only in their controller; it has no wire format: its
+//! acknowledgements are events.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

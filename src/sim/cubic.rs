@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::control::{Controller, Rate};
+use crate::control::{Controller, Pacer, Rate};
 use crate::runtime::AggReport;
 use crate::time::Ts;
 use crate::wlan::Packet;
@@ -102,15 +102,15 @@ impl Controller for CubicController {
     }
 }
 
-/// The baseline sender: its controller, and per station the pacing clock, the packets sent and
-/// in flight, and the acknowledgements on their way back.
+/// The baseline sender: its controller and the transport's [`Pacer`] (pacing clock and packets
+/// in flight per station, as the real [`Sender`](crate::transport::Sender) paces), the packets
+/// sent, and the acknowledgements on their way back.
 pub(super) struct Baseline {
     ctl: CubicController,
+    pacer: Pacer,
     packet_len: u16,
     /// Packets sent per station (the last sequence number).
     seq: Vec<u64>,
-    next_send: Vec<Ts>,
-    inflight: Vec<u64>,
     /// Acknowledgements in flight: (arrival at the sender, station, the receiver saw a gap).
     acks: VecDeque<(Ts, usize, bool)>,
 }
@@ -124,34 +124,25 @@ impl Baseline {
                 rtt,
                 packet_len,
             },
+            // A window-blocked station whose turn has passed sends as soon as it may, and paces
+            // from then: no credit for the time its window held it.
+            pacer: Pacer::new(n, Ts::ZERO, Duration::ZERO),
             packet_len,
             seq: vec![0; n],
-            next_send: vec![Ts::ZERO; n],
-            inflight: vec![0; n],
             acks: VecDeque::new(),
         }
     }
 
-    /// The next station whose window lets it send, and when (never before `clock`): the earliest,
-    /// the lowest station first at equal times.
+    /// The next station whose window lets it send, and when (never before `clock`).
     pub(super) fn next_send(&self, clock: Ts) -> Option<(Ts, usize)> {
-        let mut best: Option<(Ts, usize)> = None;
-        for i in 0..self.seq.len() {
-            // A window-blocked sender whose turn has passed sends as soon as it may: never in
-            // the past.
-            let at = self.next_send[i].max(clock);
-            if self.ctl.may_send(i, self.inflight[i]) && best.is_none_or(|(b, _)| at < b) {
-                best = Some((at, i));
-            }
-        }
-        best
+        self.pacer.next_due(clock, &self.ctl, |_| true)
     }
 
     /// Station `sta` sends its next packet at `now`.
     pub(super) fn send(&mut self, now: Ts, sta: usize) -> Packet {
         self.seq[sta] += 1;
-        self.inflight[sta] += 1;
-        self.next_send[sta] = now + self.ctl.pacing_rate(sta).interval(self.packet_len as u32);
+        self.pacer
+            .sent(sta, now, self.ctl.pacing_rate(sta), self.packet_len as u32);
         Packet {
             seq: self.seq[sta] as u32,
             len: self.packet_len,
@@ -173,7 +164,7 @@ impl Baseline {
     /// The next acknowledgement arrives at `now`.
     pub(super) fn on_ack(&mut self, now: Ts) {
         if let Some((_, sta, lost)) = self.acks.pop_front() {
-            self.inflight[sta] = self.inflight[sta].saturating_sub(1);
+            self.pacer.acked(sta);
             self.ctl.on_ack(now, sta, lost);
         }
     }
@@ -184,8 +175,8 @@ impl Baseline {
     pub(super) fn forget_lost(&mut self, received: impl Iterator<Item = (u64, u64)>) {
         for (i, (expect_seq, queued)) in received.enumerate() {
             let outstanding = self.seq[i].saturating_sub(expect_seq);
-            if self.inflight[i] > outstanding + queued + 64 {
-                self.inflight[i] = outstanding + queued;
+            if self.pacer.inflight(i) > outstanding + queued + 64 {
+                self.pacer.set_inflight(i, outstanding + queued);
             }
         }
     }

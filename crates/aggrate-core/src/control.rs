@@ -546,6 +546,76 @@ pub trait Controller {
     }
 }
 
+/// Per-station pacing clocks and in-flight counts: when each station may send next at its
+/// controller's pacing rate, and which station goes next. The transport's [`Sender`] and the
+/// virtual loop's loss-based baseline pace through this one type, so that they differ only in
+/// their [`Controller`].
+///
+/// A station sends at its scheduled time; the next is scheduled one packet's interval at the
+/// pacing rate after it, from the scheduled time rather than from a late wake-up (so waking late
+/// does not lower the rate), but a station later than `max_credit` starts afresh from now (no
+/// burst to catch up). Of the stations due, the one scheduled earliest goes first (the lowest
+/// at equal times).
+///
+/// [`Sender`]: crate::transport::Sender
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    next: Vec<Ts>,
+    inflight: Vec<u64>,
+    max_credit: Duration,
+}
+
+impl Pacer {
+    /// `n` stations, each first due at `start`; lateness up to `max_credit` is made up.
+    pub fn new(n: usize, start: Ts, max_credit: Duration) -> Pacer {
+        Pacer {
+            next: vec![start; n],
+            inflight: vec![0; n],
+            max_credit,
+        }
+    }
+
+    /// The station to send next and when (never before `clock`): among those `ctl` lets send
+    /// with their packets in flight and that are `ready`, the one scheduled earliest.
+    pub fn next_due(&self, clock: Ts, ctl: &dyn Controller, ready: impl Fn(usize) -> bool) -> Option<(Ts, usize)> {
+        (0..self.next.len())
+            .filter(|&i| ready(i) && ctl.may_send(i, self.inflight[i]))
+            .min_by_key(|&i| self.next[i])
+            .map(|i| (self.next[i].max(clock), i))
+    }
+
+    /// Station `i` sent a packet of `bytes` at `now` (at or after its time), paced at `rate`.
+    pub fn sent(&mut self, i: usize, now: Ts, rate: Rate, bytes: u32) {
+        let base = if now.saturating_since(self.next[i]) > self.max_credit {
+            now
+        } else {
+            self.next[i]
+        };
+        self.next[i] = base + rate.interval(bytes);
+        self.inflight[i] += 1;
+    }
+
+    /// When station `i` is next due.
+    pub fn next(&self, i: usize) -> Ts {
+        self.next[i]
+    }
+
+    /// One of station `i`'s packets left the flight (acknowledged).
+    pub fn acked(&mut self, i: usize) {
+        self.inflight[i] = self.inflight[i].saturating_sub(1);
+    }
+
+    /// Station `i`'s packets in flight.
+    pub fn inflight(&self, i: usize) -> u64 {
+        self.inflight[i]
+    }
+
+    /// Set station `i`'s packets in flight (losses found otherwise than by acknowledgement).
+    pub fn set_inflight(&mut self, i: usize, n: u64) {
+        self.inflight[i] = n;
+    }
+}
+
 impl Controller for AirtimeSplit {
     fn on_reports(&mut self, now: Ts, reports: &[AggReport]) {
         AirtimeSplit::on_reports(self, now, reports);
@@ -568,6 +638,54 @@ impl Controller for AirtimeSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window of two packets at 12 Mb/s (1,500 bytes: 1 ms apart).
+    struct Window;
+    impl Controller for Window {
+        fn on_reports(&mut self, _: Ts, _: &[AggReport]) {}
+        fn on_silence(&mut self, _: Ts, _: Duration) {}
+        fn on_ack(&mut self, _: Ts, _: usize, _: bool) {}
+        fn wants_acks(&self) -> bool {
+            true
+        }
+        fn may_send(&self, _: usize, inflight: u64) -> bool {
+            inflight < 2
+        }
+        fn rate(&self, _: usize) -> Rate {
+            Rate { mbps: 12.0 }
+        }
+    }
+
+    #[test]
+    fn the_pacer_makes_up_lateness_within_its_credit_and_serves_the_earliest_first() {
+        let ms = |m: u64| Ts(m * 1_000_000);
+        let r = Rate { mbps: 12.0 };
+        let mut p = Pacer::new(2, ms(0), Duration::from_millis(2));
+        // Both due at 0: station 0 first; then station 1, still due at 0 though sent at 0.5 ms.
+        assert_eq!(p.next_due(ms(0), &Window, |_| true), Some((ms(0), 0)));
+        p.sent(0, ms(0), r, 1500);
+        assert_eq!(p.next_due(ms(0), &Window, |_| true), Some((ms(0), 1)));
+        p.sent(1, Ts(500_000), r, 1500);
+        // Paced from the scheduled time: station 1 is due at 1 ms, not 1.5.
+        assert_eq!((p.next(0), p.next(1)), (ms(1), ms(1)));
+        // Both windows are full: nobody may send until an acknowledgement.
+        p.sent(0, ms(1), r, 1500);
+        p.sent(1, ms(1), r, 1500);
+        assert_eq!(p.next_due(ms(5), &Window, |_| true), None);
+        p.acked(1);
+        assert_eq!(p.inflight(1), 1);
+        assert_eq!(p.next_due(ms(5), &Window, |_| true), Some((ms(5), 1)));
+        // 3 ms late, more than the 2 ms of credit: paced afresh from now.
+        p.sent(1, ms(5), r, 1500);
+        assert_eq!(p.next(1), ms(6));
+        // 1 ms late, within it: from the scheduled time.
+        p.acked(1);
+        p.sent(1, ms(7), r, 1500);
+        assert_eq!(p.next(1), ms(7));
+        // `ready` leaves a station out.
+        p.set_inflight(0, 0);
+        assert_eq!(p.next_due(ms(0), &Window, |i| i == 0), Some((ms(2), 0)));
+    }
 
     fn report(level: f64, packets: u64, lost: u64, rx_mbps: f64) -> AggReport {
         AggReport {

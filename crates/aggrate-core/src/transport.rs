@@ -31,7 +31,7 @@ pub mod wire;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::control::{AirtimeSplit, PiParams, Rate};
+use crate::control::{AirtimeSplit, Controller as _, Pacer, PiParams, Rate};
 use crate::runtime::{AggReport, OnlineEstimator, RxPacket};
 use crate::time::Ts;
 use wire::{
@@ -117,7 +117,6 @@ impl Bucket {
 
 struct Station {
     seq: u64,
-    next_send: Ts,
     last_number: Option<u32>,
     latest: Option<AggReport>,
     keys: Option<SessionKeys>,
@@ -136,6 +135,8 @@ pub struct Sender {
     payload: usize,
     n_max: f64,
     split: AirtimeSplit,
+    /// Each station's pacing clock (datagrams are never in flight: not acknowledged).
+    pacer: Pacer,
     stations: Vec<Station>,
     buf: Vec<u8>,
     interval: Duration,
@@ -190,7 +191,6 @@ impl Sender {
             let n = nonce(&mut rng);
             st.push(Station {
                 seq: 0,
-                next_send: now,
                 last_number: None,
                 latest: None,
                 keys: None,
@@ -216,6 +216,7 @@ impl Sender {
             payload,
             n_max: 64.0,
             split: AirtimeSplit::new(control, stations)?,
+            pacer: Pacer::new(stations, now, interval),
             stations: st,
             buf: Vec::with_capacity(wire::DATA_HEADER_LEN + payload),
             interval,
@@ -288,23 +289,21 @@ impl Sender {
                 }
             }
         }
-        let i = (0..self.stations.len())
-            .filter(|&i| self.stations[i].keys.is_some() && self.stations[i].next_send <= now)
-            .min_by_key(|&i| self.stations[i].next_send)?;
+        let stations = &self.stations;
+        let (at, i) = self
+            .pacer
+            .next_due(now, &self.split, |i| stations[i].keys.is_some())
+            .filter(|&(at, _)| at <= now)?;
         let len = self.datagram_len();
-        let rate = self.split.rate(i);
+        let rate = self.split.pacing_rate(i);
         let s = &mut self.stations[i];
         let keys = s.keys.as_ref()?;
         s.seq = s.seq.checked_add(1)?;
         wire::emit_data(&mut self.buf, keys, &Data { seq: s.seq, sent: now }, self.payload);
-        // Pace from the scheduled time, not from `now`, so late wake-ups do not lower the rate
-        // (but never bank more than one interval of credit).
-        let base = if now.saturating_since(s.next_send) > self.interval {
-            now
-        } else {
-            s.next_send
-        };
-        s.next_send = base + rate.interval((len + 28) as u32);
+        // Paced from the scheduled time, so late wake-ups do not lower the rate; at most one
+        // report interval of credit. Datagrams are not acknowledged: nothing stays in flight.
+        self.pacer.sent(i, at, rate, (len + 28) as u32);
+        self.pacer.acked(i);
         self.stats.sent += 1;
         Some(Transmit { station: i, len })
     }
@@ -312,12 +311,12 @@ impl Sender {
     /// When to call again: the next send, hello or silence check.
     pub fn poll_timeout(&self) -> Ts {
         let mut t = self.next_silence_check;
-        for s in &self.stations {
+        for (i, s) in self.stations.iter().enumerate() {
             if let Some((_, at)) = &s.hello {
                 t = t.min(*at);
             }
             if s.keys.is_some() {
-                t = t.min(s.next_send);
+                t = t.min(self.pacer.next(i));
             }
         }
         t
