@@ -15,6 +15,7 @@ command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)   # the C ABI test
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || missing+=(ethtool)
+command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)    # kernel TCP through the testbed
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive

@@ -20,6 +20,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+pub mod compare;
+pub mod downlink;
 pub mod emulated;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -252,6 +254,14 @@ pub enum Error {
     /// The schedule is too long to replay in real time.
     #[error("replay of {0:.1} s refused: at most 120 s of real time")]
     TooLong(f64),
+    /// A tool or kernel feature the run needs is missing.
+    #[error("{what} is missing: {fix}")]
+    Missing {
+        /// What.
+        what: String,
+        /// What to install or do.
+        fix: String,
+    },
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {

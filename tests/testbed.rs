@@ -191,3 +191,134 @@ fn simulate_records_the_kernel_path_in_the_capture() {
     assert!(!o.status.success());
     assert!(common::text(&o).1.contains("gro"), "{}", common::text(&o).1);
 }
+
+/// The emulated downlink: `stations` stations at the given MCS, 1 stream, 80 MHz.
+fn downlink_wlan(mcs: &[u8]) -> aggrate::wlan::ValidWlanConfig {
+    use aggrate::wlan::config::StationConfig;
+    aggrate::wlan::WlanConfig {
+        stations: mcs
+            .iter()
+            .map(|&mcs| StationConfig {
+                mcs,
+                nss: 1,
+                bw_mhz: 80,
+                ..StationConfig::default()
+            })
+            .collect(),
+        queue_limit: 1000,
+        ..aggrate::wlan::WlanConfig::default()
+    }
+    .check()
+    .unwrap()
+}
+
+/// Processes still running in a namespace.
+fn pids_in(ns: &str) -> String {
+    let o = std::process::Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use aggrate::testbed::compare::tcp_run;
+    use aggrate::testbed::downlink::Downlink;
+    // One station at MCS 9 (433 Mb/s PHY), then two at MCS 9 and 4 (433 and 195).
+    let d = Downlink::up(1).unwrap();
+    let names = ours();
+    assert!(
+        names.contains(&d.ap_ns) && names.contains(&d.station_ns[0]),
+        "{names:?}"
+    );
+    let r = tcp_run(&d, &downlink_wlan(&[9]), "cubic", 3, 1).unwrap();
+    for ns in [&d.server_ns, &d.ap_ns, &d.station_ns[0]] {
+        assert_eq!(pids_in(ns), "", "processes left in {ns}");
+    }
+    let f = &r.flows[0];
+    // Cubic fills the AP's FIFO: a rate below the PHY's, full A-MPDUs, a standing queue.
+    assert!(f.goodput_mbps > 150.0 && f.goodput_mbps < 433.0, "{f:?}");
+    assert!(f.true_level > 40.0 && f.true_level <= 64.0, "{f:?}");
+    assert!(f.delay_ms.p50 > 2.0 && f.delay_ms.p50 <= f.delay_ms.p99, "{f:?}");
+    assert!(f.packets > 10_000 && f.retransmits.is_some(), "{f:?}");
+    assert!(r.release_p99_us.is_finite(), "{r:?}");
+    let gone = [d.server_ns.clone(), d.ap_ns.clone(), d.station_ns[0].clone()];
+    drop(d);
+    let left = ours();
+    assert!(gone.iter().all(|n| !left.contains(n)), "{left:?}");
+
+    let d = Downlink::up(2).unwrap();
+    let r = tcp_run(&d, &downlink_wlan(&[9, 4]), "bbr", 3, 2).unwrap();
+    assert_eq!(r.flows.len(), 2);
+    let share: f64 = r.flows.iter().map(|f| f.ampdu_share).sum();
+    assert!((share - 1.0).abs() < 1e-9, "{r:?}");
+    for f in &r.flows {
+        assert!(f.goodput_mbps > 20.0 && f.packets > 1000, "{f:?}");
+    }
+    // Together below what the faster station would get alone.
+    assert!(r.flows.iter().map(|f| f.goodput_mbps).sum::<f64>() < 433.0, "{r:?}");
+}
+
+#[test]
+fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "testbed",
+            "run",
+            "--senders",
+            "cubic",
+            "--duration",
+            "2",
+            "-o",
+            "tb",
+        ],
+    );
+    assert!(out.status.success(), "{}", common::text(&out).1);
+    let md = std::fs::read_to_string(dir.path().join("tb/testbed.md")).unwrap();
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| tcp-cubic | 0 |")).collect();
+    assert_eq!(rows.len(), 1, "{md}");
+    let header = md.lines().find(|l| l.starts_with("| sender")).unwrap();
+    assert_eq!(rows[0].matches('|').count(), header.matches('|').count(), "{md}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("tb/testbed.json")).unwrap()).unwrap();
+    assert!(
+        json["runs"][0]["flows"][0]["goodput_mbps"].as_f64().unwrap() > 50.0,
+        "{json}"
+    );
+    // The child's namespaces carry its pid: none of any aggrate process is left.
+    let left: Vec<String> = Testbed::namespaces().into_iter().filter(|n| n.contains("-w")).collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    let out = common::aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "testbed",
+            "run",
+            "--senders",
+            "nosuchcc",
+            "--duration",
+            "2",
+            "-o",
+            "tb2",
+        ],
+    );
+    let err = common::text(&out).1;
+    assert!(
+        !out.status.success() && err.contains("nosuchcc") && err.contains("cubic"),
+        "{err}"
+    );
+    assert!(!dir.path().join("tb2").exists());
+}

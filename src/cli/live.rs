@@ -206,6 +206,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
             on_row: &mut on_row,
         }),
         release_tick: Duration::from_micros(a.release_tick_us),
+        on_release: None,
     };
     let s = aggrate::wlan::live::run_ap(
         &listen,

@@ -32,6 +32,7 @@ mod progress;
 mod sim;
 mod simulate;
 mod sweep;
+mod testbed;
 mod tool;
 mod train;
 
@@ -94,6 +95,10 @@ pub(crate) enum Command {
     Join(join::JoinArgs),
     /// Closed loop on a virtual clock: sender → emulated WLAN → estimator → controller.
     Sim(sim::SimArgs),
+    /// Real-kernel testbed (root): the emulated downlink between network namespaces; kernel TCP
+    /// through it.
+    #[command(subcommand)]
+    Testbed(testbed::TestbedCommand),
     /// Run the whole job on the embedded sample capture (the README's main command).
     Demo(demo::DemoArgs),
     /// Helper tools (capture repetition for benchmarks).
@@ -222,6 +227,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Export(a) => export::run(&ui, a),
         Command::Eval(a) => eval::run(&ui, a),
         Command::Calibrate(a) => calibrate::run(&ui, a),
+        Command::Testbed(c) => testbed::run(&ui, c),
         Command::Tool(t) => tool::run(&ui, t),
     }
 }

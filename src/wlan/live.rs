@@ -231,6 +231,8 @@ pub struct ApOptions<'a> {
     /// driver, USB bus intervals), made at the AP because a veth pair has no such stage. The
     /// truth counts A-MPDUs as the emulator sends them.
     pub release_tick: Duration,
+    /// Called with every packet released to a station (how long it stayed in the AP).
+    pub on_release: Option<&'a mut dyn FnMut(&Released)>,
 }
 
 /// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
@@ -263,15 +265,98 @@ pub fn run_ap(
     stop: &AtomicBool,
     opts: ApOptions<'_>,
 ) -> Result<ApStats, ReplayError> {
+    let mut port = UdpPort {
+        socks: ap_sockets(listen, stations, &wlan)?,
+        stations: stations.to_vec(),
+        binding: Binding::new(stations.len()),
+        at: 0,
+    };
+    Ok(run_ap_on(&mut port, wlan, seed, duration, stop, opts))
+}
+
+/// Where a live AP's packets come from and go: per station, data in (from the sender's side)
+/// and out (to the station). A port handles its own control traffic; the AP loop sees only
+/// the data that enters the emulated WLAN.
+pub trait ApPort {
+    /// The next data packet waiting for some station, copied into `buf`: (station, length);
+    /// `None` when nothing waits. Counts what it drops or relays in `stats`.
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)>;
+    /// Release `bytes` to station `i`.
+    fn send(&mut self, i: usize, bytes: &[u8]);
+}
+
+/// The UDP port of [`run_ap`]: one socket per station, the handshake binding its sender.
+struct UdpPort {
+    socks: Vec<UdpSocket>,
+    stations: Vec<std::net::SocketAddr>,
+    binding: Binding,
+    /// The socket being drained.
+    at: usize,
+}
+
+impl ApPort for UdpPort {
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)> {
+        while self.at < self.socks.len() {
+            let i = self.at;
+            match self.socks[i].recv_from(buf) {
+                Ok((n, from)) => match self.binding.route(i, from, self.stations[i], &buf[..n], stats) {
+                    Route::To(to) => {
+                        let _ = self.socks[i].send_to(&buf[..n], to);
+                    }
+                    Route::Drop => {}
+                    Route::Data => return Some((i, n)),
+                },
+                Err(_) => self.at += 1,
+            }
+        }
+        // Every socket drained: start over on the next call.
+        self.at = 0;
+        None
+    }
+
+    fn send(&mut self, i: usize, bytes: &[u8]) {
+        let _ = self.socks[i].send_to(bytes, self.stations[i]);
+    }
+}
+
+/// A packet released to a station, for [`ApOptions::on_release`].
+#[derive(Clone, Copy, Debug)]
+pub struct Released {
+    /// Station.
+    pub station: usize,
+    /// Bytes.
+    pub len: usize,
+    /// When it entered the AP, on the run's clock (time since the AP started).
+    pub arrived: Duration,
+    /// How long it stayed in the AP (queue and air time, and a release tick's hold).
+    pub held: Duration,
+    /// For the first packet of an A-MPDU: how late the AP released the burst after its
+    /// emulated end time (the host's share of the timing, not the WLAN's).
+    pub late: Option<Duration>,
+}
+
+/// The live AP's loop over any [`ApPort`]: each data packet is queued in the
+/// [`WlanSim`](super::WlanSim) at its arrival time and released to its station in bursts at
+/// the emulated A-MPDU end times (see [`run_ap`]), until `duration` passes or `stop` is set.
+pub fn run_ap_on(
+    port: &mut dyn ApPort,
+    wlan: super::ValidWlanConfig,
+    seed: u64,
+    duration: Duration,
+    stop: &AtomicBool,
+    opts: ApOptions<'_>,
+) -> ApStats {
     let ApOptions {
         mut truth,
         release_tick,
+        mut on_release,
     } = opts;
+    let n_sta = wlan.config().stations.len();
     let tick_ns = release_tick.as_nanos() as u64;
-    // Datagrams waiting for their tick: (release time, station, bytes); bounded like the store.
-    let mut held: std::collections::VecDeque<(Ts, usize, Vec<u8>)> = std::collections::VecDeque::new();
+    // Packets waiting for their tick: (release time, station, arrival, bytes); bounded like the
+    // store.
+    let mut held: std::collections::VecDeque<Held> = std::collections::VecDeque::new();
     use rand::SeedableRng;
-    let socks = ap_sockets(listen, stations, &wlan)?;
     let mut sim = super::WlanSim::new(wlan, rand_chacha::ChaCha8Rng::seed_from_u64(seed));
     let start = Instant::now();
     // CLOCK_REALTIME at `start`: the truth's intervals sit on the receivers' grid.
@@ -280,48 +365,44 @@ pub fn run_ap(
         .map_or(0, |d| d.as_nanos() as u64);
     let vnow = || Ts(start.elapsed().as_nanos() as u64);
     let step = truth.as_ref().map_or(1, |t| t.interval.as_nanos().max(1) as u64);
-    let mut acc: Vec<TruthAcc> = vec![TruthAcc::default(); stations.len()];
+    let mut acc: Vec<TruthAcc> = vec![TruthAcc::default(); n_sta];
     let mut open_start = (real0 / step) * step;
-    // A ring indexed by packet id: bounded whatever the emulator drops.
-    let mut store: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
-    store.resize_with(AP_STORE_CAP, || None);
-    let mut next_id = 0u32;
-    let mut binding = Binding::new(stations.len());
+    let mut store = Store::new();
     let mut stats = ApStats::default();
     let mut buf = vec![0u8; 65_536];
     let mut last_ref = u32::MAX;
+    let mut release =
+        |port: &mut dyn ApPort, i: usize, arrived: Ts, due: Option<Ts>, bytes: &[u8], stats: &mut ApStats| {
+            // Released when handed over (a TUN write runs the kernel's forwarding path, and more).
+            let now = on_release.is_some().then(vnow);
+            port.send(i, bytes);
+            stats.data_out += 1;
+            if let (Some(f), Some(now)) = (on_release.as_mut(), now) {
+                f(&Released {
+                    station: i,
+                    len: bytes.len(),
+                    arrived: Duration::from_nanos(arrived.as_nanos()),
+                    held: now.saturating_since(arrived),
+                    late: due.map(|t| now.saturating_since(t)),
+                });
+            }
+        };
     while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
         let mut busy = false;
-        for (i, s) in socks.iter().enumerate() {
-            while let Ok((n, from)) = s.recv_from(&mut buf) {
-                busy = true;
-                match binding.route(i, from, stations[i], &buf[..n], &mut stats) {
-                    Route::To(to) => {
-                        let _ = s.send_to(&buf[..n], to);
-                        continue;
-                    }
-                    Route::Drop => continue,
-                    Route::Data => {}
-                }
-                stats.data_in += 1;
-                let now = vnow();
-                sim.handle_timeout(now);
-                next_id = next_id.wrapping_add(1);
-                let pkt = super::Packet {
-                    seq: next_id,
-                    len: (n + 28).min(u16::MAX as usize) as u16,
-                    sent: now,
-                };
-                if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
-                    let slot = &mut store[next_id as usize % AP_STORE_CAP];
-                    if slot.is_some() {
-                        stats.evicted += 1;
-                    }
-                    *slot = Some((next_id, buf[..n].to_vec()));
-                } else {
-                    stats.dropped += 1;
-                }
+        // A bounded batch in, then the releases that fell due: a sender's burst of a thousand
+        // packets must not hold back A-MPDUs whose end time has come.
+        let mut batch = 0;
+        while batch < RECV_BATCH {
+            let Some((i, n)) = port.recv(&mut buf, &mut stats) else {
+                break;
+            };
+            batch += 1;
+            busy = true;
+            if i >= n_sta {
+                stats.foreign += 1;
+                continue;
             }
+            store.admit(&mut sim, vnow(), i, &buf[..n], &mut stats);
         }
         let now = vnow();
         if sim.poll_timeout().is_some_and(|t| t <= now) {
@@ -344,23 +425,18 @@ pub fn run_ap(
             if let Some(a) = acc.get_mut(d.sta.0 as usize) {
                 a.released(&d, first.then(vnow));
             }
-            let slot = &mut store[d.packet.seq as usize % AP_STORE_CAP];
-            if let Some((_, bytes)) = slot.take_if(|(id, _)| *id == d.packet.seq) {
+            if let Some((arrived, bytes)) = store.take(d.packet.seq) {
                 let i = d.sta.0 as usize;
                 match hold_until(d.mac_time, tick_ns) {
-                    Some(at) => hold(&mut held, (at, i, bytes), &mut stats),
-                    None => {
-                        let _ = socks[i].send_to(&bytes, stations[i]);
-                        stats.data_out += 1;
-                    }
+                    Some(at) => hold(&mut held, (at, i, arrived, bytes), &mut stats),
+                    None => release(port, i, arrived, first.then_some(d.mac_time), &bytes, &mut stats),
                 }
             }
         }
         let now = vnow();
         while held.front().is_some_and(|h| h.0 <= now) {
-            if let Some((_, i, bytes)) = held.pop_front() {
-                let _ = socks[i].send_to(&bytes, stations[i]);
-                stats.data_out += 1;
+            if let Some((_, i, arrived, bytes)) = held.pop_front() {
+                release(port, i, arrived, None, &bytes, &mut stats);
                 busy = true;
             }
         }
@@ -371,7 +447,57 @@ pub fn run_ap(
     if let Some(t) = truth.as_mut() {
         rows_of(t, &mut acc, open_start);
     }
-    Ok(stats)
+    stats
+}
+
+/// The packets the emulator holds, by id: a ring, bounded whatever the emulator drops.
+struct Store {
+    slots: Vec<Option<(u32, Ts, Vec<u8>)>>,
+    next_id: u32,
+}
+
+impl Store {
+    fn new() -> Store {
+        let mut slots = Vec::new();
+        slots.resize_with(AP_STORE_CAP, || None);
+        Store { slots, next_id: 0 }
+    }
+
+    /// A packet for station `i` arrived `now`: into the emulator's queue (or dropped at a full
+    /// one, counted), its bytes kept until the emulator releases it.
+    fn admit<R: rand::Rng>(
+        &mut self,
+        sim: &mut super::WlanSim<R>,
+        now: Ts,
+        i: usize,
+        bytes: &[u8],
+        stats: &mut ApStats,
+    ) {
+        stats.data_in += 1;
+        sim.handle_timeout(now);
+        self.next_id = self.next_id.wrapping_add(1);
+        let pkt = super::Packet {
+            seq: self.next_id,
+            len: (bytes.len() + 28).min(u16::MAX as usize) as u16,
+            sent: now,
+        };
+        if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
+            let slot = &mut self.slots[self.next_id as usize % AP_STORE_CAP];
+            if slot.is_some() {
+                stats.evicted += 1;
+            }
+            *slot = Some((self.next_id, now, bytes.to_vec()));
+        } else {
+            stats.dropped += 1;
+        }
+    }
+
+    /// The arrival time and bytes of packet `seq`, if still kept.
+    fn take(&mut self, seq: u32) -> Option<(Ts, Vec<u8>)> {
+        self.slots[seq as usize % AP_STORE_CAP]
+            .take_if(|(id, _, _)| *id == seq)
+            .map(|(_, at, b)| (at, b))
+    }
 }
 
 /// One non-blocking socket per station's listen address, with a large receive buffer.
@@ -403,8 +529,14 @@ fn hold_until(mac_time: Ts, tick_ns: u64) -> Option<Ts> {
     (tick_ns > 0).then(|| Ts(mac_time.as_nanos().div_ceil(tick_ns).saturating_mul(tick_ns)))
 }
 
-/// Hold a datagram for its tick; the oldest held is dropped (counted) when full.
-fn hold(held: &mut std::collections::VecDeque<(Ts, usize, Vec<u8>)>, h: (Ts, usize, Vec<u8>), stats: &mut ApStats) {
+/// Most packets the AP takes in before it releases what fell due.
+const RECV_BATCH: usize = 32;
+
+/// A packet held for its tick: (release time, station, arrival, bytes).
+type Held = (Ts, usize, Ts, Vec<u8>);
+
+/// Hold a packet for its tick; the oldest held is dropped (counted) when full.
+fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStats) {
     if held.len() == AP_STORE_CAP {
         held.pop_front();
         stats.evicted += 1;

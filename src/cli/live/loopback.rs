@@ -62,6 +62,7 @@ pub(crate) fn live_loop(
                         on_row: &mut keep,
                     }),
                     release_tick: Duration::ZERO,
+                    on_release: None,
                 },
             )
         });

@@ -1,0 +1,236 @@
+//! `aggrate testbed`: the emulated 802.11ac downlink between network namespaces (root).
+//! `up` serves it until Ctrl-C for anything a user runs through it, `run` compares senders on
+//! it one after the other, `down` removes what a killed run left.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::testbed::compare::{tcp_run, SenderRun};
+use aggrate::testbed::downlink::Downlink;
+use aggrate::wlan::config::StationConfig;
+use aggrate::wlan::{ValidWlanConfig, WlanConfig};
+
+use super::progress::Ui;
+use super::Exit;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum TestbedCommand {
+    /// Set the downlink up and serve it until Ctrl-C (prints the namespaces and addresses).
+    Up(TestbedArgs),
+    /// Run the senders one after the other through the downlink; write a table.
+    Run(RunArgs),
+    /// Remove namespaces left by a testbed whose process was killed.
+    Down,
+}
+
+/// The emulated downlink.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct TestbedArgs {
+    /// Stations, one namespace each.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) stations: usize,
+    /// VHT MCS per station; one value applies to all.
+    #[arg(long, value_delimiter = ',', default_values_t = [9u8])]
+    pub(crate) mcs: Vec<u8>,
+    /// Spatial streams. One by default: 433 Mb/s at MCS 9 / 80 MHz keeps two cores ahead of
+    /// the emulated AP (its release error is reported).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) nss: u8,
+    /// Channel width (MHz).
+    #[arg(long, default_value_t = 80)]
+    pub(crate) bw: u32,
+    /// The AP's FIFO per station (packets).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) queue: usize,
+    /// Seed of the emulator's random streams.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) bed: TestbedArgs,
+    /// Senders, in turn: kernel TCP congestion controls (iperf3 -C).
+    #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string()])]
+    pub(crate) senders: Vec<String>,
+    /// Seconds per sender.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) duration: u32,
+    /// Output directory (testbed.md, testbed.json).
+    #[arg(short, long, default_value = "testbed")]
+    pub(crate) output: PathBuf,
+}
+
+impl TestbedArgs {
+    /// The emulated WLAN.
+    fn wlan(&self) -> Result<ValidWlanConfig> {
+        let mcs = super::mcs_per_station(&self.mcs, self.stations)?;
+        let cfg = WlanConfig {
+            stations: mcs
+                .iter()
+                .map(|&mcs| StationConfig {
+                    mcs,
+                    nss: self.nss,
+                    bw_mhz: self.bw,
+                    ..StationConfig::default()
+                })
+                .collect(),
+            queue_limit: self.queue,
+            ..WlanConfig::default()
+        };
+        Ok(cfg.check()?)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "VHT MCS {} × {} SS, {} MHz, FIFO of {} packets per station",
+            self.mcs.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("/"),
+            self.nss,
+            self.bw,
+            self.queue
+        )
+    }
+}
+
+/// SIGINT and SIGTERM set the flag (instead of ending the process), so that what was set up
+/// is removed.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+    }
+    Ok(stop)
+}
+
+pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
+    match c {
+        TestbedCommand::Down => {
+            let n = aggrate::testbed::cleanup_stale();
+            ui.info(format!("removed {n} namespace(s) left by killed runs"));
+            Ok(Exit::Ok)
+        }
+        TestbedCommand::Up(a) => up(ui, a),
+        TestbedCommand::Run(a) => compare(ui, a),
+    }
+}
+
+fn up(ui: &Ui, a: TestbedArgs) -> Result<Exit> {
+    let wlan = a.wlan()?;
+    let stop = stop_on_signals()?;
+    let d = Downlink::up(a.stations).context("setting the testbed up")?;
+    let ap = d.serve(
+        wlan,
+        a.seed,
+        Duration::from_secs(u32::MAX as u64),
+        stop.clone(),
+        Box::new(|_| {}),
+    )?;
+    println!("server  {}  (ip netns exec {} …)", d.server_ip, d.server_ns);
+    for (i, ns) in d.station_ns.iter().enumerate() {
+        println!("sta{i}    {}  (ip netns exec {ns} …)", d.station_ip[i]);
+    }
+    ui.info(format!("serving {} until Ctrl-C", a.describe()));
+    let (stats, _) = ap.join().map_err(|_| anyhow::anyhow!("the AP thread panicked"))??;
+    ui.info(format!(
+        "AP: {} packets in, {} out, {} dropped at a full queue, {} A-MPDUs; removing the testbed",
+        stats.data_in, stats.data_out, stats.dropped, stats.ampdus
+    ));
+    Ok(Exit::Ok)
+}
+
+fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
+    if a.senders.is_empty() {
+        bail!("--senders: at least one");
+    }
+    if !(1..=3600).contains(&a.duration) {
+        bail!("--duration {}: 1..=3600 s", a.duration);
+    }
+    for cc in &a.senders {
+        aggrate::testbed::compare::check_tcp(cc)?;
+    }
+    let wlan = a.bed.wlan()?;
+    let stop = stop_on_signals()?;
+    let d = Downlink::up(a.bed.stations).context("setting the testbed up")?;
+    let mut runs: Vec<SenderRun> = Vec::new();
+    for cc in &a.senders {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted: the testbed was removed");
+        }
+        ui.info(format!("tcp-{cc}: {} s through {}…", a.duration, a.bed.describe()));
+        let r = tcp_run(&d, &wlan, cc, a.duration, a.bed.seed).with_context(|| format!("tcp-{cc}"))?;
+        if r.cpu_bound {
+            ui.warn(format!(
+                "tcp-{cc}: the AP released bursts up to {:.0} µs late (p99): the host, not the WLAN, set the timing{}",
+                r.release_p99_us,
+                steal_note(&r)
+            ));
+        }
+        runs.push(r);
+    }
+    drop(d);
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let md = markdown(&a, &runs);
+    print!("{md}");
+    let md_path = a.output.join("testbed.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    let json_path = a.output.join("testbed.json");
+    let json = serde_json::json!({
+        "wlan": a.bed.describe(),
+        "duration_s": a.duration,
+        "runs": runs,
+    });
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    ui.info(format!("wrote {} and {}", md_path.display(), json_path.display()));
+    Ok(Exit::Ok)
+}
+
+/// The hypervisor's share of the AP's core, when it took any.
+fn steal_note(r: &SenderRun) -> String {
+    match r.ap_core_steal {
+        Some(s) if s >= 0.005 => format!(
+            " (the hypervisor took {:.1}% of the AP's core: a virtual machine's vCPU is not always running)",
+            s * 100.0
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The table: one row per sender and station.
+fn markdown(a: &RunArgs, runs: &[SenderRun]) -> String {
+    let mut s = format!(
+        "Testbed: {}; {} s per sender. Delay: time in the AP (queue + air) per packet.\n\n\
+         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans | true level | A-MPDU share | AP drops | release p99 µs | AP core steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        a.bed.describe(),
+        a.duration
+    );
+    for r in runs {
+        for f in &r.flows {
+            s += &format!(
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} | {} | {:.0}{} | {} |\n",
+                f.sender,
+                f.station,
+                f.goodput_mbps,
+                f.delay_ms.mean,
+                f.delay_ms.p50,
+                f.delay_ms.p95,
+                f.delay_ms.p99,
+                f.retransmits.map_or("–".to_string(), |r| r.to_string()),
+                f.true_level,
+                f.ampdu_share,
+                r.ap_dropped,
+                r.release_p99_us,
+                if r.cpu_bound { " (late)" } else { "" },
+                r.ap_core_steal
+                    .map_or("–".to_string(), |s| format!("{:.1}%", s * 100.0))
+            );
+        }
+    }
+    s
+}

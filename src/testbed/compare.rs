@@ -1,0 +1,380 @@
+//! Senders side by side through one emulated downlink ([`Downlink`]): the kernel's TCP with a
+//! chosen congestion control (`iperf3 -C cubic|bbr`, one flow per station), measured the same
+//! way for every sender — goodput at the receiver, the time each packet spent in the AP (its
+//! queue and the air: the one-way delay the downlink adds, on one clock), retransmissions, the
+//! AP's true aggregation level and how late it released its bursts.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::downlink::Downlink;
+use super::{run, Error};
+use crate::wlan::live::Released;
+use crate::wlan::ValidWlanConfig;
+
+/// Delay percentiles (ms).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct DelayMs {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl DelayMs {
+    /// Of the values counted in `h` (its unit: `h.step`); NaN for none.
+    pub fn of(h: &Histogram, scale: f64) -> DelayMs {
+        DelayMs {
+            mean: h.mean() * scale,
+            p50: h.quantile(0.5) * scale,
+            p95: h.quantile(0.95) * scale,
+            p99: h.quantile(0.99) * scale,
+        }
+    }
+}
+
+/// Counts of values in equal bins from 0 (the last bin holds everything beyond): fixed memory,
+/// no allocation per value — the AP's thread records into it for every packet it releases.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    /// Bin width.
+    pub step: f64,
+    bins: Vec<u64>,
+    sum: f64,
+    n: u64,
+}
+
+impl Histogram {
+    /// `bins` bins of width `step`.
+    pub fn new(step: f64, bins: usize) -> Histogram {
+        Histogram {
+            step,
+            bins: vec![0; bins.max(1)],
+            sum: 0.0,
+            n: 0,
+        }
+    }
+    /// Count `x` (negative counts as 0).
+    pub fn add(&mut self, x: f64) {
+        let x = x.max(0.0);
+        let last = self.bins.len() - 1;
+        self.bins[((x / self.step) as usize).min(last)] += 1;
+        self.sum += x;
+        self.n += 1;
+    }
+    /// Values counted.
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+    /// None counted.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+    /// Mean (NaN for none).
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            f64::NAN
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+    /// The `q` quantile, as the middle of its bin (NaN for none).
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.n == 0 {
+            return f64::NAN;
+        }
+        let rank = ((self.n - 1) as f64 * q.clamp(0.0, 1.0)).round() as u64;
+        let mut seen = 0;
+        for (i, &c) in self.bins.iter().enumerate() {
+            seen += c;
+            if seen > rank {
+                return (i as f64 + 0.5) * self.step;
+            }
+        }
+        (self.bins.len() as f64 - 0.5) * self.step
+    }
+}
+
+/// One sender's row toward one station.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowRow {
+    /// The sender (`tcp-cubic`, `tcp-bbr`).
+    pub sender: String,
+    /// Station.
+    pub station: usize,
+    /// Goodput at the receiver (Mb/s).
+    pub goodput_mbps: f64,
+    /// Time in the AP per packet: its queue and air time (ms).
+    pub delay_ms: DelayMs,
+    /// Retransmitted segments (TCP).
+    pub retransmits: Option<u64>,
+    /// Packets released to the station.
+    pub packets: u64,
+    /// The AP's true mean aggregation level (MPDUs per A-MPDU).
+    pub true_level: f64,
+    /// Share of the A-MPDUs of all stations.
+    pub ampdu_share: f64,
+}
+
+/// One run of one sender: its rows and the AP's counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct SenderRun {
+    /// Per station.
+    pub flows: Vec<FlowRow>,
+    /// Packets the AP dropped at a full queue.
+    pub ap_dropped: u64,
+    /// Largest 99th percentile of the AP's release error over the run's intervals (µs): above
+    /// [`RELEASE_P99_LIMIT_US`] the host, not the emulated WLAN, set the timing.
+    pub release_p99_us: f64,
+    /// The release error exceeded the limit.
+    pub cpu_bound: bool,
+    /// Share of the AP's core (core 0) that the hypervisor took during the run (steal time,
+    /// `/proc/stat`): on a virtual machine, the usual reason for a late burst.
+    pub ap_core_steal: Option<f64>,
+}
+
+/// Core 0's (steal, total) ticks from `/proc/stat`.
+fn core0_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu0 "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest ticks are within user).
+    Some((*v.get(7)?, v.iter().take(8).sum()))
+}
+
+/// The steal share of core 0 between two readings.
+fn steal_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
+    let ((s0, t0), (s1, t1)) = (a?, b?);
+    (t1 > t0).then(|| s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+}
+
+/// Release error (p99) above which a run is flagged.
+pub const RELEASE_P99_LIMIT_US: f64 = 100.0;
+
+/// Delay bins: 10 µs up to 2 s.
+const DELAY_BIN_MS: f64 = 0.01;
+const DELAY_BINS: usize = 200_000;
+/// Release error bins: 1 µs up to 100 ms.
+const LATE_BINS: usize = 100_000;
+
+/// A child process killed and reaped on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Check that `iperf3` runs and that the kernel offers congestion control `cc` (loading its
+/// module if need be): a clear error naming what to install or do otherwise.
+pub fn check_tcp(cc: &str) -> Result<(), Error> {
+    if Command::new("iperf3").arg("--version").output().is_err() {
+        return Err(Error::Missing {
+            what: "iperf3".into(),
+            fix: "install it: apt-get install iperf3".into(),
+        });
+    }
+    let avail = |f: &str| std::fs::read_to_string(f).unwrap_or_default();
+    let offered = |cc: &str| {
+        avail("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .split_whitespace()
+            .any(|c| c == cc)
+    };
+    if !offered(cc) {
+        let _ = Command::new("modprobe").arg(format!("tcp_{cc}")).output();
+    }
+    if !offered(cc) {
+        return Err(Error::Missing {
+            what: format!("TCP congestion control `{cc}`"),
+            fix: format!(
+                "the kernel offers: {} (load tcp_{cc} with modprobe, or choose one of those)",
+                avail("/proc/sys/net/ipv4/tcp_available_congestion_control").trim()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Run kernel TCP with congestion control `cc` from the server to every station (one iperf3
+/// flow each) for `secs`, through the AP emulating `wlan`.
+pub fn tcp_run(d: &Downlink, wlan: &ValidWlanConfig, cc: &str, secs: u32, seed: u64) -> Result<SenderRun, Error> {
+    check_tcp(cc)?;
+    let n = d.station_ip.len();
+    // Per station the delays (ms); last, the release errors (µs).
+    let mut hists = vec![Histogram::new(DELAY_BIN_MS, DELAY_BINS); n];
+    hists.push(Histogram::new(1.0, LATE_BINS));
+    let delays: Arc<Mutex<Vec<Histogram>>> = Arc::new(Mutex::new(hists));
+    let sink = delays.clone();
+    let on_release = Box::new(move |r: &Released| {
+        if let Ok(mut h) = sink.lock() {
+            if let Some(h) = h.get_mut(r.station) {
+                h.add(r.held.as_secs_f64() * 1e3);
+            }
+            if let (Some(late), Some(h)) = (r.late, h.last_mut()) {
+                h.add(late.as_secs_f64() * 1e6);
+            }
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let limit = Duration::from_secs(secs as u64 + 30);
+    let ticks0 = core0_ticks();
+    let ap = d.serve(wlan.clone(), seed, limit, stop.clone(), on_release)?;
+    let result = tcp_flows(d, cc, secs);
+    let ap_core_steal = steal_share(ticks0, core0_ticks());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served = ap.join().map_err(|_| Error::Io {
+        what: "the AP thread",
+        source: std::io::Error::other("panicked"),
+    })??;
+    let reports = result?;
+    let (stats, truth) = served;
+    let delays = std::mem::take(&mut *delays.lock().map_err(|_| Error::Io {
+        what: "the AP's delays",
+        source: std::io::Error::other("poisoned"),
+    })?);
+    let mut per_sta = vec![(0u64, 0u64); n];
+    for r in &truth {
+        if let Some(t) = per_sta.get_mut(r.station as usize) {
+            t.0 += r.ampdus;
+            t.1 += r.mpdus;
+        }
+    }
+    let total_ampdus: u64 = per_sta.iter().map(|t| t.0).sum();
+    let release_p99_us = delays.last().map_or(f64::NAN, |h| h.quantile(0.99));
+    let flows = reports
+        .into_iter()
+        .enumerate()
+        .map(|(i, (goodput_mbps, retransmits))| FlowRow {
+            sender: format!("tcp-{cc}"),
+            station: i,
+            goodput_mbps,
+            delay_ms: DelayMs::of(&delays[i], 1.0),
+            retransmits,
+            packets: per_sta[i].1,
+            true_level: per_sta[i].1 as f64 / per_sta[i].0.max(1) as f64,
+            ampdu_share: per_sta[i].0 as f64 / total_ampdus.max(1) as f64,
+        })
+        .collect();
+    Ok(SenderRun {
+        flows,
+        ap_dropped: stats.dropped,
+        release_p99_us,
+        cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
+        ap_core_steal,
+    })
+}
+
+/// One iperf3 flow per station for `secs`; per station (goodput Mb/s, retransmissions).
+fn tcp_flows(d: &Downlink, cc: &str, secs: u32) -> Result<Vec<(f64, Option<u64>)>, Error> {
+    let mut servers = Vec::new();
+    for ns in &d.station_ns {
+        let child = d
+            .command(ns, "iperf3")
+            .args(["-s", "-p", "5201"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(super::io("starting iperf3 -s"))?;
+        servers.push(Reaped(child));
+        wait_listening(ns)?;
+    }
+    let mut clients = Vec::new();
+    for ip in &d.station_ip {
+        clients.push(client(d, &ip.to_string(), cc, secs)?);
+    }
+    let mut out = Vec::new();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        // Until the client ends (iperf3 stops itself after `secs`, or fails at once).
+        let mut text = String::new();
+        if let Some(o) = c.0.stdout.as_mut() {
+            let _ = o.read_to_string(&mut text);
+        }
+        let j: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Command {
+            cmd: format!("iperf3 -c {} -C {cc}", d.station_ip[i]),
+            status: "unreadable output".into(),
+            stderr: e.to_string(),
+        })?;
+        if let Some(e) = j["error"].as_str() {
+            return Err(Error::Command {
+                cmd: format!("iperf3 -c {} -C {cc}", d.station_ip[i]),
+                status: "failed".into(),
+                stderr: e.to_string(),
+            });
+        }
+        let end = &j["end"];
+        out.push((
+            end["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6,
+            end["sum_sent"]["retransmits"].as_u64(),
+        ));
+    }
+    drop(servers);
+    Ok(out)
+}
+
+/// Start an iperf3 client in the server's namespace toward `ip` (whose server listens).
+fn client(d: &Downlink, ip: &str, cc: &str, secs: u32) -> Result<Reaped, Error> {
+    let child = d
+        .command(&d.server_ns, "iperf3")
+        .args(["-c", ip, "-p", "5201", "-J", "-C", cc, "-t"])
+        .arg(secs.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(super::io("starting iperf3 -c"))?;
+    Ok(Reaped(child))
+}
+
+/// Wait (at most 5 s) until something listens on TCP port 5201 in `ns`.
+fn wait_listening(ns: &str) -> Result<(), Error> {
+    for _ in 0..100 {
+        if run("ip", &["netns", "exec", ns, "ss", "-Hltn", "sport = :5201"]).is_ok_and(|o| !o.trim().is_empty()) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Error::Command {
+        cmd: format!("ip netns exec {ns} iperf3 -s"),
+        status: "not listening after 5 s".into(),
+        stderr: String::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_percentiles_are_of_the_counted_values() {
+        let mut h = Histogram::new(1.0, 200);
+        for x in (1..=100).rev() {
+            h.add(x as f64);
+        }
+        h.add(1e9);
+        let d = DelayMs::of(&h, 2.0);
+        // Bin middles, scaled; the outlier lands in the last bin.
+        assert_eq!((d.p50, d.p95, d.p99), (103.0, 193.0, 201.0));
+        assert_eq!(h.quantile(1.0), 199.5);
+        assert!(DelayMs::of(&Histogram::new(1.0, 10), 1.0).p99.is_nan());
+    }
+
+    #[test]
+    fn steal_is_a_share_of_the_ticks_between_readings() {
+        assert_eq!(steal_share(Some((10, 1000)), Some((60, 2000))), Some(0.05));
+        assert_eq!(steal_share(Some((10, 1000)), Some((10, 1000))), None);
+        assert_eq!(steal_share(None, Some((10, 1000))), None);
+        // This machine's /proc/stat reads.
+        let (steal, total) = core0_ticks().unwrap();
+        assert!(steal <= total && total > 0);
+    }
+}

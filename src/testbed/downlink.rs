@@ -1,0 +1,421 @@
+//! The emulated 802.11ac downlink between network namespaces (root only): any IP traffic from a
+//! server to a station crosses the [`WlanSim`](crate::wlan::WlanSim) in real time, so the
+//! kernel's TCP (Cubic, BBR: `iperf3`) and aggrate's own transport meet the same bottleneck.
+//!
+//! [`Downlink::up`] makes namespaces `…-srv`, `…-ap` and one `…-sK` per station, joined by
+//! veth pairs (server–AP, AP–station K), with addresses and routes, and in `…-ap` a TUN device.
+//! A policy rule sends what arrives from the server for a station into the TUN device; the AP
+//! loop ([`run_ap_on`]) reads it, queues it in the emulator's per-station FIFO at its arrival
+//! time, and writes it back to the TUN device at the emulated A-MPDU end times, whence the
+//! kernel forwards it to the station. The uplink (TCP ACKs, feedback) is forwarded by the
+//! kernel directly: it does not take airtime here.
+//!
+//! Segmentation offloads are off on the server's side, so every packet is one MPDU. Dropping the
+//! [`Downlink`] deletes the namespaces (links go with them), also when a panic unwinds;
+//! [`super::cleanup_stale`] removes those of a process that was killed.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{enter, is_root, ns_write, pin, run, Error, NEXT};
+use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow};
+use crate::wlan::ValidWlanConfig;
+
+/// Most stations a downlink carries.
+pub const MAX_STATIONS: usize = 8;
+
+/// What an AP run returns: its counters, and its truth per station and 100 ms interval (at
+/// most [`TRUTH_ROWS_MAX`] rows; the first ones are kept).
+pub type Served = (ApStats, Vec<TruthRow>);
+
+/// Most truth rows an AP run keeps (an hour of 100 ms intervals for 8 stations).
+pub const TRUTH_ROWS_MAX: usize = 36_000 * MAX_STATIONS;
+
+/// Name of the TUN device in the AP's namespace.
+const TUN: &str = "agtun";
+
+/// Namespaces, links and the TUN device of one emulated downlink; torn down on drop.
+#[derive(Debug)]
+pub struct Downlink {
+    /// The server's namespace (the senders run here).
+    pub server_ns: String,
+    /// The AP's namespace.
+    pub ap_ns: String,
+    /// Each station's namespace (the receivers run here).
+    pub station_ns: Vec<String>,
+    /// The server's address.
+    pub server_ip: Ipv4Addr,
+    /// Each station's address.
+    pub station_ip: Vec<Ipv4Addr>,
+    /// The station-side device in each station's namespace.
+    pub station_dev: Vec<String>,
+    made: Vec<String>,
+}
+
+impl Drop for Downlink {
+    fn drop(&mut self) {
+        for ns in self.made.drain(..).rev() {
+            let _ = run("ip", &["netns", "del", &ns]);
+        }
+    }
+}
+
+impl Downlink {
+    /// Make the namespaces, links, routes and TUN device for `stations` stations.
+    pub fn up(stations: usize) -> Result<Downlink, Error> {
+        if !(1..=MAX_STATIONS).contains(&stations) {
+            return Err(Error::Setting {
+                field: "stations",
+                value: stations.to_string(),
+                allowed: "1..=8",
+            });
+        }
+        if !is_root() {
+            return Err(Error::NotRoot);
+        }
+        super::cleanup_stale();
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let base = format!("aggrate-{pid}-w{k}");
+        let net = (k % 250) as u8;
+        let mut d = Downlink {
+            server_ns: format!("{base}-srv"),
+            ap_ns: format!("{base}-ap"),
+            station_ns: (0..stations).map(|i| format!("{base}-s{i}")).collect(),
+            server_ip: Ipv4Addr::new(10, 214, net, 1),
+            station_ip: (0..stations)
+                .map(|i| Ipv4Addr::new(10, 215 + i as u8, net, 2))
+                .collect(),
+            station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
+            made: Vec::new(),
+        };
+        let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
+            .into_iter()
+            .chain(d.station_ns.iter().cloned())
+            .collect();
+        for ns in all {
+            run("ip", &["netns", "add", &ns])?;
+            d.made.push(ns.clone());
+            run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
+            // No IPv6: neighbour discovery and router solicitations would cross the AP too.
+            run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &ns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                ],
+            )?;
+        }
+        let (srv, ap) = (d.server_ns.clone(), d.ap_ns.clone());
+        // Server – AP.
+        let gw = Ipv4Addr::new(10, 214, net, 2);
+        link(
+            &srv,
+            "srv0",
+            &format!("{}/24", d.server_ip),
+            &ap,
+            "ap0",
+            &format!("{gw}/24"),
+        )?;
+        run("ip", &["-n", &srv, "route", "add", "default", "via", &gw.to_string()])?;
+        // One MPDU per packet: no super-packets from the server's stack.
+        run(
+            "ip",
+            &[
+                "netns", "exec", &srv, "ethtool", "-K", "srv0", "tso", "off", "gso", "off", "gro", "off",
+            ],
+        )?;
+        // The AP forwards; packets it writes back into the TUN device come from the server's
+        // subnet on another interface than the route back to it: no reverse-path filter.
+        for kv in [
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.conf.all.rp_filter=0",
+            "net.ipv4.conf.default.rp_filter=0",
+        ] {
+            run("ip", &["netns", "exec", &ap, "sysctl", "-qw", kv])?;
+        }
+        run("ip", &["-n", &ap, "tuntap", "add", "dev", TUN, "mode", "tun"])?;
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ap,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{TUN}.rp_filter=0"),
+            ],
+        )?;
+        run("ip", &["-n", &ap, "link", "set", TUN, "up"])?;
+        run(
+            "ip",
+            &["-n", &ap, "rule", "add", "iif", "ap0", "lookup", "100", "pref", "100"],
+        )?;
+        for i in 0..stations {
+            let sta = d.station_ns[i].clone();
+            let ap_side = Ipv4Addr::new(10, 215 + i as u8, net, 1);
+            let ap_dev = format!("ap{}", i + 1);
+            link(
+                &ap,
+                &ap_dev,
+                &format!("{ap_side}/24"),
+                &sta,
+                &d.station_dev[i],
+                &format!("{}/24", d.station_ip[i]),
+            )?;
+            run(
+                "ip",
+                &["-n", &sta, "route", "add", "default", "via", &ap_side.to_string()],
+            )?;
+            // What the server sends a station goes through the emulator first.
+            let subnet = format!("10.{}.{net}.0/24", 215 + i);
+            run("ip", &["-n", &ap, "route", "add", &subnet, "dev", TUN, "table", "100"])?;
+        }
+        d.steer_off_core0()?;
+        Ok(d)
+    }
+
+    /// The AP's thread keeps core 0 to itself: what the kernel does for the packets (the
+    /// forwarding, the station's TCP and its ACK, the server's TCP that then sends more) runs
+    /// on the other cores, steered there from every device (RPS), as do the processes that
+    /// [`Downlink::command`] starts.
+    fn steer_off_core0(&self) -> Result<(), Error> {
+        let Some(mask) = others_mask() else {
+            return Ok(());
+        };
+        let mut devs = vec![
+            (self.server_ns.clone(), "srv0".to_string()),
+            (self.ap_ns.clone(), "ap0".to_string()),
+            (self.ap_ns.clone(), TUN.to_string()),
+        ];
+        for (i, ns) in self.station_ns.iter().enumerate() {
+            devs.push((self.ap_ns.clone(), format!("ap{}", i + 1)));
+            devs.push((ns.clone(), self.station_dev[i].clone()));
+        }
+        for (ns, dev) in devs {
+            ns_write(
+                &ns,
+                &format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus"),
+                &format!("{mask:x}"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A command run in namespace `ns` (one of this downlink's), off the AP's core.
+    pub fn command(&self, ns: &str, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        match others_mask() {
+            Some(mask) => c.args(["taskset", &format!("{mask:x}"), program]),
+            None => c.arg(program),
+        };
+        c
+    }
+
+    /// Run the emulated AP on the TUN device in a thread of the AP's namespace until `stop` is
+    /// set (or `limit` passes): `wlan` must configure one station per station of the downlink.
+    /// The thread returns the AP's counters and truth ([`Served`]); `on_release` hears every
+    /// packet released.
+    pub fn serve(
+        &self,
+        wlan: ValidWlanConfig,
+        seed: u64,
+        limit: Duration,
+        stop: Arc<AtomicBool>,
+        mut on_release: Box<dyn FnMut(&Released) + Send>,
+    ) -> Result<std::thread::JoinHandle<Result<Served, Error>>, Error> {
+        if wlan.config().stations.len() != self.station_ip.len() {
+            return Err(Error::Setting {
+                field: "wlan.stations",
+                value: wlan.config().stations.len().to_string(),
+                allowed: "one per station of the downlink",
+            });
+        }
+        let ap = self.ap_ns.clone();
+        let stations = self.station_ip.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || -> Result<Served, Error> {
+            // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
+            let _ = nix::sys::prctl::set_timerslack(1);
+            realtime();
+            pin(0);
+            let opened = enter(&ap).and_then(|()| open_tun(TUN));
+            let tun = match opened {
+                Ok(t) => {
+                    let _ = ready_tx.send(Ok(()));
+                    t
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let mut port = TunPort {
+                tun,
+                stations,
+                short_writes: 0,
+            };
+            let mut truth = Vec::new();
+            let mut on_row = |r: &TruthRow| {
+                if truth.len() < TRUTH_ROWS_MAX {
+                    truth.push(*r);
+                }
+            };
+            let opts = ApOptions {
+                truth: Some(ApTruth {
+                    interval: Duration::from_millis(100),
+                    on_row: &mut on_row,
+                }),
+                release_tick: Duration::ZERO,
+                on_release: Some(&mut *on_release),
+            };
+            let stats = run_ap_on(&mut port, wlan, seed, limit, &stop, opts);
+            Ok((stats, truth))
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(_)) | Err(_) => match handle.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(Error::Io {
+                    what: "starting the AP thread",
+                    source: std::io::Error::other("the AP thread ended before it opened the TUN device"),
+                }),
+            },
+        }
+    }
+}
+
+/// The CPUs other than 0, as a mask (`None` on one CPU).
+fn others_mask() -> Option<u64> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(64));
+    (cpus > 1).then(|| (u64::MAX >> (64 - cpus)) & !1)
+}
+
+/// Run the calling thread under `SCHED_FIFO` (priority 10), ahead of the senders and
+/// receivers it serves on the same cores: the emulated WLAN keeps its times on a loaded host.
+/// The loop sleeps whenever its next event is more than 120 µs away, and the kernel's
+/// real-time throttling bounds it in any case. Best effort: without the right, it runs as is.
+#[allow(unsafe_code)]
+fn realtime() {
+    let p = libc::sched_param { sched_priority: 10 };
+    // SAFETY: a plain system call on the calling thread (0), with a parameter we own.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &p);
+    }
+}
+
+/// The station (index into `stations`) an IP packet is for, from its IPv4 destination
+/// (`None`: not one of ours, or not IPv4).
+fn station_of(stations: &[Ipv4Addr], packet: &[u8]) -> Option<usize> {
+    if packet.len() < 20 || packet[0] >> 4 != 4 {
+        return None;
+    }
+    let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
+    stations.iter().position(|&s| s == dst)
+}
+
+/// A veth pair from `a` (device `da`, address `aa`) to `b` (`db`, `ab`), both ends up.
+fn link(a: &str, da: &str, aa: &str, b: &str, db: &str, ab: &str) -> Result<(), Error> {
+    run(
+        "ip",
+        &[
+            "link", "add", da, "netns", a, "type", "veth", "peer", "name", db, "netns", b,
+        ],
+    )?;
+    run("ip", &["-n", a, "addr", "add", aa, "dev", da])?;
+    run("ip", &["-n", b, "addr", "add", ab, "dev", db])?;
+    run("ip", &["-n", a, "link", "set", da, "up"])?;
+    run("ip", &["-n", b, "link", "set", db, "up"])?;
+    Ok(())
+}
+
+/// Attach to the TUN device `name` of the calling thread's namespace (IFF_TUN, no packet
+/// information header), non-blocking.
+///
+/// One `TUNSETIFF` ioctl on a file we opened, with an `ifreq` we own for the call: written
+/// here rather than taking a TUN crate, whose async runtimes and device managers we do not
+/// need (nor their build time).
+#[allow(unsafe_code)]
+fn open_tun(name: &str) -> Result<File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/net/tun")
+        .map_err(super::io("opening /dev/net/tun"))?;
+    // SAFETY: `ifreq` is plain old data (zeroed is valid); the name is at most 15 bytes plus the
+    // zero that `zeroed` left; the ioctl reads the struct during the call only.
+    let r = unsafe {
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+            *d = s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF as _, &req)
+    };
+    if r < 0 {
+        return Err(super::io("attaching to the TUN device")(std::io::Error::last_os_error()));
+    }
+    Ok(f)
+}
+
+/// The AP's port on the TUN device: packets in are the server's, for the station their
+/// destination names; packets out go back into the device, for the kernel to forward.
+struct TunPort {
+    tun: File,
+    stations: Vec<Ipv4Addr>,
+    short_writes: u64,
+}
+
+impl ApPort for TunPort {
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)> {
+        loop {
+            match self.tun.read(buf) {
+                Ok(0) => return None,
+                Ok(n) => match station_of(&self.stations, &buf[..n]) {
+                    Some(i) => return Some((i, n)),
+                    None => stats.foreign += 1,
+                },
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn send(&mut self, _: usize, bytes: &[u8]) {
+        if self.tun.write(bytes).map_or(true, |n| n < bytes.len()) {
+            self.short_writes += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packet_goes_to_the_station_its_destination_names() {
+        let stations = [Ipv4Addr::new(10, 215, 0, 2), Ipv4Addr::new(10, 216, 0, 2)];
+        let mut p = [0u8; 40];
+        p[0] = 0x45;
+        p[16..20].copy_from_slice(&[10, 216, 0, 2]);
+        assert_eq!(station_of(&stations, &p), Some(1));
+        p[16..20].copy_from_slice(&[10, 217, 0, 2]);
+        assert_eq!(station_of(&stations, &p), None);
+        p[0] = 0x60;
+        assert_eq!(station_of(&stations, &p), None);
+        assert_eq!(station_of(&stations, &p[..19]), None);
+    }
+}
