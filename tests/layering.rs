@@ -51,7 +51,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("model::onnx", &["train"]),
     ("transport::io", &["rxstamp"]),
     ("livelog", &["metrics", "wlan"]),
-    ("testbed", &["parallel", "capture", "wlan", "rxstamp"]),
+    (
+        "testbed",
+        &["parallel", "capture", "wlan", "rxstamp", "metrics", "livelog"],
+    ),
     ("sim", &["metrics", "wlan", "train"]),
     (
         "report",

@@ -322,3 +322,41 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
     );
     assert!(!dir.path().join("tb2").exists());
 }
+
+#[test]
+fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use aggrate::testbed::compare::aggrate_run;
+    use aggrate::testbed::downlink::Downlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Downlink::up(1).unwrap();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_aggrate"));
+    let interval = std::time::Duration::from_millis(250);
+    let r = aggrate_run(&d, &downlink_wlan(&[9]), exe, 8, interval, 1, dir.path()).unwrap();
+    for ns in [&d.server_ns, &d.ap_ns, &d.station_ns[0]] {
+        assert_eq!(pids_in(ns), "", "processes left in {ns}");
+    }
+    let f = &r.flows[0];
+    assert!(f.goodput_mbps > 20.0 && f.goodput_mbps < 433.0, "{f:?}");
+    assert!(f.lost.is_some() && f.retransmits.is_none(), "{f:?}");
+    // The receiver's reports met the AP's truth on the same 250 ms grid.
+    let est = f.estimated.expect("the steered level joined with the truth");
+    let count = f.frame_count.expect("the frame count joined with the truth");
+    assert!(
+        est.intervals >= 10 && count.intervals == est.intervals,
+        "{est:?} {count:?}"
+    );
+    assert!(
+        est.truth_mean >= 1.0 && est.truth_mean <= 64.0 && est.estimate_mean >= 1.0,
+        "{est:?}"
+    );
+    // The aggregation target keeps the AP's 1,000-packet FIFO far from full (Cubic: ≈ 30 ms).
+    assert!(f.delay_ms.p50 < 15.0 && r.ap_dropped == 0, "{r:?}");
+    let truth = aggrate::livelog::read_truth(&dir.path().join("ap_truth.csv")).unwrap();
+    assert!(truth.iter().any(|t| t.ampdus > 0), "{truth:?}");
+    let reports = aggrate::livelog::read_reports(&dir.path().join("recv_0.csv")).unwrap();
+    assert!(reports.len() >= 30, "{}", reports.len());
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use aggrate::testbed::compare::{tcp_run, SenderRun};
+use aggrate::testbed::compare::{aggrate_run, tcp_run, SenderRun};
 use aggrate::testbed::downlink::Downlink;
 use aggrate::wlan::config::StationConfig;
 use aggrate::wlan::{ValidWlanConfig, WlanConfig};
@@ -55,9 +55,13 @@ pub(crate) struct TestbedArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) bed: TestbedArgs,
-    /// Senders, in turn: kernel TCP congestion controls (iperf3 -C).
-    #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string()])]
+    /// Senders, in turn: `aggrate` (this program's sender and receivers, the shipped estimator
+    /// on the stations' kernel receive times) and kernel TCP congestion controls (iperf3 -C).
+    #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string(), "aggrate".to_string()])]
     pub(crate) senders: Vec<String>,
+    /// aggrate's report interval (ms); the AP's truth uses the same intervals.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) interval_ms: u64,
     /// Seconds per sender.
     #[arg(long, default_value_t = 60)]
     pub(crate) duration: u32,
@@ -127,6 +131,7 @@ fn up(ui: &Ui, a: TestbedArgs) -> Result<Exit> {
         wlan,
         a.seed,
         Duration::from_secs(u32::MAX as u64),
+        Duration::from_millis(500),
         stop.clone(),
         Box::new(|_| {}),
     )?;
@@ -150,9 +155,13 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     if !(1..=3600).contains(&a.duration) {
         bail!("--duration {}: 1..=3600 s", a.duration);
     }
-    for cc in &a.senders {
+    for cc in a.senders.iter().filter(|s| *s != "aggrate") {
         aggrate::testbed::compare::check_tcp(cc)?;
     }
+    if !(50..=5000).contains(&a.interval_ms) {
+        bail!("--interval-ms {}: 50..=5000", a.interval_ms);
+    }
+    let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
     let wlan = a.bed.wlan()?;
     let stop = stop_on_signals()?;
     let d = Downlink::up(a.bed.stations).context("setting the testbed up")?;
@@ -161,11 +170,22 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted: the testbed was removed");
         }
-        ui.info(format!("tcp-{cc}: {} s through {}…", a.duration, a.bed.describe()));
-        let r = tcp_run(&d, &wlan, cc, a.duration, a.bed.seed).with_context(|| format!("tcp-{cc}"))?;
+        let name = if cc == "aggrate" {
+            cc.clone()
+        } else {
+            format!("tcp-{cc}")
+        };
+        ui.info(format!("{name}: {} s through {}…", a.duration, a.bed.describe()));
+        let r = if cc == "aggrate" {
+            let dir = a.output.join("aggrate");
+            let interval = Duration::from_millis(a.interval_ms);
+            aggrate_run(&d, &wlan, &exe, a.duration, interval, a.bed.seed, &dir).context("aggrate")?
+        } else {
+            tcp_run(&d, &wlan, cc, a.duration, a.bed.seed).with_context(|| format!("tcp-{cc}"))?
+        };
         if r.cpu_bound {
             ui.warn(format!(
-                "tcp-{cc}: the AP released bursts up to {:.0} µs late (p99): the host, not the WLAN, set the timing{}",
+                "{name}: the AP released bursts up to {:.0} µs late (p99): the host, not the WLAN, set the timing{}",
                 r.release_p99_us,
                 steal_note(&r)
             ));
@@ -201,19 +221,26 @@ fn steal_note(r: &SenderRun) -> String {
     }
 }
 
+/// An estimate's mean over the joined intervals and its bias against the truth.
+fn level_cell(e: Option<&aggrate::metrics::LevelError>) -> String {
+    e.map_or("–".to_string(), |e| {
+        format!("{:.1} ({:+.0}%)", e.estimate_mean, e.bias * 100.0)
+    })
+}
+
 /// The table: one row per sender and station.
 fn markdown(a: &RunArgs, runs: &[SenderRun]) -> String {
     let mut s = format!(
         "Testbed: {}; {} s per sender. Delay: time in the AP (queue + air) per packet.\n\n\
-         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans | true level | A-MPDU share | AP drops | release p99 µs | AP core steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | AP drops | release p99 µs | AP core steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         a.bed.describe(),
         a.duration
     );
     for r in runs {
         for f in &r.flows {
             s += &format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} | {} | {:.0}{} | {} |\n",
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {} | {:.0}{} | {} |\n",
                 f.sender,
                 f.station,
                 f.goodput_mbps,
@@ -221,8 +248,10 @@ fn markdown(a: &RunArgs, runs: &[SenderRun]) -> String {
                 f.delay_ms.p50,
                 f.delay_ms.p95,
                 f.delay_ms.p99,
-                f.retransmits.map_or("–".to_string(), |r| r.to_string()),
+                f.retransmits.or(f.lost).map_or("–".to_string(), |r| r.to_string()),
                 f.true_level,
+                level_cell(f.estimated.as_ref()),
+                level_cell(f.frame_count.as_ref()),
                 f.ampdu_share,
                 r.ap_dropped,
                 r.release_p99_us,

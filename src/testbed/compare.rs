@@ -5,6 +5,7 @@
 //! AP's true aggregation level and how late it released its bursts.
 
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,8 @@ use serde::Serialize;
 
 use super::downlink::Downlink;
 use super::{run, Error};
-use crate::wlan::live::Released;
+use crate::metrics::LevelError;
+use crate::wlan::live::{Released, TruthRow};
 use crate::wlan::ValidWlanConfig;
 
 /// Delay percentiles (ms).
@@ -117,10 +119,17 @@ pub struct FlowRow {
     pub delay_ms: DelayMs,
     /// Retransmitted segments (TCP).
     pub retransmits: Option<u64>,
+    /// Datagrams missing at the receiver (aggrate).
+    pub lost: Option<u64>,
     /// Packets released to the station.
     pub packets: u64,
     /// The AP's true mean aggregation level (MPDUs per A-MPDU).
     pub true_level: f64,
+    /// The receiver's estimated level — what the sender steers by — against the AP's truth per
+    /// report interval (aggrate).
+    pub estimated: Option<LevelError>,
+    /// The receiver's frame count (packets ÷ predicted frame starts) against the same truth.
+    pub frame_count: Option<LevelError>,
     /// Share of the A-MPDUs of all stations.
     pub ampdu_share: f64,
 }
@@ -206,10 +215,82 @@ pub fn check_tcp(cc: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Run kernel TCP with congestion control `cc` from the server to every station (one iperf3
-/// flow each) for `secs`, through the AP emulating `wlan`.
-pub fn tcp_run(d: &Downlink, wlan: &ValidWlanConfig, cc: &str, secs: u32, seed: u64) -> Result<SenderRun, Error> {
-    check_tcp(cc)?;
+/// What the AP measured over one sender's run.
+struct Measured {
+    stats: crate::wlan::live::ApStats,
+    truth: Vec<TruthRow>,
+    /// Per station: time in the AP (ms).
+    delays: Vec<Histogram>,
+    /// Release error (µs).
+    late: Histogram,
+    steal: Option<f64>,
+}
+
+impl Measured {
+    /// Per station (A-MPDUs, MPDUs) over the run.
+    fn per_station(&self) -> Vec<(u64, u64)> {
+        let mut per_sta = vec![(0u64, 0u64); self.delays.len()];
+        for r in &self.truth {
+            if let Some(t) = per_sta.get_mut(r.station as usize) {
+                t.0 += r.ampdus;
+                t.1 += r.mpdus;
+            }
+        }
+        per_sta
+    }
+
+    /// The rows of sender `sender`, from each station's (goodput, retransmissions, lost,
+    /// estimated level).
+    fn rows(self, sender: &str, flows: Vec<FlowSide>) -> SenderRun {
+        let per_sta = self.per_station();
+        let total_ampdus: u64 = per_sta.iter().map(|t| t.0).sum();
+        let release_p99_us = self.late.quantile(0.99);
+        let flows = flows
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| FlowRow {
+                sender: sender.to_string(),
+                station: i,
+                goodput_mbps: f.goodput_mbps,
+                delay_ms: DelayMs::of(&self.delays[i], 1.0),
+                retransmits: f.retransmits,
+                lost: f.lost,
+                packets: per_sta[i].1,
+                true_level: per_sta[i].1 as f64 / per_sta[i].0.max(1) as f64,
+                estimated: f.estimated,
+                frame_count: f.frame_count,
+                ampdu_share: per_sta[i].0 as f64 / total_ampdus.max(1) as f64,
+            })
+            .collect();
+        SenderRun {
+            flows,
+            ap_dropped: self.stats.dropped,
+            release_p99_us,
+            cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
+            ap_core_steal: self.steal,
+        }
+    }
+}
+
+/// What a sender's own tools say about one station's flow.
+#[derive(Clone, Debug, Default)]
+struct FlowSide {
+    goodput_mbps: f64,
+    retransmits: Option<u64>,
+    lost: Option<u64>,
+    estimated: Option<LevelError>,
+    frame_count: Option<LevelError>,
+}
+
+/// Serve the downlink (truth per `interval`) while `body` runs the sender; what the AP measured.
+fn measure<T>(
+    d: &Downlink,
+    wlan: &ValidWlanConfig,
+    seed: u64,
+    secs: u32,
+    interval: Duration,
+    body: impl FnOnce() -> Result<T, Error>,
+) -> Result<(T, Measured), Error> {
     let n = d.station_ip.len();
     // Per station the delays (ms); last, the release errors (µs).
     let mut hists = vec![Histogram::new(DELAY_BIN_MS, DELAY_BINS); n];
@@ -229,50 +310,216 @@ pub fn tcp_run(d: &Downlink, wlan: &ValidWlanConfig, cc: &str, secs: u32, seed: 
     let stop = Arc::new(AtomicBool::new(false));
     let limit = Duration::from_secs(secs as u64 + 30);
     let ticks0 = core0_ticks();
-    let ap = d.serve(wlan.clone(), seed, limit, stop.clone(), on_release)?;
-    let result = tcp_flows(d, cc, secs);
-    let ap_core_steal = steal_share(ticks0, core0_ticks());
+    let ap = d.serve(wlan.clone(), seed, limit, interval, stop.clone(), on_release)?;
+    let result = body();
+    let steal = steal_share(ticks0, core0_ticks());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let served = ap.join().map_err(|_| Error::Io {
+    let (stats, truth) = ap.join().map_err(|_| Error::Io {
         what: "the AP thread",
         source: std::io::Error::other("panicked"),
     })??;
-    let reports = result?;
-    let (stats, truth) = served;
-    let delays = std::mem::take(&mut *delays.lock().map_err(|_| Error::Io {
+    let out = result?;
+    let mut delays = std::mem::take(&mut *delays.lock().map_err(|_| Error::Io {
         what: "the AP's delays",
         source: std::io::Error::other("poisoned"),
     })?);
-    let mut per_sta = vec![(0u64, 0u64); n];
-    for r in &truth {
-        if let Some(t) = per_sta.get_mut(r.station as usize) {
-            t.0 += r.ampdus;
-            t.1 += r.mpdus;
-        }
-    }
-    let total_ampdus: u64 = per_sta.iter().map(|t| t.0).sum();
-    let release_p99_us = delays.last().map_or(f64::NAN, |h| h.quantile(0.99));
-    let flows = reports
+    let late = delays.pop().unwrap_or_else(|| Histogram::new(1.0, 1));
+    Ok((
+        out,
+        Measured {
+            stats,
+            truth,
+            delays,
+            late,
+            steal,
+        },
+    ))
+}
+
+/// Run kernel TCP with congestion control `cc` from the server to every station (one iperf3
+/// flow each) for `secs`, through the AP emulating `wlan`.
+pub fn tcp_run(d: &Downlink, wlan: &ValidWlanConfig, cc: &str, secs: u32, seed: u64) -> Result<SenderRun, Error> {
+    check_tcp(cc)?;
+    let (flows, m) = measure(d, wlan, seed, secs, Duration::from_millis(100), || {
+        tcp_flows(d, cc, secs)
+    })?;
+    let flows = flows
         .into_iter()
-        .enumerate()
-        .map(|(i, (goodput_mbps, retransmits))| FlowRow {
-            sender: format!("tcp-{cc}"),
-            station: i,
+        .map(|(goodput_mbps, retransmits)| FlowSide {
             goodput_mbps,
-            delay_ms: DelayMs::of(&delays[i], 1.0),
             retransmits,
-            packets: per_sta[i].1,
-            true_level: per_sta[i].1 as f64 / per_sta[i].0.max(1) as f64,
-            ampdu_share: per_sta[i].0 as f64 / total_ampdus.max(1) as f64,
+            ..FlowSide::default()
         })
         .collect();
-    Ok(SenderRun {
-        flows,
-        ap_dropped: stats.dropped,
-        release_p99_us,
-        cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
-        ap_core_steal,
+    Ok(m.rows(&format!("tcp-{cc}"), flows))
+}
+
+/// aggrate's sender in the server's namespace and one `aggrate recv` per station (the
+/// shipped estimator on the station's kernel receive times, told its PHY rate), run from the
+/// executable `exe` with a fresh random key for `secs`, reports every `interval`. The
+/// receivers' estimated level is joined with the AP's truth per interval; `dir` keeps their
+/// logs (`recv_K.csv`) and the truth (`ap_truth.csv`).
+pub fn aggrate_run(
+    d: &Downlink,
+    wlan: &ValidWlanConfig,
+    exe: &Path,
+    secs: u32,
+    interval: Duration,
+    seed: u64,
+    dir: &Path,
+) -> Result<SenderRun, Error> {
+    if !exe.is_file() {
+        return Err(Error::Missing {
+            what: format!("the aggrate executable {}", exe.display()),
+            fix: "build it (cargo build) or give its path".into(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(super::io("creating the run's directory"))?;
+    let key = random_key_hex()?;
+    let logs: Vec<PathBuf> = (0..d.station_ip.len())
+        .map(|i| dir.join(format!("recv_{i}.csv")))
+        .collect();
+    let (sent, m) = measure(d, wlan, seed, secs, interval, || {
+        aggrate_flows(d, wlan, exe, &key, secs, interval, &logs)
+    })?;
+    let truth_path = dir.join("ap_truth.csv");
+    let mut text = format!("{}\n", crate::livelog::TRUTH_HEADER);
+    for r in &m.truth {
+        text += &crate::livelog::truth_line(r);
+        text.push('\n');
+    }
+    std::fs::write(&truth_path, text).map_err(super::io("writing the AP's truth"))?;
+    let mut flows = Vec::new();
+    for (i, log) in logs.iter().enumerate() {
+        let reports = crate::livelog::read_reports(log).map_err(|e| Error::Command {
+            cmd: format!("aggrate recv (station {i})"),
+            status: "no readable report log".into(),
+            stderr: e.to_string(),
+        })?;
+        // The first two reports are the start-up ramp.
+        let steady: Vec<_> = reports.iter().skip(2).collect();
+        let span_s = match (steady.first(), steady.last()) {
+            (Some(a), Some(b)) if b.end_ns > a.start_ns => (b.end_ns - a.start_ns) as f64 / 1e9,
+            _ => f64::NAN,
+        };
+        let packets: u64 = steady.iter().map(|r| r.packets).sum();
+        let joined = crate::livelog::join(&m.truth, &reports, i as u16, 2, (&truth_path, log)).ok();
+        flows.push(FlowSide {
+            goodput_mbps: packets as f64 * sent.payload as f64 * 8.0 / span_s / 1e6,
+            retransmits: None,
+            lost: Some(reports.iter().map(|r| r.lost).sum()),
+            estimated: joined.as_ref().and_then(|j| j.level),
+            frame_count: joined.and_then(|j| j.frame_count),
+        });
+    }
+    Ok(m.rows("aggrate", flows))
+}
+
+/// What the aggrate sender was set to.
+struct Sent {
+    /// Payload bytes per datagram (what goodput counts).
+    payload: usize,
+}
+
+/// Datagram size `aggrate send` is given (one MPDU of a 1500-byte MTU).
+const AGGRATE_SIZE: usize = 1472;
+
+/// Run `aggrate recv` in every station's namespace and `aggrate send` in the server's until it
+/// ends (`secs`); the receivers stop a second later.
+fn aggrate_flows(
+    d: &Downlink,
+    wlan: &ValidWlanConfig,
+    exe: &Path,
+    key: &str,
+    secs: u32,
+    interval: Duration,
+    logs: &[PathBuf],
+) -> Result<Sent, Error> {
+    let ms = interval.as_millis().to_string();
+    let mut receivers = Vec::new();
+    for (i, ns) in d.station_ns.iter().enumerate() {
+        let phy = wlan.modes()[i].rate_bps().unwrap_or(0) as f64 / 1e6;
+        let child = d
+            .command(ns, &exe.to_string_lossy())
+            .env("AGGRATE_KEY", key)
+            .args(["-q", "recv", "--listen", "0.0.0.0:9000", "--phy-mbps"])
+            .arg(format!("{phy:.1}"))
+            .args(["--interval-ms", &ms, "--duration"])
+            .arg((secs + 2).to_string())
+            .arg("--log")
+            .arg(&logs[i])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(super::io("starting aggrate recv"))?;
+        receivers.push(Reaped(child));
+    }
+    wait_udp(d, 9000)?;
+    let to: Vec<String> = d.station_ip.iter().map(|ip| format!("{ip}:9000")).collect();
+    let sender = d
+        .command(&d.server_ns, &exe.to_string_lossy())
+        .env("AGGRATE_KEY", key)
+        .args(["-q", "send", "--to", &to.join(","), "--size"])
+        .arg(AGGRATE_SIZE.to_string())
+        .args(["--interval-ms", &ms, "--duration"])
+        .arg(secs.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(super::io("running aggrate send"))?;
+    if !sender.status.success() {
+        return Err(Error::Command {
+            cmd: "aggrate send".into(),
+            status: sender.status.to_string(),
+            stderr: String::from_utf8_lossy(&sender.stderr).into_owned(),
+        });
+    }
+    for (i, mut r) in receivers.into_iter().enumerate() {
+        let status = wait_bounded(&mut r.0, Duration::from_secs(10));
+        if !status.is_some_and(|s| s.success()) {
+            let mut err = String::new();
+            if let Some(e) = r.0.stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return Err(Error::Command {
+                cmd: format!("aggrate recv (station {i})"),
+                status: status.map_or("did not end".into(), |s| s.to_string()),
+                stderr: err,
+            });
+        }
+    }
+    Ok(Sent {
+        payload: AGGRATE_SIZE - crate::transport::wire::DATA_HEADER_LEN,
     })
+}
+
+/// Wait at most `limit` for `c` to end.
+fn wait_bounded(c: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < limit {
+        if let Ok(Some(s)) = c.try_wait() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Wait (at most 5 s) until something listens on UDP `port` in every station's namespace.
+fn wait_udp(d: &Downlink, port: u16) -> Result<(), Error> {
+    for ns in &d.station_ns {
+        wait_socket(ns, "-Hlun", port)?;
+    }
+    Ok(())
+}
+
+/// A random pre-shared key, hex, from the kernel's generator.
+fn random_key_hex() -> Result<String, Error> {
+    let mut k = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut k))
+        .map_err(super::io("reading /dev/urandom"))?;
+    Ok(k.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// One iperf3 flow per station for `secs`; per station (goodput Mb/s, retransmissions).
@@ -287,7 +534,7 @@ fn tcp_flows(d: &Downlink, cc: &str, secs: u32) -> Result<Vec<(f64, Option<u64>)
             .spawn()
             .map_err(super::io("starting iperf3 -s"))?;
         servers.push(Reaped(child));
-        wait_listening(ns)?;
+        wait_socket(ns, "-Hltn", 5201)?;
     }
     let mut clients = Vec::new();
     for ip in &d.station_ip {
@@ -335,17 +582,19 @@ fn client(d: &Downlink, ip: &str, cc: &str, secs: u32) -> Result<Reaped, Error> 
     Ok(Reaped(child))
 }
 
-/// Wait (at most 5 s) until something listens on TCP port 5201 in `ns`.
-fn wait_listening(ns: &str) -> Result<(), Error> {
+/// Wait (at most 5 s) until something listens in `ns` on `port` (`ss` flags: TCP `-Hltn`, UDP
+/// `-Hlun`).
+fn wait_socket(ns: &str, flags: &str, port: u16) -> Result<(), Error> {
+    let filter = format!("sport = :{port}");
     for _ in 0..100 {
-        if run("ip", &["netns", "exec", ns, "ss", "-Hltn", "sport = :5201"]).is_ok_and(|o| !o.trim().is_empty()) {
+        if run("ip", &["netns", "exec", ns, "ss", flags, &filter]).is_ok_and(|o| !o.trim().is_empty()) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(Error::Command {
-        cmd: format!("ip netns exec {ns} iperf3 -s"),
-        status: "not listening after 5 s".into(),
+        cmd: format!("ip netns exec {ns} ss {flags} '{filter}'"),
+        status: format!("nothing listening on port {port} after 5 s"),
         stderr: String::new(),
     })
 }

@@ -30,7 +30,7 @@ use crate::wlan::ValidWlanConfig;
 /// Most stations a downlink carries.
 pub const MAX_STATIONS: usize = 8;
 
-/// What an AP run returns: its counters, and its truth per station and 100 ms interval (at
+/// What an AP run returns: its counters, and its truth per station and interval (at
 /// most [`TRUTH_ROWS_MAX`] rows; the first ones are kept).
 pub type Served = (ApStats, Vec<TruthRow>);
 
@@ -186,17 +186,20 @@ impl Downlink {
     }
 
     /// The AP's thread keeps core 0 to itself: what the kernel does for the packets (the
-    /// forwarding, the station's TCP and its ACK, the server's TCP that then sends more) runs
-    /// on the other cores, steered there from every device (RPS), as do the processes that
+    /// station's TCP and its ACK, the server's TCP that then sends more) runs on the other cores,
+    /// steered there (RPS) from every device but the TUN device, as do the processes that
     /// [`Downlink::command`] starts.
     fn steer_off_core0(&self) -> Result<(), Error> {
         let Some(mask) = others_mask() else {
             return Ok(());
         };
+        // Not the TUN device: what the AP writes is forwarded to the station's veth in the AP's
+        // own thread, so the station's kernel stamps each packet when the AP released it (the
+        // stamp is taken before RPS hands the packet on). Forwarded on a busy core instead, a
+        // burst would be stamped at that core's pace and its A-MPDU smeared out.
         let mut devs = vec![
             (self.server_ns.clone(), "srv0".to_string()),
             (self.ap_ns.clone(), "ap0".to_string()),
-            (self.ap_ns.clone(), TUN.to_string()),
         ];
         for (i, ns) in self.station_ns.iter().enumerate() {
             devs.push((self.ap_ns.clone(), format!("ap{}", i + 1)));
@@ -225,13 +228,14 @@ impl Downlink {
 
     /// Run the emulated AP on the TUN device in a thread of the AP's namespace until `stop` is
     /// set (or `limit` passes): `wlan` must configure one station per station of the downlink.
-    /// The thread returns the AP's counters and truth ([`Served`]); `on_release` hears every
+    /// The thread returns the AP's counters and truth per `interval` ([`Served`]); `on_release` hears every
     /// packet released.
     pub fn serve(
         &self,
         wlan: ValidWlanConfig,
         seed: u64,
         limit: Duration,
+        interval: Duration,
         stop: Arc<AtomicBool>,
         mut on_release: Box<dyn FnMut(&Released) + Send>,
     ) -> Result<std::thread::JoinHandle<Result<Served, Error>>, Error> {
@@ -274,7 +278,7 @@ impl Downlink {
             };
             let opts = ApOptions {
                 truth: Some(ApTruth {
-                    interval: Duration::from_millis(100),
+                    interval,
                     on_row: &mut on_row,
                 }),
                 release_tick: Duration::ZERO,
@@ -398,6 +402,10 @@ impl ApPort for TunPort {
         if self.tun.write(bytes).map_or(true, |n| n < bytes.len()) {
             self.short_writes += 1;
         }
+    }
+
+    fn l3_overhead(&self) -> usize {
+        0
     }
 }
 

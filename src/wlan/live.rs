@@ -283,6 +283,9 @@ pub trait ApPort {
     fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)>;
     /// Release `bytes` to station `i`.
     fn send(&mut self, i: usize, bytes: &[u8]);
+    /// Bytes a packet from [`ApPort::recv`] lacks of its IP length (28 for a UDP payload over
+    /// IPv4, 0 for an IP packet): the emulator's airtime counts IP packets.
+    fn l3_overhead(&self) -> usize;
 }
 
 /// The UDP port of [`run_ap`]: one socket per station, the handshake binding its sender.
@@ -316,6 +319,10 @@ impl ApPort for UdpPort {
 
     fn send(&mut self, i: usize, bytes: &[u8]) {
         let _ = self.socks[i].send_to(bytes, self.stations[i]);
+    }
+
+    fn l3_overhead(&self) -> usize {
+        28
     }
 }
 
@@ -402,7 +409,7 @@ pub fn run_ap_on(
                 stats.foreign += 1;
                 continue;
             }
-            store.admit(&mut sim, vnow(), i, &buf[..n], &mut stats);
+            store.admit(&mut sim, vnow(), i, &buf[..n], port.l3_overhead(), &mut stats);
         }
         let now = vnow();
         if sim.poll_timeout().is_some_and(|t| t <= now) {
@@ -463,14 +470,16 @@ impl Store {
         Store { slots, next_id: 0 }
     }
 
-    /// A packet for station `i` arrived `now`: into the emulator's queue (or dropped at a full
-    /// one, counted), its bytes kept until the emulator releases it.
+    /// A packet for station `i` (`l3_overhead` bytes short of its IP length) arrived `now`:
+    /// into the emulator's queue (or dropped at a full one, counted), its bytes kept until the
+    /// emulator releases it.
     fn admit<R: rand::Rng>(
         &mut self,
         sim: &mut super::WlanSim<R>,
         now: Ts,
         i: usize,
         bytes: &[u8],
+        l3_overhead: usize,
         stats: &mut ApStats,
     ) {
         stats.data_in += 1;
@@ -478,7 +487,7 @@ impl Store {
         self.next_id = self.next_id.wrapping_add(1);
         let pkt = super::Packet {
             seq: self.next_id,
-            len: (bytes.len() + 28).min(u16::MAX as usize) as u16,
+            len: (bytes.len() + l3_overhead).min(u16::MAX as usize) as u16,
             sent: now,
         };
         if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
