@@ -358,12 +358,26 @@ pub struct Testbed {
     pub rx_cpu: usize,
     /// What was actually applied (read back from the kernel).
     pub applied: serde_json::Value,
-    made: Vec<String>,
+    made: Made,
 }
 
-impl Drop for Testbed {
+/// The namespaces a testbed made, deleted (links go with them) in reverse order on drop — also
+/// when a panic unwinds.
+#[derive(Debug, Default)]
+pub(crate) struct Made(Vec<String>);
+
+impl Made {
+    /// Make namespace `ns` (loopback up) and own it.
+    pub(crate) fn add(&mut self, ns: &str) -> Result<(), Error> {
+        run("ip", &["netns", "add", ns])?;
+        self.0.push(ns.to_string());
+        run("ip", &["-n", ns, "link", "set", "lo", "up"]).map(|_| ())
+    }
+}
+
+impl Drop for Made {
     fn drop(&mut self) {
-        for ns in self.made.drain(..).rev() {
+        for ns in self.0.drain(..).rev() {
             let _ = run("ip", &["netns", "del", &ns]);
         }
     }
@@ -392,11 +406,10 @@ impl Testbed {
             tx_cpu: 0,
             rx_cpu: if cpus > 1 { 1 } else { 0 },
             applied: serde_json::Value::Null,
-            made: Vec::new(),
+            made: Made::default(),
         };
         for ns in [tb.tx_ns.clone(), tb.rx_ns.clone()] {
-            run("ip", &["netns", "add", &ns])?;
-            tb.made.push(ns);
+            tb.made.add(&ns)?;
         }
         let (txn, rxn) = (tb.tx_ns.clone(), tb.rx_ns.clone());
         run(

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{enter, is_root, ns_write, pin, run, Error, NEXT};
+use super::{enter, is_root, ns_write, pin, run, Error, Made, NEXT};
 use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow};
 use crate::wlan::ValidWlanConfig;
 
@@ -55,15 +55,7 @@ pub struct Downlink {
     pub station_ip: Vec<Ipv4Addr>,
     /// The station-side device in each station's namespace.
     pub station_dev: Vec<String>,
-    made: Vec<String>,
-}
-
-impl Drop for Downlink {
-    fn drop(&mut self) {
-        for ns in self.made.drain(..).rev() {
-            let _ = run("ip", &["netns", "del", &ns]);
-        }
-    }
+    made: Made,
 }
 
 impl Downlink {
@@ -93,16 +85,14 @@ impl Downlink {
                 .map(|i| Ipv4Addr::new(10, 215 + i as u8, net, 2))
                 .collect(),
             station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
-            made: Vec::new(),
+            made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
             .into_iter()
             .chain(d.station_ns.iter().cloned())
             .collect();
         for ns in all {
-            run("ip", &["netns", "add", &ns])?;
-            d.made.push(ns.clone());
-            run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
+            d.made.add(&ns)?;
             // No IPv6: neighbour discovery and router solicitations would cross the AP too.
             run(
                 "ip",
