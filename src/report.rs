@@ -6,6 +6,7 @@
 
 pub mod plot;
 pub mod sweep;
+pub mod testbed;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -59,7 +59,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "report",
         &[
-            "metrics", "train", "sim", "livelog", "wlan", "pipeline", "dataset", "capture", "phy",
+            "metrics", "train", "sim", "livelog", "wlan", "pipeline", "dataset", "capture", "phy", "testbed",
         ],
     ),
 ];

@@ -297,6 +297,12 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
         json["runs"][0]["flows"][0]["goodput_mbps"].as_f64().unwrap() > 50.0,
         "{json}"
     );
+    let series = std::fs::read_to_string(dir.path().join("tb/testbed_series.csv")).unwrap();
+    assert!(series.lines().count() > 10 && series.lines().skip(1).all(|l| l.starts_with("tcp-cubic,")));
+    for png in ["testbed_rate.png", "testbed_delay.png"] {
+        let bytes = std::fs::read(dir.path().join("tb").join(png)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 5_000, "{png}");
+    }
     // The child's namespaces carry its pid: none of any aggrate process is left.
     let left: Vec<String> = Testbed::namespaces().into_iter().filter(|n| n.contains("-w")).collect();
     assert!(left.is_empty(), "{left:?}");

@@ -193,20 +193,15 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
         runs.push(r);
     }
     drop(d);
-    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
-    let md = markdown(&a, &runs);
-    print!("{md}");
-    let md_path = a.output.join("testbed.md");
-    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
-    let json_path = a.output.join("testbed.json");
-    let json = serde_json::json!({
-        "wlan": a.bed.describe(),
-        "duration_s": a.duration,
-        "runs": runs,
-    });
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    ui.info(format!("wrote {} and {}", md_path.display(), json_path.display()));
+    let desc = a.bed.describe();
+    let setting = aggrate::report::testbed::Setting {
+        wlan: &desc,
+        duration_s: a.duration,
+    };
+    print!("{}", aggrate::report::testbed::markdown(&setting, &runs));
+    let written = aggrate::report::testbed::write(&a.output, &setting, &runs)?;
+    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    ui.info(format!("wrote {}", names.join(", ")));
     Ok(Exit::Ok)
 }
 
@@ -219,47 +214,4 @@ fn steal_note(r: &SenderRun) -> String {
         ),
         _ => String::new(),
     }
-}
-
-/// An estimate's mean over the joined intervals and its bias against the truth.
-fn level_cell(e: Option<&aggrate::metrics::LevelError>) -> String {
-    e.map_or("–".to_string(), |e| {
-        format!("{:.1} ({:+.0}%)", e.estimate_mean, e.bias * 100.0)
-    })
-}
-
-/// The table: one row per sender and station.
-fn markdown(a: &RunArgs, runs: &[SenderRun]) -> String {
-    let mut s = format!(
-        "Testbed: {}; {} s per sender. Delay: time in the AP (queue + air) per packet.\n\n\
-         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | AP drops | release p99 µs | AP core steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        a.bed.describe(),
-        a.duration
-    );
-    for r in runs {
-        for f in &r.flows {
-            s += &format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {} | {:.0}{} | {} |\n",
-                f.sender,
-                f.station,
-                f.goodput_mbps,
-                f.delay_ms.mean,
-                f.delay_ms.p50,
-                f.delay_ms.p95,
-                f.delay_ms.p99,
-                f.retransmits.or(f.lost).map_or("–".to_string(), |r| r.to_string()),
-                f.true_level,
-                level_cell(f.estimated.as_ref()),
-                level_cell(f.frame_count.as_ref()),
-                f.ampdu_share,
-                r.ap_dropped,
-                r.release_p99_us,
-                if r.cpu_bound { " (late)" } else { "" },
-                r.ap_core_steal
-                    .map_or("–".to_string(), |s| format!("{:.1}%", s * 100.0))
-            );
-        }
-    }
-    s
 }

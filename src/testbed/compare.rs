@@ -149,6 +149,8 @@ pub struct SenderRun {
     /// Share of the AP's core (core 0) that the hypervisor took during the run (steal time,
     /// `/proc/stat`): on a virtual machine, the usual reason for a late burst.
     pub ap_core_steal: Option<f64>,
+    /// Rate and delay over time, per station and [`SERIES_STEP`].
+    pub series: Vec<SeriesPoint>,
 }
 
 /// Core 0's (steal, total) ticks from `/proc/stat`.
@@ -224,6 +226,62 @@ struct Measured {
     /// Release error (µs).
     late: Histogram,
     steal: Option<f64>,
+    /// Per station, per [`SERIES_STEP`]: (bytes released, sum of the delays in ms, packets).
+    series: Vec<Vec<(u64, f64, u64)>>,
+}
+
+/// The time step of a run's series (rate and delay over time).
+pub const SERIES_STEP: Duration = Duration::from_millis(100);
+
+/// What the AP's thread records for every packet it releases: fixed memory, no allocation per
+/// packet.
+struct Sink {
+    delays: Vec<Histogram>,
+    late: Histogram,
+    series: Vec<Vec<(u64, f64, u64)>>,
+}
+
+impl Sink {
+    /// For `n` stations and a run of `secs` (and the AP's 30 s of grace).
+    fn new(n: usize, secs: u32) -> Sink {
+        let steps = ((secs as u64 + 30) * 1000 / SERIES_STEP.as_millis() as u64) as usize;
+        Sink {
+            delays: vec![Histogram::new(DELAY_BIN_MS, DELAY_BINS); n],
+            late: Histogram::new(1.0, LATE_BINS),
+            series: vec![vec![(0, 0.0, 0); steps]; n],
+        }
+    }
+
+    fn add(&mut self, r: &Released) {
+        let ms = r.held.as_secs_f64() * 1e3;
+        if let Some(h) = self.delays.get_mut(r.station) {
+            h.add(ms);
+        }
+        if let Some(late) = r.late {
+            self.late.add(late.as_secs_f64() * 1e6);
+        }
+        let k = ((r.arrived + r.held).as_nanos() / SERIES_STEP.as_nanos()) as usize;
+        if let Some(b) = self.series.get_mut(r.station).and_then(|s| s.get_mut(k)) {
+            b.0 += r.len as u64;
+            b.1 += ms;
+            b.2 += 1;
+        }
+    }
+}
+
+/// One station's rate and delay in one step of a run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct SeriesPoint {
+    /// Step start (s since the AP started).
+    pub t_s: f64,
+    /// Station.
+    pub station: usize,
+    /// IP bytes released to the station in the step (Mb/s).
+    pub rate_mbps: f64,
+    /// Mean time in the AP of those packets (ms; NaN for none).
+    pub delay_ms: f64,
+    /// Packets released.
+    pub packets: u64,
 }
 
 impl Measured {
@@ -245,6 +303,31 @@ impl Measured {
         let per_sta = self.per_station();
         let total_ampdus: u64 = per_sta.iter().map(|t| t.0).sum();
         let release_p99_us = self.late.quantile(0.99);
+        let step = SERIES_STEP.as_secs_f64();
+        // Up to the last step with a packet.
+        let last = self
+            .series
+            .iter()
+            .filter_map(|s| s.iter().rposition(|b| b.2 > 0))
+            .max()
+            .map_or(0, |k| k + 1);
+        let series = self
+            .series
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                s[..last.min(s.len())]
+                    .iter()
+                    .enumerate()
+                    .map(move |(k, b)| SeriesPoint {
+                        t_s: k as f64 * step,
+                        station: i,
+                        rate_mbps: b.0 as f64 * 8.0 / step / 1e6,
+                        delay_ms: if b.2 > 0 { b.1 / b.2 as f64 } else { f64::NAN },
+                        packets: b.2,
+                    })
+            })
+            .collect();
         let flows = flows
             .into_iter()
             .enumerate()
@@ -268,6 +351,7 @@ impl Measured {
             release_p99_us,
             cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
             ap_core_steal: self.steal,
+            series,
         }
     }
 }
@@ -291,20 +375,11 @@ fn measure<T>(
     interval: Duration,
     body: impl FnOnce() -> Result<T, Error>,
 ) -> Result<(T, Measured), Error> {
-    let n = d.station_ip.len();
-    // Per station the delays (ms); last, the release errors (µs).
-    let mut hists = vec![Histogram::new(DELAY_BIN_MS, DELAY_BINS); n];
-    hists.push(Histogram::new(1.0, LATE_BINS));
-    let delays: Arc<Mutex<Vec<Histogram>>> = Arc::new(Mutex::new(hists));
-    let sink = delays.clone();
+    let sink = Arc::new(Mutex::new(Sink::new(d.station_ip.len(), secs)));
+    let into = sink.clone();
     let on_release = Box::new(move |r: &Released| {
-        if let Ok(mut h) = sink.lock() {
-            if let Some(h) = h.get_mut(r.station) {
-                h.add(r.held.as_secs_f64() * 1e3);
-            }
-            if let (Some(late), Some(h)) = (r.late, h.last_mut()) {
-                h.add(late.as_secs_f64() * 1e6);
-            }
+        if let Ok(mut s) = into.lock() {
+            s.add(r);
         }
     });
     let stop = Arc::new(AtomicBool::new(false));
@@ -319,19 +394,22 @@ fn measure<T>(
         source: std::io::Error::other("panicked"),
     })??;
     let out = result?;
-    let mut delays = std::mem::take(&mut *delays.lock().map_err(|_| Error::Io {
-        what: "the AP's delays",
-        source: std::io::Error::other("poisoned"),
-    })?);
-    let late = delays.pop().unwrap_or_else(|| Histogram::new(1.0, 1));
+    let sink = std::mem::replace(
+        &mut *sink.lock().map_err(|_| Error::Io {
+            what: "the AP's delays",
+            source: std::io::Error::other("poisoned"),
+        })?,
+        Sink::new(0, 0),
+    );
     Ok((
         out,
         Measured {
             stats,
             truth,
-            delays,
-            late,
+            delays: sink.delays,
+            late: sink.late,
             steal,
+            series: sink.series,
         },
     ))
 }
@@ -396,13 +474,14 @@ pub fn aggrate_run(
             status: "no readable report log".into(),
             stderr: e.to_string(),
         })?;
-        // The first two reports are the start-up ramp.
-        let steady: Vec<_> = reports.iter().skip(2).collect();
-        let span_s = match (steady.first(), steady.last()) {
+        // From the first report with data to the last (the receivers outlive the sender by a
+        // second or two), the ramp included as TCP's slow start is in iperf3's figure.
+        let live: Vec<_> = reports.iter().filter(|r| r.packets > 0).collect();
+        let span_s = match (live.first(), live.last()) {
             (Some(a), Some(b)) if b.end_ns > a.start_ns => (b.end_ns - a.start_ns) as f64 / 1e9,
             _ => f64::NAN,
         };
-        let packets: u64 = steady.iter().map(|r| r.packets).sum();
+        let packets: u64 = live.iter().map(|r| r.packets).sum();
         let joined = crate::livelog::join(&m.truth, &reports, i as u16, 2, (&truth_path, log)).ok();
         flows.push(FlowSide {
             goodput_mbps: packets as f64 * sent.payload as f64 * 8.0 / span_s / 1e6,
