@@ -676,7 +676,7 @@ impl<'c> Loop<'c> {
         if now == half || (now > half && now.saturating_sub(cfg.interval) < half) {
             for (i, st) in self.sim.stats().iter().enumerate() {
                 self.air_half[i] = st.airtime_ns;
-                self.drops_half[i] = st.dropped_queue + st.dropped_retry;
+                self.drops_half[i] = st.dropped_queue + st.dropped_aqm + st.dropped_retry;
             }
         }
         self.next_tick = self.next_tick + cfg.interval;
@@ -868,7 +868,8 @@ impl<'c> Loop<'c> {
                     } else {
                         0.0
                     },
-                    lost: (stats[i].dropped_queue + stats[i].dropped_retry).saturating_sub(self.drops_half[i])
+                    lost: (stats[i].dropped_queue + stats[i].dropped_aqm + stats[i].dropped_retry)
+                        .saturating_sub(self.drops_half[i])
                         + s.backhaul_lost,
                 }
             })

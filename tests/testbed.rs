@@ -247,6 +247,15 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     assert!(f.delay_ms.p50 > 2.0 && f.delay_ms.p50 <= f.delay_ms.p99, "{f:?}");
     assert!(f.packets > 10_000 && f.retransmits.is_some(), "{f:?}");
     assert!(r.release_p99_us.is_finite(), "{r:?}");
+    // CoDel at the AP (as a Linux AP): Cubic's standing queue shrinks to about its target.
+    let mut codel = downlink_wlan(&[9]).config().clone();
+    codel.aqm = aggrate::wlan::codel::Aqm::codel();
+    let c = tcp_run(&d, &codel.check().unwrap(), "cubic", 3, 1).unwrap();
+    let g = &c.flows[0];
+    assert!(
+        g.delay_ms.p50 < f.delay_ms.p50 / 2.0 && g.goodput_mbps > 150.0 && c.ap_dropped > 0,
+        "CoDel {g:?} against the FIFO's {f:?}"
+    );
     let gone = [d.server_ns.clone(), d.ap_ns.clone(), d.station_ns[0].clone()];
     drop(d);
     let left = ours();

@@ -611,3 +611,31 @@ fn rate_adaptation_walks_the_mcs_between_ampdus() {
     let e = bad.check().unwrap_err().to_string();
     assert!(e.contains("rate_adaptation"), "{e}");
 }
+
+#[test]
+fn codel_drops_from_a_standing_queue_and_the_fifo_default_is_unchanged() {
+    use aggrate::wlan::codel::Aqm;
+    // 900 Mb/s of CBR offered to an 867 Mb/s PHY (≈ 600 Mb/s of goodput): a standing queue.
+    // CoDel cannot hold an unresponsive flow at its target (its drop rate grows as √count); it
+    // drops from the head as the queue stands, and the tail drops fall by as many. Kernel TCP
+    // through it in the testbed (tests/testbed.rs) shows the delay it keeps.
+    let over = |aqm: Aqm| {
+        let mut s = ns3_like(900.0, 3.0);
+        s.wlan.aqm = aqm;
+        go(s)
+    };
+    let (fifo, fifo_ds) = over(Aqm::Fifo);
+    let (codel, _) = over(Aqm::codel());
+    let (f, c) = (fifo.stations[0].stats, codel.stations[0].stats);
+    assert_eq!(f.dropped_aqm, 0);
+    assert!(c.dropped_aqm > 10, "{c:?}");
+    // As many drops in all, give or take an A-MPDU (the link is saturated either way).
+    assert!(
+        (c.dropped_aqm + c.dropped_queue).abs_diff(f.dropped_queue) <= 64,
+        "{c:?} {f:?}"
+    );
+    // The default is the FIFO, bit for bit.
+    let (dflt, dflt_ds) = go(ns3_like(900.0, 3.0));
+    assert_eq!(dflt_ds, fifo_ds);
+    assert_eq!(dflt.stations[0].stats, f);
+}

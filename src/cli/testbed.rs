@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 
 use aggrate::testbed::compare::{aggrate_run, tcp_run, SenderRun};
 use aggrate::testbed::downlink::Downlink;
+use aggrate::wlan::codel::Aqm;
 use aggrate::wlan::config::StationConfig;
 use aggrate::wlan::{ValidWlanConfig, WlanConfig};
 
@@ -25,6 +26,15 @@ pub(crate) enum TestbedCommand {
     Run(RunArgs),
     /// Remove namespaces left by a testbed whose process was killed.
     Down,
+}
+
+/// `--aqm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum QueueKind {
+    /// Drop-tail FIFO.
+    Fifo,
+    /// CoDel (RFC 8289).
+    Codel,
 }
 
 /// The emulated downlink.
@@ -46,6 +56,10 @@ pub(crate) struct TestbedArgs {
     /// The AP's FIFO per station (packets).
     #[arg(long, default_value_t = 1000)]
     pub(crate) queue: usize,
+    /// The AP's queue discipline per station: a drop-tail FIFO, or CoDel (5 ms / 100 ms, as a
+    /// Linux AP) in front of the same limit.
+    #[arg(long, value_enum, default_value_t = QueueKind::Fifo)]
+    pub(crate) aqm: QueueKind,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -85,6 +99,10 @@ impl TestbedArgs {
                 })
                 .collect(),
             queue_limit: self.queue,
+            aqm: match self.aqm {
+                QueueKind::Fifo => Aqm::Fifo,
+                QueueKind::Codel => Aqm::codel(),
+            },
             ..WlanConfig::default()
         };
         Ok(cfg.check()?)
@@ -92,10 +110,15 @@ impl TestbedArgs {
 
     fn describe(&self) -> String {
         format!(
-            "VHT MCS {} × {} SS, {} MHz, FIFO of {} packets per station",
+            "VHT MCS {} × {} SS, {} MHz, {}{} packets per station",
             self.mcs.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("/"),
             self.nss,
             self.bw,
+            if self.aqm == QueueKind::Codel {
+                "CoDel (5 ms, 100 ms) over a FIFO of "
+            } else {
+                "FIFO of "
+            },
             self.queue
         )
     }

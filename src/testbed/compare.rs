@@ -139,7 +139,7 @@ pub struct FlowRow {
 pub struct SenderRun {
     /// Per station.
     pub flows: Vec<FlowRow>,
-    /// Packets the AP dropped at a full queue.
+    /// Packets the AP dropped: at a full queue, and by CoDel.
     pub ap_dropped: u64,
     /// Largest 99th percentile of the AP's release error over the run's intervals (µs): above
     /// [`RELEASE_P99_LIMIT_US`] the host, not the emulated WLAN, set the timing.
@@ -347,7 +347,7 @@ impl Measured {
             .collect();
         SenderRun {
             flows,
-            ap_dropped: self.stats.dropped,
+            ap_dropped: self.stats.dropped + self.stats.dropped_aqm,
             release_p99_us,
             cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
             ap_core_steal: self.steal,

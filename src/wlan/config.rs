@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::codel::Aqm;
 use super::timing::PhyMode;
 use crate::phy::{self, Bandwidth};
 
@@ -86,6 +87,9 @@ pub struct WlanConfig {
     pub stations: Vec<StationConfig>,
     /// Per-station AP queue limit (packets, drop-tail).
     pub queue_limit: usize,
+    /// The queue discipline in front of the limit (FIFO by default; CoDel as a Linux AP).
+    #[serde(skip_serializing_if = "Aqm::is_fifo")]
+    pub aqm: Aqm,
     /// Most MPDUs per A-MPDU (block-ack window).
     pub max_ampdu_mpdus: u16,
     /// Most bytes per A-MPDU.
@@ -131,6 +135,7 @@ impl Default for WlanConfig {
         WlanConfig {
             stations: vec![StationConfig::default()],
             queue_limit: 1000,
+            aqm: Aqm::Fifo,
             max_ampdu_mpdus: 64,
             max_ampdu_bytes: 1_048_575,
             max_ppdu_us: 5_484,
@@ -305,6 +310,15 @@ impl WlanConfig {
         let contender_mode = check_station(&self.contender_phy, "contender_phy")?;
         if self.queue_limit == 0 {
             return Err(bad("queue_limit", self.queue_limit, "at least 1 packet"));
+        }
+        if let Aqm::Codel { target_us, interval_us } = self.aqm {
+            if target_us == 0 || interval_us <= target_us || interval_us > 10_000_000 {
+                return Err(bad(
+                    "aqm",
+                    format!("codel target {target_us} µs, interval {interval_us} µs"),
+                    "0 < target < interval <= 10 s",
+                ));
+            }
         }
         if !(1..=1024).contains(&self.max_ampdu_mpdus) {
             return Err(bad("max_ampdu_mpdus", self.max_ampdu_mpdus, "1..=1024"));

@@ -164,6 +164,13 @@ pub struct ApStats {
     pub hellos: u64,
     /// Handshakes the AP saw a station answer: each binds that station's sender.
     pub bindings: u64,
+    /// Dropped by the queue discipline (CoDel) as they left the queue.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_aqm: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// Hellos per station whose source the AP remembers, to route the station's answer (a cookie
@@ -454,6 +461,7 @@ pub fn run_ap_on(
     if let Some(t) = truth.as_mut() {
         rows_of(t, &mut acc, open_start);
     }
+    stats.dropped_aqm = sim.stats().iter().map(|s| s.dropped_aqm).sum();
     stats
 }
 

@@ -17,6 +17,7 @@
 //! head of its queue (retry flag set) until the retry limit. Optional contending stations run
 //! their own EDCA with Poisson arrivals of single-MPDU frames; equal backoff ends collide.
 
+pub mod codel;
 pub mod config;
 pub mod live;
 pub mod manifest;
@@ -135,12 +136,19 @@ pub struct StaStats {
     pub ampdus: u64,
     /// Drops at a full queue.
     pub dropped_queue: u64,
+    /// Drops by the queue discipline (CoDel).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_aqm: u64,
     /// Drops after the retry limit.
     pub dropped_retry: u64,
     /// Medium time of exchanges to this station (ns).
     pub airtime_ns: u64,
     /// Current queue length.
     pub queued: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -215,6 +223,8 @@ pub struct WlanSim<R: Rng> {
     mode: Vec<timing::PhyMode>,
     /// Next rate-adaptation step per station.
     next_ra: Vec<Option<Ts>>,
+    /// CoDel's state per station (used under [`codel::Aqm::Codel`]).
+    codel: Vec<codel::Codel>,
 }
 
 impl<R: Rng> WlanSim<R> {
@@ -244,6 +254,7 @@ impl<R: Rng> WlanSim<R> {
         WlanSim {
             aifs: SIFS + SLOT * c.aifsn,
             queues: vec![VecDeque::new(); n],
+            codel: vec![codel::Codel::default(); n],
             next_dot11_seq: vec![0; n],
             stats: vec![StaStats::default(); n],
             rr: 0,
@@ -554,6 +565,7 @@ impl<R: Rng> WlanSim<R> {
             .unwrap_or(0);
         self.rr = (sta + 1) % n;
         self.ampdu_sta = sta;
+        self.codel_drops(sta, now);
         self.ampdu.clear();
         self.adapt_rate(sta, now);
         let mode = self.mode[sta];
@@ -585,6 +597,30 @@ impl<R: Rng> WlanSim<R> {
             mpdus += 1;
         }
         self.ampdu_psdu = bytes;
+    }
+
+    /// Under CoDel, the packets at the head of `sta`'s queue it drops as they leave at `now`
+    /// (never a retried MPDU's, never the last two: the queue stays non-empty).
+    fn codel_drops(&mut self, sta: usize, now: Ts) {
+        let codel::Aqm::Codel { target_us, interval_us } = self.cfg.config().aqm else {
+            return;
+        };
+        let (target, interval) = (
+            Duration::from_micros(target_us as u64),
+            Duration::from_micros(interval_us as u64),
+        );
+        while let Some(h) = self.queues[sta].front() {
+            if h.dot11_seq.is_some() {
+                return;
+            }
+            let sojourn = now.saturating_since(h.enq);
+            let remaining = self.queues[sta].len() - 1;
+            if !self.codel[sta].drop(now, sojourn, remaining, target, interval) {
+                return;
+            }
+            self.queues[sta].pop_front();
+            self.stats[sta].dropped_aqm += 1;
+        }
     }
 
     /// The packets at the head of `sta`'s queue that form its next MPDU, and the MPDU's A-MPDU
