@@ -256,6 +256,15 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
         g.delay_ms.p50 < f.delay_ms.p50 / 2.0 && g.goodput_mbps > 150.0 && c.ap_dropped > 0,
         "CoDel {g:?} against the FIFO's {f:?}"
     );
+    // A 100 Mb/s backhaul before the AP: the bottleneck moves off the air.
+    d.set_backhaul(Some(100.0)).unwrap();
+    let b = tcp_run(&d, &downlink_wlan(&[9]), "cubic", 3, 1).unwrap();
+    d.set_backhaul(None).unwrap();
+    assert!(
+        b.flows[0].goodput_mbps < 100.0 && b.flows[0].goodput_mbps > 60.0 && b.flows[0].delay_ms.p50 < 2.0,
+        "{b:?}"
+    );
+    assert!(d.set_backhaul(Some(0.5)).is_err());
     let gone = [d.server_ns.clone(), d.ap_ns.clone(), d.station_ns[0].clone()];
     drop(d);
     let left = ours();

@@ -60,6 +60,10 @@ pub(crate) struct TestbedArgs {
     /// Linux AP) in front of the same limit.
     #[arg(long, value_enum, default_value_t = QueueKind::Fifo)]
     pub(crate) aqm: QueueKind,
+    /// A backhaul link before the AP (Mb/s; `tc tbf` with a 1,000-packet queue on the
+    /// server's side): the bottleneck moves off the air when it is below the WLAN's rate.
+    #[arg(long)]
+    pub(crate) backhaul_mbps: Option<f64>,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -120,7 +124,16 @@ impl TestbedArgs {
                 "FIFO of "
             },
             self.queue
-        )
+        ) + &self
+            .backhaul_mbps
+            .map_or(String::new(), |m| format!(", backhaul {m} Mb/s"))
+    }
+
+    /// The downlink, with its backhaul.
+    fn up(&self) -> Result<Downlink> {
+        let d = Downlink::up(self.stations).context("setting the testbed up")?;
+        d.set_backhaul(self.backhaul_mbps).context("--backhaul-mbps")?;
+        Ok(d)
     }
 }
 
@@ -149,7 +162,7 @@ pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
 fn up(ui: &Ui, a: TestbedArgs) -> Result<Exit> {
     let wlan = a.wlan()?;
     let stop = stop_on_signals()?;
-    let d = Downlink::up(a.stations).context("setting the testbed up")?;
+    let d = a.up()?;
     let ap = d.serve(
         wlan,
         a.seed,
@@ -187,7 +200,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
     let wlan = a.bed.wlan()?;
     let stop = stop_on_signals()?;
-    let d = Downlink::up(a.bed.stations).context("setting the testbed up")?;
+    let d = a.bed.up()?;
     let mut runs: Vec<SenderRun> = Vec::new();
     for cc in &a.senders {
         if stop.load(Ordering::Relaxed) {

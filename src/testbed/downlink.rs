@@ -205,6 +205,33 @@ impl Downlink {
         Ok(())
     }
 
+    /// A backhaul link before the AP: the server's side of the server–AP link sends at most
+    /// `mbps` (a token bucket with a queue of 1,000 full-size packets, `tc tbf`), or at line
+    /// rate again (`None`).
+    pub fn set_backhaul(&self, mbps: Option<f64>) -> Result<(), Error> {
+        let tc = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &self.server_ns, "tc", "qdisc"];
+            all.extend_from_slice(args);
+            run("ip", &all).map(|_| ())
+        };
+        let Some(mbps) = mbps else {
+            // Nothing to remove is fine: the link is at line rate either way.
+            let _ = tc(&["del", "dev", "srv0", "root"]);
+            return Ok(());
+        };
+        if !(mbps.is_finite() && (1.0..=10_000.0).contains(&mbps)) {
+            return Err(Error::Setting {
+                field: "backhaul_mbps",
+                value: mbps.to_string(),
+                allowed: "1..=10000 Mb/s",
+            });
+        }
+        let rate = format!("{}kbit", (mbps * 1000.0).round() as u64);
+        tc(&[
+            "replace", "dev", "srv0", "root", "tbf", "rate", &rate, "burst", "15000", "limit", "1500000",
+        ])
+    }
+
     /// A command run in namespace `ns` (one of this downlink's), off the AP's core.
     pub fn command(&self, ns: &str, program: &str) -> Command {
         let mut c = Command::new("ip");
