@@ -425,39 +425,7 @@ impl Testbed {
             run("ip", &["-n", ns, "link", "set", dev, "up"])?;
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
         }
-        let onoff = if path.gro { "on" } else { "off" };
-        run("ip", &["netns", "exec", &rxn, "ethtool", "-K", &rx_dev, "gro", onoff])?;
-        let sys = format!("/sys/class/net/{rx_dev}");
-        if path.threaded_napi {
-            ns_write(&rxn, &format!("{sys}/threaded"), "1")?;
-        }
-        if path.rps {
-            ns_write(
-                &rxn,
-                &format!("{sys}/queues/rx-0/rps_cpus"),
-                &format!("{:x}", 1u64 << tb.rx_cpu),
-            )?;
-        }
-        if path.gro_flush_timeout_us > 0 || path.defer_hard_irqs > 0 {
-            ns_write(
-                &rxn,
-                &format!("{sys}/gro_flush_timeout"),
-                &(path.gro_flush_timeout_us as u64 * 1000).to_string(),
-            )?;
-            ns_write(
-                &rxn,
-                &format!("{sys}/napi_defer_hard_irqs"),
-                &path.defer_hard_irqs.to_string(),
-            )?;
-        }
-        if path.threaded_napi {
-            // The NAPI threads of the receiving device go to the receiving CPU.
-            for pid in napi_threads(&rx_dev) {
-                let mut set = CpuSet::new();
-                let _ = set.set(tb.rx_cpu);
-                let _ = sched_setaffinity(Pid::from_raw(pid), &set);
-            }
-        }
+        apply_rx(&rxn, &rx_dev, path, tb.rx_cpu)?;
         if path.shape_mbps > 0 {
             // The hop before the host: the sender's veth dequeues at the shaped rate. The
             // queue holds 4 MiB, far more than a run backs up below its rate.
@@ -470,6 +438,7 @@ impl Testbed {
                 ],
             )?;
         }
+        let sys = format!("/sys/class/net/{rx_dev}");
         let feature = run("ip", &["netns", "exec", &rxn, "ethtool", "-k", &rx_dev])
             .ok()
             .and_then(|s| {
@@ -658,6 +627,46 @@ pub fn schedule(path: &KernelPath, ppdu: &[(Ts, Ts, u16, u16)]) -> Vec<Ts> {
             }
         })
         .collect()
+}
+
+/// The receive-side settings of `path` on device `dev` of namespace `ns` (GRO, threaded NAPI
+/// pinned to `rx_cpu`, RPS to `rx_cpu`, NAPI deferral): the same for a testbed's receiver and a
+/// downlink's station.
+pub(crate) fn apply_rx(ns: &str, dev: &str, path: &KernelPath, rx_cpu: usize) -> Result<(), Error> {
+    let onoff = if path.gro { "on" } else { "off" };
+    run("ip", &["netns", "exec", ns, "ethtool", "-K", dev, "gro", onoff])?;
+    let sys = format!("/sys/class/net/{dev}");
+    if path.threaded_napi {
+        ns_write(ns, &format!("{sys}/threaded"), "1")?;
+    }
+    if path.rps {
+        ns_write(
+            ns,
+            &format!("{sys}/queues/rx-0/rps_cpus"),
+            &format!("{:x}", 1u64 << rx_cpu),
+        )?;
+    }
+    if path.gro_flush_timeout_us > 0 || path.defer_hard_irqs > 0 {
+        ns_write(
+            ns,
+            &format!("{sys}/gro_flush_timeout"),
+            &(path.gro_flush_timeout_us as u64 * 1000).to_string(),
+        )?;
+        ns_write(
+            ns,
+            &format!("{sys}/napi_defer_hard_irqs"),
+            &path.defer_hard_irqs.to_string(),
+        )?;
+    }
+    if path.threaded_napi {
+        // The NAPI threads of the receiving device go to the receiving CPU.
+        for pid in napi_threads(dev) {
+            let mut set = CpuSet::new();
+            let _ = set.set(rx_cpu);
+            let _ = sched_setaffinity(Pid::from_raw(pid), &set);
+        }
+    }
+    Ok(())
 }
 
 fn enter(ns: &str) -> Result<(), Error> {

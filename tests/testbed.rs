@@ -265,6 +265,15 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
         "{b:?}"
     );
     assert!(d.set_backhaul(Some(0.5)).is_err());
+    // The stations' receive path: GRO on the station's device (read back), a CPU burner refused.
+    d.set_receive_path(&"gro,tick=250".parse().unwrap()).unwrap();
+    let k = std::process::Command::new("ip")
+        .args(["netns", "exec", &d.station_ns[0], "ethtool", "-k", &d.station_dev[0]])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&k.stdout).contains("generic-receive-offload: on"));
+    let e = d.set_receive_path(&"burner".parse().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("burner"), "{e}");
     let gone = [d.server_ns.clone(), d.ap_ns.clone(), d.station_ns[0].clone()];
     drop(d);
     let left = ours();

@@ -64,6 +64,11 @@ pub(crate) struct TestbedArgs {
     /// server's side): the bottleneck moves off the air when it is below the WLAN's rate.
     #[arg(long)]
     pub(crate) backhaul_mbps: Option<f64>,
+    /// The stations' receive path: the datasets' kernel-path settings that apply to a
+    /// station (`gro`, `threaded`, `rps`, `flush=µs`, `defer=N`, `tick=µs`, comma-separated;
+    /// default: plain veth).
+    #[arg(long, default_value = "veth")]
+    pub(crate) receiver: String,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -133,6 +138,8 @@ impl TestbedArgs {
     fn up(&self) -> Result<Downlink> {
         let d = Downlink::up(self.stations).context("setting the testbed up")?;
         d.set_backhaul(self.backhaul_mbps).context("--backhaul-mbps")?;
+        let path: aggrate::testbed::KernelPath = self.receiver.parse().context("--receiver")?;
+        d.set_receive_path(&path).context("--receiver")?;
         Ok(d)
     }
 }

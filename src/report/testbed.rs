@@ -26,7 +26,7 @@ pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
     for r in runs {
         for f in &r.flows {
             out += &format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {} | {:.0}{} | {} |\n",
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {} | {}{} | {} |\n",
                 f.sender,
                 f.station,
                 f.goodput_mbps,
@@ -40,9 +40,14 @@ pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
                 level_cell(f.frame_count.as_ref()),
                 f.ampdu_share,
                 r.ap_dropped,
-                r.release_p99_us,
+                if r.release_p99_us.is_finite() {
+                    format!("{:.0}", r.release_p99_us)
+                } else {
+                    "–".to_string()
+                },
                 if r.cpu_bound { " (late)" } else { "" },
-                r.ap_core_steal.map_or("–".to_string(), |s| format!("{:.1}%", s * 100.0))
+                r.ap_core_steal
+                    .map_or("–".to_string(), |s| format!("{:.1}%", s * 100.0))
             );
         }
     }

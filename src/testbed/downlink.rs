@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{enter, is_root, ns_write, pin, run, Error, Made, NEXT};
+use super::{apply_rx, enter, is_root, ns_write, pin, run, Error, KernelPath, Made, NEXT};
 use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow};
 use crate::wlan::ValidWlanConfig;
 
@@ -55,6 +55,8 @@ pub struct Downlink {
     pub station_ip: Vec<Ipv4Addr>,
     /// The station-side device in each station's namespace.
     pub station_dev: Vec<String>,
+    /// The AP's release tick (µs; 0: none), from [`Downlink::set_receive_path`].
+    tick_us: std::sync::atomic::AtomicU64,
     made: Made,
 }
 
@@ -85,6 +87,7 @@ impl Downlink {
                 .map(|i| Ipv4Addr::new(10, 215 + i as u8, net, 2))
                 .collect(),
             station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
+            tick_us: Default::default(),
             made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
@@ -205,6 +208,33 @@ impl Downlink {
         Ok(())
     }
 
+    /// The stations' receive path: `path`'s receive-side settings on every station's device
+    /// (GRO, threaded NAPI, RPS, NAPI deferral — as the datasets' kernel paths), its release
+    /// tick at the AP ([`KernelPath::tick_us`], a driver's or bus's batching, returned for
+    /// every later [`Downlink::serve`]). Settings a station cannot take here are refused by name.
+    pub fn set_receive_path(&self, path: &KernelPath) -> Result<(), Error> {
+        path.check()?;
+        let unsupported = [
+            (path.cpu_burner, "burner"),
+            (path.busy_poll_us > 0, "busy"),
+            (path.shape_mbps > 0, "shape"),
+            (path.per_mpdu, "per_mpdu"),
+        ];
+        if let Some((_, name)) = unsupported.iter().find(|(on, _)| *on) {
+            return Err(Error::Setting {
+                field: "receive path",
+                value: (*name).to_string(),
+                allowed: "gro, threaded, rps, flush=…, defer=…, tick=… (the station's receive side)",
+            });
+        }
+        let cpu = if others_mask().is_some() { 1 } else { 0 };
+        for (ns, dev) in self.station_ns.iter().zip(&self.station_dev) {
+            apply_rx(ns, dev, path, cpu)?;
+        }
+        self.tick_us.store(path.tick_us as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// A backhaul link before the AP: the server's side of the server–AP link sends at most
     /// `mbps` (a token bucket with a queue of 1,000 full-size packets, `tc tbf`), or at line
     /// rate again (`None`).
@@ -265,6 +295,7 @@ impl Downlink {
         }
         let ap = self.ap_ns.clone();
         let stations = self.station_ip.clone();
+        let release_tick = Duration::from_micros(self.tick_us.load(Ordering::Relaxed));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || -> Result<Served, Error> {
             // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
@@ -298,7 +329,7 @@ impl Downlink {
                     interval,
                     on_row: &mut on_row,
                 }),
-                release_tick: Duration::ZERO,
+                release_tick,
                 on_release: Some(&mut *on_release),
             };
             let stats = run_ap_on(&mut port, wlan, seed, limit, &stop, opts);

@@ -367,7 +367,7 @@ pub fn run_ap_on(
     } = opts;
     let n_sta = wlan.config().stations.len();
     let tick_ns = release_tick.as_nanos() as u64;
-    // Packets waiting for their tick: (release time, station, arrival, bytes); bounded like the
+    // Packets waiting for their tick (see [`Held`]); bounded like the
     // store.
     let mut held: std::collections::VecDeque<Held> = std::collections::VecDeque::new();
     use rand::SeedableRng;
@@ -442,15 +442,16 @@ pub fn run_ap_on(
             if let Some((arrived, bytes)) = store.take(d.packet.seq) {
                 let i = d.sta.0 as usize;
                 match hold_until(d.mac_time, tick_ns) {
-                    Some(at) => hold(&mut held, (at, i, arrived, bytes), &mut stats),
+                    Some(at) => hold(&mut held, (at, i, arrived, first, bytes), &mut stats),
                     None => release(port, i, arrived, first.then_some(d.mac_time), &bytes, &mut stats),
                 }
             }
         }
         let now = vnow();
         while held.front().is_some_and(|h| h.0 <= now) {
-            if let Some((_, i, arrived, bytes)) = held.pop_front() {
-                release(port, i, arrived, None, &bytes, &mut stats);
+            if let Some((at, i, arrived, first, bytes)) = held.pop_front() {
+                // Late against its tick, for the first packet of an A-MPDU.
+                release(port, i, arrived, first.then_some(at), &bytes, &mut stats);
                 busy = true;
             }
         }
@@ -549,8 +550,8 @@ fn hold_until(mac_time: Ts, tick_ns: u64) -> Option<Ts> {
 /// Most packets the AP takes in before it releases what fell due.
 const RECV_BATCH: usize = 32;
 
-/// A packet held for its tick: (release time, station, arrival, bytes).
-type Held = (Ts, usize, Ts, Vec<u8>);
+/// A packet held for its tick: (release time, station, arrival, first of its A-MPDU, bytes).
+type Held = (Ts, usize, Ts, bool, Vec<u8>);
 
 /// Hold a packet for its tick; the oldest held is dropped (counted) when full.
 fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStats) {
