@@ -151,8 +151,8 @@ impl MlpModel {
     #[inline]
     pub fn finish(&self, fast: &[f64], base: &MlpBase) -> f32 {
         match self.hidden {
-            16 => self.finish_n::<4>(fast, base),
-            8 => self.finish_n::<2>(fast, base),
+            16 => self.finish_n::<16>(fast, base),
+            8 => self.finish_n::<8>(fast, base),
             _ => self.finish_any(fast, base),
         }
     }
@@ -181,60 +181,49 @@ impl MlpModel {
         o + self.fast_linear(fast) + base.lin
     }
 
-    /// 4·G hidden units as G groups of 4 lanes (what the compiler maps onto SIMD registers
-    /// best: one multiply-add per group and input, no shuffles), the inputs taken in pairs into
-    /// two accumulator sets (even and odd inputs: two independent chains of adds, half as long as
-    /// one — the chain's latency, not the arithmetic, was the cost), each input converted once
-    /// for both the hidden layer and the skip path, and a tree for the output sum.
+    /// H hidden units as one fixed-width array per accumulator (the compiler keeps each in
+    /// H/4 SIMD registers and loads each input's weights as whole vectors; the earlier layout in
+    /// groups of four with copied chunks spilled the accumulators to the stack and reloaded them
+    /// lane by lane, a store-forwarding stall per input), the inputs in pairs into two
+    /// accumulator sets (even and odd inputs: two independent chains of adds, half as long as
+    /// one), each input converted once for the hidden layer and the skip path, and a tree for
+    /// the output sum.
     #[inline]
-    fn finish_n<const G: usize>(&self, fast: &[f64], base: &MlpBase) -> f32 {
-        let h = 4 * G;
-        let mut a = [[0f32; 4]; G];
-        let mut b = [[0f32; 4]; G];
-        for (g, ag) in a.iter_mut().enumerate() {
-            ag.copy_from_slice(&base.hid[4 * g..4 * g + 4]);
-        }
-        let skip = |j: usize| self.skip.get(j).copied().unwrap_or(0.0);
+    fn finish_n<const H: usize>(&self, fast: &[f64], base: &MlpBase) -> f32 {
+        // Whole rows of H weights (no bounds checks inside the loops); `check` makes
+        // `w1.len() == inputs · hidden` and `skip` empty or one per input.
+        let (rows, _) = self.w1.as_chunks::<H>();
+        let n = fast.len().min(rows.len());
+        let (fast, rows) = (&fast[..n], &rows[..n]);
+        let no_skip = [0f32; 2];
+        let mut a: [f32; H] = *base.hid.first_chunk::<H>().unwrap_or(&[0.0; H]);
+        let mut b = [0f32; H];
         let mut lin = [0f32; 2];
-        let mut pairs = fast.chunks_exact(2);
-        let mut ws = self.w1.chunks_exact(2 * h);
-        let mut j = 0;
-        for (pair, w) in (&mut pairs).zip(&mut ws) {
-            let (v0, v1) = (pair[0] as f32, pair[1] as f32);
-            let (w0, w1) = w.split_at(h);
-            // Fixed-size lanes: no bounds checks inside, one vector multiply-add per group.
-            for ((ag, bg), (w0g, w1g)) in a
-                .iter_mut()
-                .zip(b.iter_mut())
-                .zip(w0.chunks_exact(4).zip(w1.chunks_exact(4)))
-            {
-                let w0g: &[f32; 4] = w0g.try_into().unwrap_or(&[0.0; 4]);
-                let w1g: &[f32; 4] = w1g.try_into().unwrap_or(&[0.0; 4]);
-                for l in 0..4 {
-                    ag[l] += v0 * w0g[l];
-                    bg[l] += v1 * w1g[l];
-                }
+        let (pairs, odd) = fast.as_chunks::<2>();
+        let (wpairs, wodd) = rows.as_chunks::<2>();
+        let (spairs, sodd) = self.skip.get(..n).unwrap_or(&[]).as_chunks::<2>();
+        for (k, (v, w)) in pairs.iter().zip(wpairs).enumerate() {
+            let (v0, v1) = (v[0] as f32, v[1] as f32);
+            for l in 0..H {
+                a[l] += v0 * w[0][l];
+                b[l] += v1 * w[1][l];
             }
-            lin[0] += v0 * skip(j);
-            lin[1] += v1 * skip(j + 1);
-            j += 2;
+            let s = spairs.get(k).unwrap_or(&no_skip);
+            lin[0] += v0 * s[0];
+            lin[1] += v1 * s[1];
         }
         // An odd input count: the last input into the even set.
-        if let (Some(&v), Some(w)) = (pairs.remainder().first(), self.w1.get(j * h..(j + 1) * h)) {
+        if let (Some(&v), Some(w)) = (odd.first(), wodd.first()) {
             let v = v as f32;
-            for (ag, wg) in a.iter_mut().zip(w.chunks_exact(4)) {
-                for l in 0..4 {
-                    ag[l] += v * wg[l];
-                }
+            for l in 0..H {
+                a[l] += v * w[l];
             }
-            lin[0] += v * skip(j);
+            lin[0] += v * sodd.first().copied().unwrap_or(0.0);
         }
+        let w2: &[f32; H] = self.w2.first_chunk::<H>().unwrap_or(&[0.0; H]);
         let mut s = [0f32; 4];
-        for ((ag, bg), wg) in a.iter().zip(&b).zip(self.w2.chunks_exact(4)) {
-            let wg: &[f32; 4] = wg.try_into().unwrap_or(&[0.0; 4]);
-            for l in 0..4 {
-                s[l] += (ag[l] + bg[l]).max(0.0) * wg[l];
-            }
+        for l in 0..H {
+            s[l % 4] += (a[l] + b[l]).max(0.0) * w2[l];
         }
         self.b2 + ((s[0] + s[1]) + (s[2] + s[3])) + (lin[0] + lin[1]) + base.lin
     }
