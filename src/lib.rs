@@ -3,7 +3,7 @@
 //!
 //! The estimator, controller and transport state machines live in the lean `aggrate-core`
 //! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`, `selfcal`,
-//! `airtime`), re-exported here, below everything else.
+//! `airtime`, `watch`), re-exported here, below everything else.
 //!
 //! Layers (a module uses only those before it, and the core): `phy`, `parallel`, `progress`,
 //! `metrics`, `rxstamp` (the one kernel-timestamp receive edge) → `capture` → `label` →
@@ -17,7 +17,7 @@
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
-pub use aggrate_core::{airtime, control, features, runtime, selfcal, time};
+pub use aggrate_core::{airtime, control, features, runtime, selfcal, time, watch};
 
 pub mod capture;
 pub mod dataset;

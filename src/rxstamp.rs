@@ -2,7 +2,8 @@
 //! `CLOCK_REALTIME`) and the `recvmsg` that reads them. `recv` ([`crate::transport::io`]), the
 //! loopback replay ([`crate::wlan::live`]) and the veth receive paths ([`crate::testbed`]) all
 //! receive through here; the socket options they need (buffer, busy polling, read timeout) are
-//! set here and nowhere else.
+//! set here and nowhere else. `aggrate watch` listens on an interface through a packet socket
+//! ([`PacketSocket`]) stamped the same way.
 //!
 //! No clock is read: a datagram the kernel did not stamp comes back without a time, and the
 //! caller decides (the live receiver falls back to the clock; the replays drop it).
@@ -108,14 +109,7 @@ impl<'s> StampedReceiver<'s> {
         let mut iov = [IoSliceMut::new(buf)];
         match recvmsg::<SockaddrStorage>(self.sock.as_raw_fd(), &mut iov, Some(&mut self.cmsg), MsgFlags::empty()) {
             Ok(msg) => {
-                let mut kernel = None;
-                if let Ok(cm) = msg.cmsgs() {
-                    for c in cm {
-                        if let ControlMessageOwned::ScmTimestampns(t) = c {
-                            kernel = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64));
-                        }
-                    }
-                }
+                let (kernel, _) = stamps(&msg);
                 let from = msg
                     .address
                     .and_then(|a| {
@@ -156,6 +150,143 @@ impl<'s> StampedReceiver<'s> {
             }
         }
         got
+    }
+}
+
+/// One packet a [`PacketSocket`] read.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet {
+    /// Bytes received into the buffer (from the network-layer header on).
+    pub len: usize,
+    /// The kernel's receive time (`CLOCK_REALTIME`), when it stamped one.
+    pub kernel: Option<Ts>,
+    /// The interface sent it (a packet socket sees both directions): not a received packet.
+    pub outgoing: bool,
+    /// Packets the socket dropped so far because its buffer was full (`SO_RXQ_OVFL`), when the
+    /// kernel said.
+    pub dropped: Option<u32>,
+}
+
+/// A packet socket (`AF_PACKET`, cooked: no link header, so Ethernet, TUN and Wi-Fi devices
+/// read alike) on one interface, every protocol, with kernel receive timestamps: the time the
+/// kernel stamps at `netif_receive_skb`, where a UDP socket's `SO_TIMESTAMPNS` comes from too,
+/// so a watcher sees the times `recv` would. Needs `CAP_NET_RAW`.
+pub struct PacketSocket {
+    fd: std::os::fd::OwnedFd,
+    ifindex: u32,
+    cmsg: Vec<u8>,
+}
+
+impl PacketSocket {
+    /// Listen on `iface`, with `o`'s buffer and read timeout (busy polling does not apply).
+    pub fn open(iface: &str, o: &Options) -> Result<PacketSocket, Error> {
+        use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
+        let ifindex = nix::net::if_::if_nametoindex(iface).map_err(|e| Error {
+            what: "finding the interface (ip link lists them)",
+            source: e.into(),
+        })?;
+        let fd = socket(
+            AddressFamily::Packet,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::EthAll,
+        )
+        .map_err(|e| Error {
+            what: if e == nix::errno::Errno::EPERM {
+                "opening a packet socket (needs root or CAP_NET_RAW)"
+            } else {
+                "opening a packet socket"
+            },
+            source: e.into(),
+        })?;
+        bind_packet(&fd, ifindex).map_err(step("binding the packet socket to the interface"))?;
+        setsockopt(&fd, sockopt::ReceiveTimestampns, &true).map_err(|e| step("SO_TIMESTAMPNS")(e.into()))?;
+        // The socket's drops are counted and said: a watcher that misses packets reads a
+        // lower packet rate, and so a lower level.
+        let _ = setsockopt(&fd, sockopt::RxqOvfl, &1);
+        let _ = if o.force {
+            setsockopt(&fd, sockopt::RcvBufForce, &o.rcvbuf)
+        } else {
+            setsockopt(&fd, sockopt::RcvBuf, &o.rcvbuf)
+        };
+        if let Some(t) = o.read_timeout {
+            let tv = nix::sys::time::TimeVal::new(t.as_secs().min(i64::MAX as u64) as _, t.subsec_micros() as _);
+            setsockopt(&fd, sockopt::ReceiveTimeout, &tv).map_err(|e| step("receive timeout")(e.into()))?;
+        }
+        Ok(PacketSocket {
+            fd,
+            ifindex,
+            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec, u32),
+        })
+    }
+
+    /// One packet into `buf` (cut to its length); `Ok(None)` on timeout, would-block, an
+    /// interrupted call, or a packet of another interface (read before the bind took).
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<Packet>, Error> {
+        let mut iov = [IoSliceMut::new(buf)];
+        match recvmsg::<SockaddrStorage>(self.fd.as_raw_fd(), &mut iov, Some(&mut self.cmsg), MsgFlags::empty()) {
+            Ok(msg) => {
+                let (kernel, dropped) = stamps(&msg);
+                let link = msg.address.as_ref().and_then(|a| a.as_link_addr());
+                if link.is_some_and(|l| l.ifindex() != self.ifindex as usize) {
+                    return Ok(None);
+                }
+                Ok(Some(Packet {
+                    len: msg.bytes,
+                    kernel,
+                    outgoing: link.is_some_and(|l| l.pkttype() == libc::PACKET_OUTGOING),
+                    dropped,
+                }))
+            }
+            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(None),
+            Err(e) => Err(step("recvmsg on the packet socket")(e.into())),
+        }
+    }
+}
+
+/// A received message's kernel receive time and the socket's drop count (`SO_RXQ_OVFL`), when
+/// the kernel gave them.
+fn stamps(msg: &nix::sys::socket::RecvMsg<'_, '_, SockaddrStorage>) -> (Option<Ts>, Option<u32>) {
+    let (mut kernel, mut dropped) = (None, None);
+    if let Ok(cm) = msg.cmsgs() {
+        for c in cm {
+            match c {
+                ControlMessageOwned::ScmTimestampns(t) => {
+                    kernel = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64))
+                }
+                ControlMessageOwned::RxqOvfl(n) => dropped = Some(n),
+                _ => {}
+            }
+        }
+    }
+    (kernel, dropped)
+}
+
+/// Bind a packet socket to one interface: nix builds no `sockaddr_ll` from an index.
+#[allow(unsafe_code)]
+fn bind_packet(fd: &std::os::fd::OwnedFd, ifindex: u32) -> std::io::Result<()> {
+    let a = libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as u16,
+        sll_protocol: (libc::ETH_P_ALL as u16).to_be(),
+        sll_ifindex: ifindex.min(i32::MAX as u32) as i32,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    };
+    // SAFETY: a valid socket fd, a pointer to a live sockaddr_ll and its size; bind reads it
+    // during the call only.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &a as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

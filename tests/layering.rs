@@ -23,6 +23,7 @@ const CORE: &[&str] = &[
     "airtime",
     "model",
     "transport",
+    "watch",
     "Ts",
     "Tsft",
 ];

@@ -258,3 +258,13 @@ pub(crate) fn simulate_replayed(
         &mut |m| ui.info(m),
     )?)
 }
+
+/// SIGINT and SIGTERM set the flag (instead of ending the process), so that what was set up
+/// is removed.
+pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
+    }
+    Ok(stop)
+}

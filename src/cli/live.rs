@@ -26,9 +26,11 @@ use super::Exit;
 mod csvlog;
 mod keys;
 mod loopback;
+mod watch;
 use csvlog::CsvLog;
 pub(crate) use keys::{keygen, load_key, KeygenArgs};
 pub(crate) use loopback::live_loop;
+pub(crate) use watch::{watch, WatchArgs};
 
 /// Settings shared by `send` and `recv`.
 #[derive(Debug, Clone, clap::Args)]

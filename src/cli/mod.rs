@@ -89,6 +89,9 @@ pub(crate) enum Command {
     Send(live::SendArgs),
     /// Reference receiver (kernel timestamps → estimator → feedback).
     Recv(live::RecvArgs),
+    /// Estimate μ_N live from an interface's received packets (root): any traffic, the same
+    /// estimator as `recv`, a line per report interval.
+    Watch(live::WatchArgs),
     /// Write a random pre-shared key for `send` and `recv` (hex, mode 600).
     Keygen(live::KeygenArgs),
     /// Score a live run: the receiver's reports (`recv --log`) against the AP's truth (`ap --truth`).
@@ -222,6 +225,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Ap(a) => live::ap(&ui, a),
         Command::Send(a) => live::send(&ui, a),
         Command::Recv(a) => live::recv(&ui, a),
+        Command::Watch(a) => live::watch(&ui, a),
         Command::Keygen(a) => live::keygen(&ui, a),
         Command::Join(a) => join::run(&ui, a),
         Command::Export(a) => export::run(&ui, a),

@@ -3,8 +3,7 @@
 //! it one after the other, `down` removes what a killed run left.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -144,16 +143,6 @@ impl TestbedArgs {
     }
 }
 
-/// SIGINT and SIGTERM set the flag (instead of ending the process), so that what was set up
-/// is removed.
-fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handler")?;
-    }
-    Ok(stop)
-}
-
 pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
     match c {
         TestbedCommand::Down => {
@@ -168,7 +157,7 @@ pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
 
 fn up(ui: &Ui, a: TestbedArgs) -> Result<Exit> {
     let wlan = a.wlan()?;
-    let stop = stop_on_signals()?;
+    let stop = super::common::stop_on_signals()?;
     let d = a.up()?;
     let ap = d.serve(
         wlan,
@@ -206,7 +195,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     }
     let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
     let wlan = a.bed.wlan()?;
-    let stop = stop_on_signals()?;
+    let stop = super::common::stop_on_signals()?;
     let d = a.bed.up()?;
     let mut runs: Vec<SenderRun> = Vec::new();
     for cc in &a.senders {

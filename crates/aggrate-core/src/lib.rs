@@ -5,7 +5,7 @@
 //! holds those and re-exports this one.
 //!
 //! Layers (a module may use those above it): `time` → `airtime` → `features` → `model` →
-//! `runtime` → `selfcal` → `control` → `transport`.
+//! `runtime` → `selfcal` → `control` → `transport` → `watch`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -38,5 +38,6 @@ pub mod runtime;
 pub mod selfcal;
 pub mod time;
 pub mod transport;
+pub mod watch;
 
 pub use time::{Ts, Tsft};

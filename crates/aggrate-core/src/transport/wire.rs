@@ -688,6 +688,18 @@ pub fn emit_data(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload_len: u
     out[28..DATA_HEADER_LEN].copy_from_slice(&t);
 }
 
+/// A data packet's sequence number and send time **without verifying its tag** (no key): for a
+/// monitor (`aggrate watch`) that reports one-way delay on a link it only listens to. A forged
+/// packet can make it print anything; nothing may steer by what this returns. `None` for
+/// anything that is not a data packet of this version.
+pub fn peek_data(b: &[u8]) -> Option<Data> {
+    expect(b, Kind::Data, DATA_HEADER_LEN, false, "a data packet").ok()?;
+    Some(Data {
+        seq: u64_at(b, 12),
+        sent: Ts(u64_at(b, 20)),
+    })
+}
+
 /// Parse and verify a data packet of the session `keys`; returns its fields and payload length.
 pub fn parse_data(b: &[u8], keys: &SessionKeys) -> Result<(Data, usize), WireError> {
     let (session, station) = expect(b, Kind::Data, DATA_HEADER_LEN, false, "a data packet")?;
@@ -880,6 +892,9 @@ mod tests {
         emit_data(&mut b, &k, &d, 1000);
         assert_eq!(b.len(), DATA_HEADER_LEN + 1000);
         assert_eq!(parse_data(&b, &k).unwrap(), (d, 1000));
+        // A monitor reads the same fields without the key; a cut or other packet is none.
+        assert_eq!(peek_data(&b), Some(d));
+        assert_eq!(peek_data(&b[..DATA_HEADER_LEN - 1]), None);
         let f = Feedback {
             number: 9,
             highest_seq: 16_003,
@@ -888,6 +903,7 @@ mod tests {
         emit_feedback(&mut b, &k, &f);
         assert_eq!(b.len(), FEEDBACK_LEN);
         assert_eq!(parse_feedback(&b, &k).unwrap(), f);
+        assert_eq!(peek_data(&b), None);
         let h = Hello {
             session: 7,
             station: 3,
