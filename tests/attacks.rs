@@ -915,3 +915,73 @@ fn an_older_peer_is_told_apart_by_version() {
     assert!(s2.handle_datagram(Ts::ZERO, 0, &fb).is_err());
     assert_eq!(s2.stats().other_version_seen, Some(2));
 }
+
+/// Sessions with both stations of a two-station sender (the test answers their hellos).
+fn two_station_keys(s: &mut Sender, now: Ts) -> Vec<SessionKeys> {
+    let mut keys: Vec<Option<SessionKeys>> = vec![None, None];
+    while let Some(t) = s.poll_transmit(now) {
+        let Ok((hello, _)) = wire::parse_hello(&s.buffer()[..t.len], &psk()) else {
+            break;
+        };
+        let ack = HelloAck {
+            hello,
+            nonce_r: [0x5a; NONCE_LEN],
+        };
+        let mut b = Vec::new();
+        wire::emit_hello_ack(&mut b, &psk(), &ack);
+        s.handle_datagram(now, t.station, &b).unwrap();
+        keys[t.station] = Some(SessionKeys::derive(
+            &psk(),
+            hello.session,
+            hello.station,
+            &hello.nonce_s,
+            &ack.nonce_r,
+        ));
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    keys.into_iter().map(|k| k.expect("both stations connected")).collect()
+}
+
+#[test]
+fn several_stations_step_once_per_interval_when_every_station_has_reported_it() {
+    // The cell's airtime relation needs every station's load of one interval: the loop waits for
+    // the last station's report of an interval (a report lost on the way delays the step by one
+    // interval, no more).
+    let mut s = Sender::new(psk(), [3; 32], 2, 1000, PiParams::default(), INTERVAL, Ts::ZERO).unwrap();
+    let keys = two_station_keys(&mut s, Ts::ZERO);
+    let at = |k: u64, phy: f64| AggReport {
+        start: Ts::from_millis(500 * k),
+        end: Ts::from_millis(500 * (k + 1)),
+        phy_rate_bps: Some(phy),
+        ..report(4.0)
+    };
+    let rate = |s: &Sender| s.rate(0).mbps;
+    let x0 = rate(&s);
+    let mut number = [1u32, 1];
+    let mut send = |s: &mut Sender, sta: usize, k: u64, now_ms: u64| {
+        let phy = if sta == 0 { 866.7e6 } else { 433.3e6 };
+        let b = feedback(&keys[sta], number[sta], at(k, phy));
+        number[sta] += 1;
+        s.handle_datagram(Ts::from_millis(now_ms), sta, &b).unwrap();
+    };
+    // Interval 0: the driven station first — no step until station 1 reported it too.
+    send(&mut s, 0, 0, 510);
+    let after_first = rate(&s);
+    send(&mut s, 1, 0, 515);
+    let stepped = rate(&s);
+    assert!(stepped > after_first, "{x0} → {after_first} → {stepped}");
+    // Interval 1: station 1's report is lost; the driven station's interval 2 steps anyway.
+    send(&mut s, 0, 1, 1010);
+    assert_eq!(rate(&s), stepped, "stepped on an incomplete interval");
+    send(&mut s, 0, 2, 1510);
+    let overdue = rate(&s);
+    assert!(
+        overdue > stepped,
+        "a lost report stalled the loop: {stepped} → {overdue}"
+    );
+    // A late report of an interval already stepped on changes nothing.
+    send(&mut s, 1, 1, 1520);
+    assert_eq!(rate(&s), overdue);
+}

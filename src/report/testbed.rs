@@ -19,14 +19,14 @@ pub struct Setting<'a> {
 pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
     let mut out = format!(
         "Testbed: {}; {} s per sender. Delay: time in the AP (queue + air) per packet.\n\n\
-         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | AP drops | release p99 µs | AP core steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | sender | sta | goodput Mb/s | delay mean ms | p50 | p95 | p99 | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | airtime share | AP drops | release p99 µs | AP core steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         s.wlan, s.duration_s
     );
     for r in runs {
         for f in &r.flows {
             out += &format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {} | {}{} | {} |\n",
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {}{} | {} |\n",
                 f.sender,
                 f.station,
                 f.goodput_mbps,
@@ -39,6 +39,7 @@ pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
                 level_cell(f.estimated.as_ref()),
                 level_cell(f.frame_count.as_ref()),
                 f.ampdu_share,
+                f.airtime_share,
                 r.ap_dropped,
                 if r.release_p99_us.is_finite() {
                     format!("{:.0}", r.release_p99_us)

@@ -132,6 +132,10 @@ pub struct FlowRow {
     pub frame_count: Option<LevelError>,
     /// Share of the A-MPDUs of all stations.
     pub ampdu_share: f64,
+    /// Share of the air the AP spent on this station's A-MPDUs, of all stations': each A-MPDU's
+    /// fixed exchange (EDCA, preamble, Block Ack) and its MPDUs at the station's PHY rate, from
+    /// the standard's timing (`airtime::AirtimeParams`) for what the AP sent.
+    pub airtime_share: f64,
 }
 
 /// One run of one sender: its rows and the AP's counters.
@@ -228,6 +232,8 @@ struct Measured {
     steal: Option<f64>,
     /// Per station, per [`SERIES_STEP`]: (bytes released, sum of the delays in ms, packets).
     series: Vec<Vec<(u64, f64, u64)>>,
+    /// Per station: PHY rate (b/s).
+    phy_bps: Vec<f64>,
 }
 
 /// The time step of a run's series (rate and delay over time).
@@ -297,11 +303,33 @@ impl Measured {
         per_sta
     }
 
+    /// Per station: the air its A-MPDUs took (µs), from the standard's timing for the A-MPDUs,
+    /// MPDUs and bytes the AP sent it (RTS/CTS as the AP uses it above the threshold).
+    fn airtime_us(&self, per_sta: &[(u64, u64)]) -> Vec<f64> {
+        let p = crate::airtime::AirtimeParams::default();
+        per_sta
+            .iter()
+            .enumerate()
+            .map(|(i, &(ampdus, mpdus))| {
+                let bytes: u64 = self.series.get(i).map_or(0, |s| s.iter().map(|b| b.0).sum());
+                let phy = self.phy_bps.get(i).copied().unwrap_or(0.0);
+                if ampdus == 0 || mpdus == 0 || phy <= 0.0 {
+                    return 0.0;
+                }
+                let ip_len = bytes as f64 / mpdus as f64;
+                let n = mpdus as f64 / ampdus as f64;
+                ampdus as f64 * p.exchange_us(n, ip_len, phy)
+            })
+            .collect()
+    }
+
     /// The rows of sender `sender`, from each station's (goodput, retransmissions, lost,
     /// estimated level).
     fn rows(self, sender: &str, flows: Vec<FlowSide>) -> SenderRun {
         let per_sta = self.per_station();
         let total_ampdus: u64 = per_sta.iter().map(|t| t.0).sum();
+        let airtime = self.airtime_us(&per_sta);
+        let total_air: f64 = airtime.iter().sum();
         let release_p99_us = self.late.quantile(0.99);
         let step = SERIES_STEP.as_secs_f64();
         // Up to the last step with a packet.
@@ -343,6 +371,11 @@ impl Measured {
                 estimated: f.estimated,
                 frame_count: f.frame_count,
                 ampdu_share: per_sta[i].0 as f64 / total_ampdus.max(1) as f64,
+                airtime_share: if total_air > 0.0 {
+                    airtime[i] / total_air
+                } else {
+                    f64::NAN
+                },
             })
             .collect();
         SenderRun {
@@ -410,6 +443,9 @@ fn measure<T>(
             late: sink.late,
             steal,
             series: sink.series,
+            phy_bps: (0..d.station_ip.len())
+                .map(|i| wlan.modes().get(i).and_then(|m| m.rate_bps()).unwrap_or(0) as f64)
+                .collect(),
         },
     ))
 }
@@ -467,13 +503,20 @@ pub fn aggrate_run(
         text.push('\n');
     }
     std::fs::write(&truth_path, text).map_err(super::io("writing the AP's truth"))?;
-    let mut flows = Vec::new();
+    let mut all = Vec::new();
     for (i, log) in logs.iter().enumerate() {
-        let reports = crate::livelog::read_reports(log).map_err(|e| Error::Command {
+        all.push(crate::livelog::read_reports(log).map_err(|e| Error::Command {
             cmd: format!("aggrate recv (station {i})"),
             status: "no readable report log".into(),
             stderr: e.to_string(),
-        })?;
+        })?);
+    }
+    let phy: Vec<f64> = (0..logs.len())
+        .map(|i| wlan.modes()[i].rate_bps().unwrap_or(0) as f64)
+        .collect();
+    let steered = steered_levels(&all, &phy);
+    let mut flows = Vec::new();
+    for (i, (log, reports)) in logs.iter().zip(&steered).enumerate() {
         // From the first report with data to the last (the receivers outlive the sender by a
         // second or two), the ramp included as TCP's slow start is in iperf3's figure.
         let live: Vec<_> = reports.iter().filter(|r| r.packets > 0).collect();
@@ -482,7 +525,7 @@ pub fn aggrate_run(
             _ => f64::NAN,
         };
         let packets: u64 = live.iter().map(|r| r.packets).sum();
-        let joined = crate::livelog::join(&m.truth, &reports, i as u16, 2, (&truth_path, log)).ok();
+        let joined = crate::livelog::join(&m.truth, reports, i as u16, 2, (&truth_path, log)).ok();
         flows.push(FlowSide {
             goodput_mbps: packets as f64 * sent.payload as f64 * 8.0 / span_s / 1e6,
             retransmits: None,
@@ -492,6 +535,48 @@ pub fn aggrate_run(
         });
     }
     Ok(m.rows("aggrate", flows))
+}
+
+/// The level the sender steered each station by, interval by interval, in place of each
+/// receiver's own: the sender's [`AirtimeSplit::level_of`] on every receiver's report of that
+/// interval — with several stations the larger of the receiver's level and the cell's airtime
+/// relation, which no one receiver sees (its own level counts only its own station's airtime).
+/// Intervals some receiver did not report keep the receiver's level. One station: unchanged.
+///
+/// [`AirtimeSplit::level_of`]: crate::control::AirtimeSplit::level_of
+fn steered_levels(logs: &[Vec<crate::livelog::ReportRow>], phy_bps: &[f64]) -> Vec<Vec<crate::livelog::ReportRow>> {
+    use crate::control::{AirtimeSplit, Cell, PiParams};
+    use crate::runtime::AggReport;
+    let Ok(mut split) = AirtimeSplit::new(PiParams::default(), logs.len()) else {
+        return logs.to_vec();
+    };
+    split.set_cell(Some(Cell {
+        airtime: crate::airtime::AirtimeParams::default(),
+        ip_len: (AGGRATE_SIZE + 28) as f64,
+    }));
+    let report = |r: &crate::livelog::ReportRow, phy: f64| AggReport {
+        start: crate::time::Ts(r.start_ns),
+        end: crate::time::Ts(r.end_ns),
+        packets: r.packets,
+        mean_agg: r.frame_count,
+        corrected_agg: Some(r.level),
+        phy_rate_bps: Some(phy),
+        ..AggReport::default()
+    };
+    let mut out = logs.to_vec();
+    for (i, rows) in out.iter_mut().enumerate() {
+        for row in rows.iter_mut() {
+            let same: Option<Vec<AggReport>> = logs
+                .iter()
+                .zip(phy_bps)
+                .map(|(l, &phy)| l.iter().find(|r| r.start_ns == row.start_ns).map(|r| report(r, phy)))
+                .collect();
+            if let Some(reports) = same.filter(|_| row.packets > 0) {
+                row.level = split.level_of(&reports, i);
+            }
+        }
+    }
+    out
 }
 
 /// What the aggrate sender was set to.

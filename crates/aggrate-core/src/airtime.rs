@@ -309,11 +309,19 @@ impl AirtimeParams {
     /// A-MPDUs per second the access point sends at level `n` (inverse of [`Self::level`] for
     /// tests and tables).
     pub fn pkt_rate_at(&self, n: f64, ip_len: f64, phy_bps: f64, others_share: f64) -> f64 {
-        let sub = self.subframe_bytes(ip_len);
-        let t_p = sub * 8.0 / phy_bps;
-        let rts = n * sub > self.rts_threshold;
-        let t_o = (self.fixed_us() + if rts { self.rts_cts_us } else { 0.0 }) * 1e-6;
-        n * (1.0 - others_share) / (t_o + n * t_p)
+        n * (1.0 - others_share) / (self.exchange_us(n, ip_len, phy_bps) * 1e-6)
+    }
+
+    /// Airtime of one exchange carrying an A-MPDU of `n` MPDUs of `ip_len` bytes at `phy_bps`
+    /// (µs): the fixed part, RTS/CTS when the PSDU exceeds the threshold, and the data.
+    pub fn exchange_us(&self, n: f64, ip_len: f64, phy_bps: f64) -> f64 {
+        let psdu = n * self.subframe_bytes(ip_len);
+        let rts = if psdu > self.rts_threshold {
+            self.rts_cts_us
+        } else {
+            0.0
+        };
+        self.fixed_us() + rts + psdu * 8.0 / phy_bps * 1e6
     }
 }
 

@@ -138,6 +138,8 @@ pub struct Sender {
     /// Each station's pacing clock (datagrams are never in flight: not acknowledged).
     pacer: Pacer,
     stations: Vec<Station>,
+    /// Start of the last report interval the loop stepped on.
+    stepped: Option<Ts>,
     buf: Vec<u8>,
     interval: Duration,
     last_feedback: Ts,
@@ -218,6 +220,7 @@ impl Sender {
             split: AirtimeSplit::new(control, stations)?,
             pacer: Pacer::new(stations, now, interval),
             stations: st,
+            stepped: None,
             buf: Vec::with_capacity(wire::DATA_HEADER_LEN + payload),
             interval,
             last_feedback: now,
@@ -431,10 +434,24 @@ impl Sender {
                 s.last_feedback = now;
                 self.stats.feedback += 1;
                 self.last_feedback = now;
-                // The loop runs on the driven station's reports (the others give their PHY
-                // rates); until the driven station reports, follow whoever does.
+                // The loop steps once per report interval, when every connected station has
+                // reported it: the cell's airtime relation needs every station's load of the
+                // same interval (with one station's report a step behind, during start-up a
+                // third lower, it reads the cell's level low and the loop overshoots into the
+                // AP's queue). A report lost on the way delays the step by one interval: a
+                // driven station's report for a later interval steps with what there is. Until
+                // the driven station reports at all, follow whoever does.
+                let start = f.report.start;
                 let driven = self.split.driven();
-                if station == driven || self.stations.len() == 1 || self.stations[driven].latest.is_none() {
+                let complete = self
+                    .stations
+                    .iter()
+                    .filter(|x| x.keys.is_some())
+                    .all(|x| x.latest.is_some_and(|r| r.start >= start));
+                let overdue = station == driven && self.stepped.is_some_and(|p| start > p + self.interval);
+                let fresh = self.stepped.is_none_or(|p| start > p);
+                if fresh && (complete || overdue || self.stations[driven].latest.is_none()) {
+                    self.stepped = Some(start);
                     let reports: Vec<AggReport> = self.stations.iter().map(|s| s.latest.unwrap_or_default()).collect();
                     self.split.on_reports(now, &reports);
                 }
