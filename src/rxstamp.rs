@@ -44,6 +44,9 @@ pub struct Options {
     pub busy_poll_us: u32,
     /// Read timeout (None: block).
     pub read_timeout: Option<Duration>,
+    /// Hand each IPv4 datagram's TOS byte up too (`IP_RECVTOS`): the testbed's AP marks
+    /// A-MPDUs there (`Downlink::set_ampdu_marks`).
+    pub tos: bool,
 }
 
 impl Default for Options {
@@ -53,6 +56,7 @@ impl Default for Options {
             force: false,
             busy_poll_us: 0,
             read_timeout: None,
+            tos: false,
         }
     }
 }
@@ -66,6 +70,9 @@ pub fn bind(addr: SocketAddr, o: &Options) -> Result<UdpSocket, Error> {
         set_busy_poll(&s, o.busy_poll_us).map_err(step("SO_BUSY_POLL"))?;
     }
     s.set_read_timeout(o.read_timeout).map_err(step("receiver timeout"))?;
+    if o.tos {
+        setsockopt(&s, sockopt::IpRecvTos, &true).map_err(|e| step("IP_RECVTOS")(e.into()))?;
+    }
     Ok(s)
 }
 
@@ -87,6 +94,8 @@ pub struct Datagram {
     pub from: SocketAddr,
     /// The kernel's receive time (`CLOCK_REALTIME`), when it stamped one.
     pub kernel: Option<Ts>,
+    /// The IPv4 TOS byte, when the socket asked for it ([`Options::tos`]).
+    pub tos: Option<u8>,
 }
 
 /// Receives with kernel timestamps on one socket, its control-message buffer reused.
@@ -100,7 +109,7 @@ impl<'s> StampedReceiver<'s> {
     pub fn new(sock: &'s UdpSocket) -> Self {
         StampedReceiver {
             sock,
-            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
+            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec, u32),
         }
     }
 
@@ -109,7 +118,7 @@ impl<'s> StampedReceiver<'s> {
         let mut iov = [IoSliceMut::new(buf)];
         match recvmsg::<SockaddrStorage>(self.sock.as_raw_fd(), &mut iov, Some(&mut self.cmsg), MsgFlags::empty()) {
             Ok(msg) => {
-                let (kernel, _) = stamps(&msg);
+                let st = stamps(&msg);
                 let from = msg
                     .address
                     .and_then(|a| {
@@ -121,7 +130,8 @@ impl<'s> StampedReceiver<'s> {
                 Ok(Some(Datagram {
                     len: msg.bytes,
                     from,
-                    kernel,
+                    kernel: st.kernel,
+                    tos: st.tos,
                 }))
             }
             Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(None),
@@ -226,7 +236,7 @@ impl PacketSocket {
         let mut iov = [IoSliceMut::new(buf)];
         match recvmsg::<SockaddrStorage>(self.fd.as_raw_fd(), &mut iov, Some(&mut self.cmsg), MsgFlags::empty()) {
             Ok(msg) => {
-                let (kernel, dropped) = stamps(&msg);
+                let Stamps { kernel, dropped, .. } = stamps(&msg);
                 let link = msg.address.as_ref().and_then(|a| a.as_link_addr());
                 if link.is_some_and(|l| l.ifindex() != self.ifindex as usize) {
                     return Ok(None);
@@ -244,22 +254,35 @@ impl PacketSocket {
     }
 }
 
-/// A received message's kernel receive time and the socket's drop count (`SO_RXQ_OVFL`), when
-/// the kernel gave them.
-fn stamps(msg: &nix::sys::socket::RecvMsg<'_, '_, SockaddrStorage>) -> (Option<Ts>, Option<u32>) {
-    let (mut kernel, mut dropped) = (None, None);
+/// What a received message's control messages said.
+struct Stamps {
+    /// The kernel's receive time.
+    kernel: Option<Ts>,
+    /// The socket's drop count so far (`SO_RXQ_OVFL`).
+    dropped: Option<u32>,
+    /// The IPv4 TOS byte (`IP_RECVTOS`).
+    tos: Option<u8>,
+}
+
+fn stamps(msg: &nix::sys::socket::RecvMsg<'_, '_, SockaddrStorage>) -> Stamps {
+    let mut st = Stamps {
+        kernel: None,
+        dropped: None,
+        tos: None,
+    };
     if let Ok(cm) = msg.cmsgs() {
         for c in cm {
             match c {
                 ControlMessageOwned::ScmTimestampns(t) => {
-                    kernel = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64))
+                    st.kernel = Some(Ts(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64))
                 }
-                ControlMessageOwned::RxqOvfl(n) => dropped = Some(n),
+                ControlMessageOwned::RxqOvfl(n) => st.dropped = Some(n),
+                ControlMessageOwned::Ipv4Tos(t) => st.tos = Some(t),
                 _ => {}
             }
         }
     }
-    (kernel, dropped)
+    st
 }
 
 /// Bind a packet socket to one interface: nix builds no `sockaddr_ll` from an index.

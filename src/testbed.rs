@@ -500,6 +500,7 @@ impl Testbed {
                 force: true,
                 busy_poll_us: busy,
                 read_timeout: Some(Duration::from_millis(100)),
+                tos: false,
             };
             let sock = match enter(&rx_ns).and_then(|_| {
                 pin(rx_cpu);

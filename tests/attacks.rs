@@ -736,7 +736,12 @@ fn the_most_a_sender_sends_is_its_own_limit() {
     // A key holder reporting a level of 0 every interval for a minute.
     for n in 1..=120u32 {
         let now = Ts::from_millis(500 * n as u64);
-        let _ = s.handle_datagram(now, 0, &feedback(&keys, n, report(0.0)));
+        let r = AggReport {
+            start: Ts::from_millis(500 * (n as u64 - 1)),
+            end: now,
+            ..report(0.0)
+        };
+        let _ = s.handle_datagram(now, 0, &feedback(&keys, n, r));
         assert!(s.rate(0).mbps <= 50.0, "{}", s.rate(0).mbps);
     }
     assert_eq!(s.rate(0).mbps, 50.0);
@@ -981,7 +986,13 @@ fn several_stations_step_once_per_interval_when_every_station_has_reported_it() 
         overdue > stepped,
         "a lost report stalled the loop: {stepped} → {overdue}"
     );
-    // A late report of an interval already stepped on changes nothing.
+    // A late report of an interval already stepped on changes nothing, nor does an interval
+    // reported again under a new feedback number.
     send(&mut s, 1, 1, 1520);
     assert_eq!(rate(&s), overdue);
+    send(&mut s, 1, 2, 1530);
+    let three = rate(&s);
+    send(&mut s, 0, 2, 1540);
+    send(&mut s, 1, 2, 1550);
+    assert_eq!(rate(&s), three);
 }

@@ -468,6 +468,37 @@ fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
     );
 }
 
+#[test]
+fn the_aps_ampdu_marks_give_the_receivers_every_frame() {
+    // aggrate-mac: the AP marks each A-MPDU in the DSCP bits and `recv --ap-marks` reads them as
+    // MAC timestamps — its frame count is the AP's own, interval by interval.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use aggrate::testbed::compare::aggrate_run;
+    use aggrate::testbed::downlink::Downlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Downlink::up(1).unwrap();
+    d.set_ampdu_marks(true);
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_aggrate"));
+    let r = aggrate_run(
+        &d,
+        &downlink_wlan(&[9]),
+        exe,
+        5,
+        std::time::Duration::from_millis(250),
+        1,
+        dir.path(),
+    )
+    .unwrap();
+    let f = &r.flows[0];
+    assert_eq!(f.sender, "aggrate-mac");
+    let count = f.frame_count.expect("the frame count joined with the truth");
+    assert!(count.intervals >= 8 && count.mae_rel_median < 0.02, "{count:?}");
+    assert!(f.goodput_mbps > 20.0 && r.ap_dropped == 0, "{r:?}");
+}
+
 /// A child process killed and reaped when dropped (a failing test leaves none behind).
 struct Killed(std::process::Child);
 

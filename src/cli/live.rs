@@ -133,6 +133,11 @@ pub(crate) struct RecvArgs {
     /// by, receive rate, delay, losses), for `aggrate join` with the AP's --truth.
     #[arg(long)]
     pub(crate) log: Option<PathBuf>,
+    /// Frames from the A-MPDU marks the testbed's AP puts in each packet's DSCP bits (`testbed
+    /// run --senders aggrate-mac`), not from a model: what MAC timestamps would give, the
+    /// estimator's upper bound. Only behind that AP.
+    #[arg(long, conflicts_with_all = ["model", "self_calibrate"])]
+    pub(crate) ap_marks: bool,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -278,7 +283,15 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let mut rx = Receiver::new(
         load_key(&a.session)?,
         io::entropy()?,
-        estimator(model.as_ref(), interval)?,
+        if a.ap_marks {
+            OnlineEstimator::new(
+                aggrate::runtime::Mode::Mac,
+                aggrate::features::FeatureSpec::default(),
+                interval,
+            )?
+        } else {
+            estimator(model.as_ref(), interval)?
+        },
     );
     rx.phy_rate_bps = a.phy_mbps.map(|m| (m * 1e6) as u64);
     match a.phy_mbps {
@@ -304,7 +317,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         true => Some(self_calibrator(model.as_ref(), a.max_distance, a.phy_mbps)?),
         false => None,
     };
-    let sock = io::timestamped_socket(a.listen)?;
+    let sock = io::timestamped_socket_with(a.listen, a.ap_marks)?;
     let stop = AtomicBool::new(false);
     // What the windows since the last line came to: (windows, too far).
     let (mut logged, mut since) = (None, (0u64, 0u64));

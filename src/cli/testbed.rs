@@ -78,8 +78,10 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) bed: TestbedArgs,
     /// Senders, in turn: `aggrate` (this program's sender and receivers, the shipped estimator
-    /// on the stations' kernel receive times) and kernel TCP congestion controls (iperf3 -C).
-    #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string(), "aggrate".to_string()])]
+    /// on the stations' kernel receive times), `aggrate-mac` (the same sender, its receivers
+    /// reading the AP's A-MPDU marks as MAC timestamps: the upper bound) and kernel TCP
+    /// congestion controls (iperf3 -C).
+    #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string(), "aggrate".to_string(), "aggrate-mac".to_string()])]
     pub(crate) senders: Vec<String>,
     /// aggrate's report interval (ms); the AP's truth uses the same intervals.
     #[arg(long, default_value_t = 500)]
@@ -187,7 +189,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     if !(1..=3600).contains(&a.duration) {
         bail!("--duration {}: 1..=3600 s", a.duration);
     }
-    for cc in a.senders.iter().filter(|s| *s != "aggrate") {
+    for cc in a.senders.iter().filter(|s| !s.starts_with("aggrate")) {
         aggrate::testbed::compare::check_tcp(cc)?;
     }
     if !(50..=5000).contains(&a.interval_ms) {
@@ -202,16 +204,17 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted: the testbed was removed");
         }
-        let name = if cc == "aggrate" {
-            cc.clone()
-        } else {
-            format!("tcp-{cc}")
-        };
+        let ours = cc == "aggrate" || cc == "aggrate-mac";
+        let name = if ours { cc.clone() } else { format!("tcp-{cc}") };
         ui.info(format!("{name}: {} s through {}…", a.duration, a.bed.describe()));
-        let r = if cc == "aggrate" {
-            let dir = a.output.join("aggrate");
+        let r = if ours {
+            let dir = a.output.join(cc);
             let interval = Duration::from_millis(a.interval_ms);
-            aggrate_run(&d, &wlan, &exe, a.duration, interval, a.bed.seed, &dir).context("aggrate")?
+            // aggrate-mac: the AP marks each A-MPDU and the receivers read the marks, not a model.
+            d.set_ampdu_marks(cc == "aggrate-mac");
+            let r = aggrate_run(&d, &wlan, &exe, a.duration, interval, a.bed.seed, &dir).with_context(|| cc.clone());
+            d.set_ampdu_marks(false);
+            r?
         } else {
             tcp_run(&d, &wlan, cc, a.duration, a.bed.seed).with_context(|| format!("tcp-{cc}"))?
         };

@@ -534,7 +534,7 @@ pub fn aggrate_run(
             frame_count: joined.and_then(|j| j.frame_count),
         });
     }
-    Ok(m.rows("aggrate", flows))
+    Ok(m.rows(if d.ampdu_marks() { "aggrate-mac" } else { "aggrate" }, flows))
 }
 
 /// The level the sender steered each station by, interval by interval, in place of each
@@ -608,6 +608,7 @@ fn aggrate_flows(
             .env("AGGRATE_KEY", key)
             .args(["-q", "recv", "--listen", "0.0.0.0:9000", "--phy-mbps"])
             .arg(format!("{phy:.1}"))
+            .args(d.ampdu_marks().then_some("--ap-marks"))
             .args(["--interval-ms", &ms, "--duration"])
             .arg((secs + 2).to_string())
             .arg("--log")

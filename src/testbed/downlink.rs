@@ -57,6 +57,8 @@ pub struct Downlink {
     pub station_dev: Vec<String>,
     /// The AP's release tick (µs; 0: none), from [`Downlink::set_receive_path`].
     tick_us: std::sync::atomic::AtomicU64,
+    /// Whether the AP marks each A-MPDU in its packets' DSCP bits ([`Downlink::set_ampdu_marks`]).
+    marks: AtomicBool,
     made: Made,
 }
 
@@ -88,6 +90,7 @@ impl Downlink {
                 .collect(),
             station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
             tick_us: Default::default(),
+            marks: AtomicBool::new(false),
             made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
@@ -208,6 +211,20 @@ impl Downlink {
         Ok(())
     }
 
+    /// Mark each A-MPDU the AP releases from the next [`Downlink::serve`] on: its number per
+    /// station (modulo 64) in the DSCP bits of its packets' TOS byte, ECN kept, the header
+    /// checksum redone. A receiver that reads the TOS byte (`aggrate recv --ap-marks`) then
+    /// knows every frame boundary, as a receiver reading MAC timestamps from radiotap does:
+    /// the estimator's upper bound on this testbed. Kernel TCP ignores the bits.
+    pub fn set_ampdu_marks(&self, on: bool) {
+        self.marks.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the AP marks A-MPDUs ([`Downlink::set_ampdu_marks`]).
+    pub fn ampdu_marks(&self) -> bool {
+        self.marks.load(Ordering::Relaxed)
+    }
+
     /// The stations' receive path: `path`'s receive-side settings on every station's device
     /// (GRO, threaded NAPI, RPS, NAPI deferral — as the datasets' kernel paths), its release
     /// tick at the AP ([`KernelPath::tick_us`], a driver's or bus's batching, returned for
@@ -296,6 +313,7 @@ impl Downlink {
         let ap = self.ap_ns.clone();
         let stations = self.station_ip.clone();
         let release_tick = Duration::from_micros(self.tick_us.load(Ordering::Relaxed));
+        let marks = self.marks.load(Ordering::Relaxed);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || -> Result<Served, Error> {
             // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
@@ -313,10 +331,13 @@ impl Downlink {
                     return Err(e);
                 }
             };
+            let n = stations.len();
             let mut port = TunPort {
                 tun,
                 stations,
                 short_writes: 0,
+                marks: marks.then(|| vec![0; n]),
+                scratch: Vec::with_capacity(65_536),
             };
             let mut truth = Vec::new();
             let mut on_row = |r: &TruthRow| {
@@ -424,11 +445,36 @@ fn open_tun(name: &str) -> Result<File, Error> {
 }
 
 /// The AP's port on the TUN device: packets in are the server's, for the station their
-/// destination names; packets out go back into the device, for the kernel to forward.
+/// destination names; packets out go back into the device, for the kernel to forward. With
+/// `marks`, each IPv4 packet leaves with its A-MPDU's number (per station, modulo 64) in the
+/// DSCP bits of its TOS byte ([`Downlink::set_ampdu_marks`]).
 struct TunPort {
     tun: File,
     stations: Vec<Ipv4Addr>,
     short_writes: u64,
+    /// Per station: the number of its A-MPDU being released (`None`: no marks).
+    marks: Option<Vec<u8>>,
+    scratch: Vec<u8>,
+}
+
+/// Put `dscp` (6 bits) into an IPv4 packet's TOS byte, keeping its ECN bits, and recompute the
+/// header checksum. Not IPv4, or cut inside its header: unchanged.
+fn mark_dscp(p: &mut [u8], dscp: u8) {
+    let ihl = usize::from(p.first().map_or(0, |b| b & 0x0f)) * 4;
+    if p.first().map(|b| b >> 4) != Some(4) || ihl < 20 || p.len() < ihl {
+        return;
+    }
+    p[1] = (dscp << 2) | (p[1] & 0x03);
+    p[10] = 0;
+    p[11] = 0;
+    let mut sum: u32 = p[..ihl]
+        .chunks_exact(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
 impl ApPort for TunPort {
@@ -446,8 +492,20 @@ impl ApPort for TunPort {
         }
     }
 
-    fn send(&mut self, _: usize, bytes: &[u8]) {
-        if self.tun.write(bytes).map_or(true, |n| n < bytes.len()) {
+    fn send(&mut self, i: usize, bytes: &[u8], starts_ampdu: bool) {
+        let out = match self.marks.as_mut().and_then(|m| m.get_mut(i)) {
+            Some(n) => {
+                if starts_ampdu {
+                    *n = (*n + 1) % 64;
+                }
+                self.scratch.clear();
+                self.scratch.extend_from_slice(bytes);
+                mark_dscp(&mut self.scratch, *n);
+                &self.scratch[..]
+            }
+            None => bytes,
+        };
+        if self.tun.write(out).map_or(true, |n| n < out.len()) {
             self.short_writes += 1;
         }
     }
@@ -460,6 +518,42 @@ impl ApPort for TunPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ampdu_mark_keeps_ecn_and_a_valid_header_checksum() {
+        // A real header (checksum 0xb861 as sent).
+        let mut p: Vec<u8> = vec![
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
+            0x00, 0xc7,
+        ];
+        let sum = |p: &[u8]| -> u32 {
+            let mut s: u32 = p
+                .chunks_exact(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum();
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            s
+        };
+        assert_eq!(sum(&p), 0xffff, "the fixture's own checksum");
+        mark_dscp(&mut p, 45);
+        assert_eq!((p[1] >> 2, p[1] & 3), (45, 0));
+        assert_eq!(sum(&p), 0xffff);
+        // ECN "ECT(0)" set on the way: kept.
+        p[1] |= 2;
+        mark_dscp(&mut p, 12);
+        assert_eq!((p[1] >> 2, p[1] & 3), (12, 2));
+        assert_eq!(sum(&p), 0xffff);
+        // Not IPv4, or cut: untouched.
+        let mut v6 = vec![0x60u8; 40];
+        mark_dscp(&mut v6, 3);
+        assert!(v6.iter().all(|&b| b == 0x60));
+        let mut cut = p[..12].to_vec();
+        let before = cut.clone();
+        mark_dscp(&mut cut, 7);
+        assert_eq!(cut, before);
+    }
 
     #[test]
     fn a_packet_goes_to_the_station_its_destination_names() {

@@ -54,7 +54,18 @@ pub fn entropy() -> Result<[u8; 32], IoError> {
 /// A UDP socket with kernel receive timestamps turned on and a large receive buffer
 /// ([`crate::rxstamp`], the one receive edge).
 pub fn timestamped_socket(bind: SocketAddr) -> Result<UdpSocket, IoError> {
-    rxstamp::bind(bind, &rxstamp::Options::default()).map_err(|e| IoError {
+    timestamped_socket_with(bind, false)
+}
+
+/// [`timestamped_socket`], and with `tos` each datagram's TOS byte too: where the testbed's AP
+/// marks A-MPDUs, [`run_receiver_with`] hands the marks to the receiver as its frames (the MAC
+/// timestamps' place: the estimator's upper bound).
+pub fn timestamped_socket_with(bind: SocketAddr, tos: bool) -> Result<UdpSocket, IoError> {
+    let o = rxstamp::Options {
+        tos,
+        ..rxstamp::Options::default()
+    };
+    rxstamp::bind(bind, &o).map_err(|e| IoError {
         what: format!("{} on {bind}", e.what),
         source: e.source,
     })
@@ -104,7 +115,10 @@ pub fn run_receiver_with(
             // A datagram the kernel did not stamp takes the clock's time.
             let (n, from, host) = (d.len, d.from, d.kernel.unwrap_or_else(realtime));
             // Refused datagrams are counted in the receiver's stats.
-            if let (_, Some(step)) = rx.handle_calibrated(host, from, &buf[..n], None, cal.as_deref_mut()) {
+            // An AP's A-MPDU mark in the DSCP bits, on a socket that asked for it, stands where
+            // a MAC timestamp would (a new mark: a new frame).
+            let mark = d.tos.map(|t| crate::time::Tsft(u64::from(t >> 2)));
+            if let (_, Some(step)) = rx.handle_calibrated(host, from, &buf[..n], mark, cal.as_deref_mut()) {
                 on_step(step);
             }
         }

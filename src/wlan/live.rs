@@ -288,8 +288,8 @@ pub trait ApPort {
     /// The next data packet waiting for some station, copied into `buf`: (station, length);
     /// `None` when nothing waits. Counts what it drops or relays in `stats`.
     fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)>;
-    /// Release `bytes` to station `i`.
-    fn send(&mut self, i: usize, bytes: &[u8]);
+    /// Release `bytes` to station `i`; `starts_ampdu`: the first packet of an A-MPDU.
+    fn send(&mut self, i: usize, bytes: &[u8], starts_ampdu: bool);
     /// Bytes a packet from [`ApPort::recv`] lacks of its IP length (28 for a UDP payload over
     /// IPv4, 0 for an IP packet): the emulator's airtime counts IP packets.
     fn l3_overhead(&self) -> usize;
@@ -324,7 +324,7 @@ impl ApPort for UdpPort {
         None
     }
 
-    fn send(&mut self, i: usize, bytes: &[u8]) {
+    fn send(&mut self, i: usize, bytes: &[u8], _: bool) {
         let _ = self.socks[i].send_to(bytes, self.stations[i]);
     }
 
@@ -389,7 +389,7 @@ pub fn run_ap_on(
         |port: &mut dyn ApPort, i: usize, arrived: Ts, due: Option<Ts>, bytes: &[u8], stats: &mut ApStats| {
             // Released when handed over (a TUN write runs the kernel's forwarding path, and more).
             let now = on_release.is_some().then(vnow);
-            port.send(i, bytes);
+            port.send(i, bytes, due.is_some());
             stats.data_out += 1;
             if let (Some(f), Some(now)) = (on_release.as_mut(), now) {
                 f(&Released {

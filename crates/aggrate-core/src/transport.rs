@@ -413,7 +413,10 @@ impl Sender {
                 ));
                 s.hello = None;
                 s.last_number = None;
+                // The new session's receiver may keep another clock: its intervals count afresh.
+                s.latest = None;
                 s.last_feedback = now;
+                self.stepped = None;
                 self.stats.sessions += 1;
                 Ok(())
             }
