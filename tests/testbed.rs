@@ -305,7 +305,7 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
             "testbed",
             "run",
             "--senders",
-            "cubic",
+            "cubic,cubic@codel",
             "--duration",
             "2",
             "-o",
@@ -316,6 +316,11 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
     let md = std::fs::read_to_string(dir.path().join("tb/testbed.md")).unwrap();
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| tcp-cubic | 0 |")).collect();
     assert_eq!(rows.len(), 1, "{md}");
+    assert_eq!(
+        md.lines().filter(|l| l.starts_with("| tcp-cubic @codel | 0 |")).count(),
+        1,
+        "{md}"
+    );
     let header = md.lines().find(|l| l.starts_with("| sender")).unwrap();
     assert_eq!(rows[0].matches('|').count(), header.matches('|').count(), "{md}");
     let json: serde_json::Value =
@@ -325,7 +330,7 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
         "{json}"
     );
     let series = std::fs::read_to_string(dir.path().join("tb/testbed_series.csv")).unwrap();
-    assert!(series.lines().count() > 10 && series.lines().skip(1).all(|l| l.starts_with("tcp-cubic,")));
+    assert!(series.lines().count() > 10 && series.lines().skip(1).all(|l| l.starts_with("tcp-cubic")));
     for png in ["testbed_rate.png", "testbed_delay.png"] {
         let bytes = std::fs::read(dir.path().join("tb").join(png)).unwrap();
         assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 5_000, "{png}");
@@ -354,6 +359,24 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
         "{err}"
     );
     assert!(!dir.path().join("tb2").exists());
+    // An AP queue the emulator does not have, named; nothing set up.
+    let out = common::aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "testbed",
+            "run",
+            "--senders",
+            "cubic@red",
+            "--duration",
+            "2",
+            "-o",
+            "tb3",
+        ],
+    );
+    let err = common::text(&out).1;
+    assert!(!out.status.success() && err.contains("fifo or codel"), "{err}");
+    assert!(!dir.path().join("tb3").exists());
 }
 
 #[test]

@@ -80,7 +80,8 @@ pub(crate) struct RunArgs {
     /// Senders, in turn: `aggrate` (this program's sender and receivers, the shipped estimator
     /// on the stations' kernel receive times), `aggrate-mac` (the same sender, its receivers
     /// reading the AP's A-MPDU marks as MAC timestamps: the upper bound) and kernel TCP
-    /// congestion controls (iperf3 -C).
+    /// congestion controls (iperf3 -C). `NAME@codel` / `NAME@fifo` runs that sender with that
+    /// queue at the AP instead of --aqm's, so both sit in one table (e.g. `cubic,cubic@codel`).
     #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string(), "aggrate".to_string(), "aggrate-mac".to_string()])]
     pub(crate) senders: Vec<String>,
     /// aggrate's report interval (ms); the AP's truth uses the same intervals.
@@ -97,6 +98,11 @@ pub(crate) struct RunArgs {
 impl TestbedArgs {
     /// The emulated WLAN.
     fn wlan(&self) -> Result<ValidWlanConfig> {
+        self.wlan_with(self.aqm)
+    }
+
+    /// The WLAN with the AP's queue discipline `aqm` (a sender's `@fifo` / `@codel`).
+    fn wlan_with(&self, aqm: QueueKind) -> Result<ValidWlanConfig> {
         let mcs = super::mcs_per_station(&self.mcs, self.stations)?;
         let cfg = WlanConfig {
             stations: mcs
@@ -109,7 +115,7 @@ impl TestbedArgs {
                 })
                 .collect(),
             queue_limit: self.queue,
-            aqm: match self.aqm {
+            aqm: match aqm {
                 QueueKind::Fifo => Aqm::Fifo,
                 QueueKind::Codel => Aqm::codel(),
             },
@@ -189,35 +195,59 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     if !(1..=3600).contains(&a.duration) {
         bail!("--duration {}: 1..=3600 s", a.duration);
     }
-    for cc in a.senders.iter().filter(|s| !s.starts_with("aggrate")) {
-        aggrate::testbed::compare::check_tcp(cc)?;
+    let mut plan = Vec::new();
+    for spec in &a.senders {
+        let (cc, aqm) = match spec.split_once('@') {
+            None => (spec.as_str(), None),
+            Some((cc, "fifo")) => (cc, Some(QueueKind::Fifo)),
+            Some((cc, "codel")) => (cc, Some(QueueKind::Codel)),
+            Some((_, q)) => bail!("--senders {spec}: the AP's queue after @ is fifo or codel, not {q:?}"),
+        };
+        if !cc.starts_with("aggrate") {
+            aggrate::testbed::compare::check_tcp(cc)?;
+        } else if cc != "aggrate" && cc != "aggrate-mac" {
+            bail!("--senders {spec}: aggrate's senders are aggrate and aggrate-mac");
+        }
+        let wlan = a.bed.wlan_with(aqm.unwrap_or(a.bed.aqm))?;
+        let label = match aqm {
+            Some(QueueKind::Codel) => " @codel",
+            Some(QueueKind::Fifo) => " @fifo",
+            None => "",
+        };
+        plan.push((cc.to_string(), label, wlan));
     }
     if !(50..=5000).contains(&a.interval_ms) {
         bail!("--interval-ms {}: 50..=5000", a.interval_ms);
     }
     let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
-    let wlan = a.bed.wlan()?;
     let stop = super::common::stop_on_signals()?;
     let d = a.bed.up()?;
     let mut runs: Vec<SenderRun> = Vec::new();
-    for cc in &a.senders {
+    for (cc, label, wlan) in &plan {
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted: the testbed was removed");
         }
-        let ours = cc == "aggrate" || cc == "aggrate-mac";
-        let name = if ours { cc.clone() } else { format!("tcp-{cc}") };
+        let ours = cc.starts_with("aggrate");
+        let name = if ours {
+            format!("{cc}{label}")
+        } else {
+            format!("tcp-{cc}{label}")
+        };
         ui.info(format!("{name}: {} s through {}…", a.duration, a.bed.describe()));
-        let r = if ours {
-            let dir = a.output.join(cc);
+        let mut r = if ours {
+            let dir = a.output.join(format!("{cc}{}", label.replace(" @", "-")));
             let interval = Duration::from_millis(a.interval_ms);
             // aggrate-mac: the AP marks each A-MPDU and the receivers read the marks, not a model.
             d.set_ampdu_marks(cc == "aggrate-mac");
-            let r = aggrate_run(&d, &wlan, &exe, a.duration, interval, a.bed.seed, &dir).with_context(|| cc.clone());
+            let r = aggrate_run(&d, wlan, &exe, a.duration, interval, a.bed.seed, &dir).with_context(|| name.clone());
             d.set_ampdu_marks(false);
             r?
         } else {
-            tcp_run(&d, &wlan, cc, a.duration, a.bed.seed).with_context(|| format!("tcp-{cc}"))?
+            tcp_run(&d, wlan, cc, a.duration, a.bed.seed).with_context(|| name.clone())?
         };
+        for f in &mut r.flows {
+            f.sender = name.clone();
+        }
         if r.cpu_bound {
             ui.warn(format!(
                 "{name}: the AP released bursts up to {:.0} µs late (p99): the host, not the WLAN, set the timing{}",
