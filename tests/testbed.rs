@@ -306,6 +306,10 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
             "run",
             "--senders",
             "cubic,cubic@codel",
+            "--contenders",
+            "1",
+            "--contender-mbps",
+            "5",
             "--duration",
             "2",
             "-o",
@@ -321,6 +325,8 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
         1,
         "{md}"
     );
+    let first = md.lines().next().unwrap_or_default();
+    assert!(first.contains("1 contender(s) of 5 Mb/s"), "{md}");
     let header = md.lines().find(|l| l.starts_with("| sender")).unwrap();
     assert_eq!(rows[0].matches('|').count(), header.matches('|').count(), "{md}");
     let json: serde_json::Value =

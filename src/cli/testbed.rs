@@ -68,6 +68,14 @@ pub(crate) struct TestbedArgs {
     /// default: plain veth).
     #[arg(long, default_value = "veth")]
     pub(crate) receiver: String,
+    /// Cross traffic on the channel: other transmitters contending for the air (EDCA, as the
+    /// emulator's contenders), each offering --contender-mbps; their packets exist only in the
+    /// emulator, their airtime is real to every station.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) contenders: u32,
+    /// Offered load of each contender (Mb/s).
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) contender_mbps: f64,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -115,6 +123,8 @@ impl TestbedArgs {
                 })
                 .collect(),
             queue_limit: self.queue,
+            contenders: self.contenders,
+            contender_rate_mbps: self.contender_mbps,
             aqm: match aqm {
                 QueueKind::Fifo => Aqm::Fifo,
                 QueueKind::Codel => Aqm::codel(),
@@ -139,6 +149,11 @@ impl TestbedArgs {
         ) + &self
             .backhaul_mbps
             .map_or(String::new(), |m| format!(", backhaul {m} Mb/s"))
+            + &if self.contenders > 0 {
+                format!(", {} contender(s) of {} Mb/s", self.contenders, self.contender_mbps)
+            } else {
+                String::new()
+            }
     }
 
     /// The downlink, with its backhaul.
