@@ -26,10 +26,12 @@ use super::Exit;
 mod csvlog;
 mod keys;
 mod loopback;
+mod send;
 mod watch;
 use csvlog::CsvLog;
 pub(crate) use keys::{keygen, load_key, KeygenArgs};
 pub(crate) use loopback::live_loop;
+pub(crate) use send::{send, SendArgs};
 pub(crate) use watch::{watch, WatchArgs};
 
 /// Settings shared by `send` and `recv`.
@@ -78,24 +80,6 @@ pub(crate) struct ApArgs {
     /// 0: at its end).
     #[arg(long, default_value_t = 0)]
     pub(crate) release_tick_us: u64,
-}
-
-#[derive(Debug, clap::Args)]
-pub(crate) struct SendArgs {
-    /// Where station i's data goes (the AP's ports, or receivers directly).
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub(crate) to: Vec<SocketAddr>,
-    /// UDP payload bytes per datagram (header included).
-    #[arg(long, default_value_t = 1472)]
-    pub(crate) size: usize,
-    /// Target aggregation level N_ε.
-    #[arg(long, default_value_t = 32.0)]
-    pub(crate) target: f64,
-    /// The most the sender ever sends per station (Mb/s), whatever the reports say.
-    #[arg(long, default_value_t = 2000.0)]
-    pub(crate) max_rate_mbps: f64,
-    #[command(flatten)]
-    pub(crate) session: SessionArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -229,51 +213,6 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         ui.info(format!("wrote the AP's truth per interval to {}", p.display()));
     }
     outln!("{}", serde_json::to_string(&s)?);
-    Ok(Exit::Ok)
-}
-
-pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
-    let min = aggrate::transport::wire::DATA_HEADER_LEN;
-    if !(min..=65_000).contains(&a.size) {
-        bail!("--size = {}: {min}..=65000", a.size);
-    }
-    let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
-    let interval = Duration::from_millis(a.session.interval_ms);
-    let control = PiParams {
-        target: a.target,
-        max_mbps: a.max_rate_mbps,
-        initial_mbps: PiParams::default().initial_mbps.min(a.max_rate_mbps),
-        min_mbps: PiParams::default().min_mbps.min(a.max_rate_mbps),
-        ..PiParams::default()
-    }
-    .check()
-    .with_context(|| format!("--max-rate-mbps {}", a.max_rate_mbps))?;
-    let mut tx = Sender::new(
-        load_key(&a.session)?,
-        io::entropy()?,
-        a.to.len(),
-        a.size - aggrate::transport::wire::DATA_HEADER_LEN,
-        control,
-        interval,
-        io::realtime(),
-    )?;
-    let stop = AtomicBool::new(false);
-    let mut last_print = aggrate::Ts::ZERO;
-    let stats = io::run_sender(&sock, &a.to, &mut tx, secs(a.session.duration)?, &stop, |now, s| {
-        if now.saturating_since(last_print) >= Duration::from_secs(1) {
-            last_print = now;
-            let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
-            ui.info(format!("rates Mb/s: {}", rates.join(", ")));
-        }
-    })?;
-    if let Some(v) = stats.other_version_seen {
-        ui.warn(format!(
-            "{} datagrams of protocol version {v} came back: the receiver runs another aggrate (this one speaks version {}); run the same version at both ends",
-            stats.other_version,
-            aggrate::transport::wire::VERSION
-        ));
-    }
-    outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)
 }
 

@@ -626,6 +626,13 @@ fn aggrate_flows(
         .env("AGGRATE_KEY", key)
         .args(["-q", "send", "--to", &to.join(","), "--size"])
         .arg(AGGRATE_SIZE.to_string())
+        .args(
+            logs.first()
+                .map(|l| l.with_file_name("send.csv"))
+                .map(|p| ["--log".into(), p.into_os_string()])
+                .into_iter()
+                .flatten(),
+        )
         .args(["--interval-ms", &ms, "--duration"])
         .arg(secs.to_string())
         .stdout(Stdio::null())

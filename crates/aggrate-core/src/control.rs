@@ -249,6 +249,9 @@ pub struct PiController {
     x: f64,
     bottleneck: BottleneckClassifier,
     updates: u64,
+    /// The level the last report stepped the loop by (after the queue guard; NaN: none yet, or a
+    /// backhaul-limited report).
+    last_level: f64,
     startup: bool,
     /// Reports since the last backhaul-limited one (u32::MAX: never).
     since_backhaul: u32,
@@ -268,6 +271,7 @@ impl PiController {
             startup: p.startup_factor > 1.0,
             p,
             updates: 0,
+            last_level: f64::NAN,
             since_backhaul: u32::MAX,
             owd_recent: [f64::NAN; GUARD_WINDOW],
             owd_next: 0,
@@ -323,6 +327,14 @@ impl PiController {
         self.startup
     }
 
+    /// The level the last report stepped the loop by: the report's (for several stations the
+    /// cell's, see [`AirtimeSplit::level_of`]), or twice the target when the queue guard took
+    /// it as a standing queue; NaN before the first report and while the bottleneck is
+    /// upstream.
+    pub fn last_level(&self) -> f64 {
+        self.last_level
+    }
+
     /// Apply one update from a level μ_N (MPDUs). A level that is not finite changes nothing.
     pub fn step(&mut self, level: f64) {
         if !level.is_finite() {
@@ -353,6 +365,7 @@ impl RateController for PiController {
             Bottleneck::Wlan => {
                 let before = self.x;
                 let level = self.guard(r);
+                self.last_level = level;
                 self.step(level);
                 // Shortly after a backhaul limit, rise only by the probe step: the aggregation
                 // signal stays low behind such a bottleneck and would wind the rate up.
@@ -362,6 +375,7 @@ impl RateController for PiController {
                 }
             }
             Bottleneck::Backhaul => {
+                self.last_level = f64::NAN;
                 self.startup = false;
                 // First report of an episode: drop just below what arrives, so the upstream
                 // queue drains. Later ones (the class is held for a few reports): hold.

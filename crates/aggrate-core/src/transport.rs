@@ -251,6 +251,12 @@ impl Sender {
         self.split.rate(i)
     }
 
+    /// The loop (its state: start-up, bottleneck class, the level of its last step) and the
+    /// station it drives.
+    pub fn control(&self) -> (&crate::control::PiController, usize) {
+        (self.split.controller(), self.split.driven())
+    }
+
     /// Counters.
     pub fn stats(&self) -> SenderStats {
         self.stats

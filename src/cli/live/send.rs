@@ -1,0 +1,105 @@
+//! `aggrate send`: the reference sender over UDP (paced at the controller's rate, the rate from
+//! the receivers' reports), with `--log` of every step of its loop.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::control::PiParams;
+use aggrate::transport::{io, Sender};
+
+use super::super::progress::Ui;
+use super::super::Exit;
+use super::{load_key, secs, CsvLog, SessionArgs};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SendArgs {
+    /// Where station i's data goes (the AP's ports, or receivers directly).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) to: Vec<SocketAddr>,
+    /// UDP payload bytes per datagram (header included).
+    #[arg(long, default_value_t = 1472)]
+    pub(crate) size: usize,
+    /// Target aggregation level N_ε.
+    #[arg(long, default_value_t = 32.0)]
+    pub(crate) target: f64,
+    /// The most the sender ever sends per station (Mb/s), whatever the reports say.
+    #[arg(long, default_value_t = 2000.0)]
+    pub(crate) max_rate_mbps: f64,
+    /// Write each step of the loop (CSV: time, step, start-up, bottleneck class, the level it
+    /// stepped by, the station it drives, every station's rate).
+    #[arg(long)]
+    pub(crate) log: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+}
+
+pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
+    let min = aggrate::transport::wire::DATA_HEADER_LEN;
+    if !(min..=65_000).contains(&a.size) {
+        bail!("--size = {}: {min}..=65000", a.size);
+    }
+    let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
+    let interval = Duration::from_millis(a.session.interval_ms);
+    let control = PiParams {
+        target: a.target,
+        max_mbps: a.max_rate_mbps,
+        initial_mbps: PiParams::default().initial_mbps.min(a.max_rate_mbps),
+        min_mbps: PiParams::default().min_mbps.min(a.max_rate_mbps),
+        ..PiParams::default()
+    }
+    .check()
+    .with_context(|| format!("--max-rate-mbps {}", a.max_rate_mbps))?;
+    let mut tx = Sender::new(
+        load_key(&a.session)?,
+        io::entropy()?,
+        a.to.len(),
+        a.size - aggrate::transport::wire::DATA_HEADER_LEN,
+        control,
+        interval,
+        io::realtime(),
+    )?;
+    let stop = AtomicBool::new(false);
+    let mut last_print = aggrate::Ts::ZERO;
+    let header = std::iter::once("t_ns,update,starting,bottleneck,level,driven".to_string())
+        .chain((0..a.to.len()).map(|i| format!(",rate_mbps_{i}")))
+        .collect::<String>();
+    let mut log = a.log.as_deref().map(|p| CsvLog::create(p, &header)).transpose()?;
+    let mut logged = 0u64;
+    let stats = io::run_sender(&sock, &a.to, &mut tx, secs(a.session.duration)?, &stop, |now, s| {
+        // One line per step of the loop (the ticks come every 100 ms; steps every interval).
+        let (c, driven) = s.control();
+        if let Some(l) = log.as_mut().filter(|_| c.updates() > logged) {
+            logged = c.updates();
+            let rates: String = (0..a.to.len()).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
+            l.line(&format!(
+                "{},{},{},{:?},{:.3},{driven}{rates}",
+                now.as_nanos(),
+                c.updates(),
+                u8::from(c.starting()),
+                c.bottleneck(),
+                c.last_level()
+            ));
+        }
+        if now.saturating_since(last_print) >= Duration::from_secs(1) {
+            last_print = now;
+            let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
+            ui.info(format!("rates Mb/s: {}", rates.join(", ")));
+        }
+    })?;
+    if let Some(l) = log {
+        l.finish()?;
+    }
+    if let Some(v) = stats.other_version_seen {
+        ui.warn(format!(
+            "{} datagrams of protocol version {v} came back: the receiver runs another aggrate (this one speaks version {}); run the same version at both ends",
+            stats.other_version,
+            aggrate::transport::wire::VERSION
+        ));
+    }
+    outln!("{}", serde_json::to_string(&stats)?);
+    Ok(Exit::Ok)
+}
