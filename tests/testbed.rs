@@ -43,9 +43,12 @@ fn veth_paths_replay_and_tear_down() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // A real kernel on a shared 2-core machine: the timing check (not the set-up and tear-down
-    // checks) gets three tries, each reported, before it fails.
+    // checks) gets five tries, each reported with how late the sender fell behind its 600 µs
+    // schedule (milliseconds when the hypervisor held it: a late qdisc timer then lets a
+    // shaper's packets out in bursts), before it fails.
+    const TRIES: usize = 5;
     for settings in ["veth", "gro,threaded", "rps,burner,tick=250", "shape=1000"] {
-        for attempt in 0..3 {
+        for attempt in 0..TRIES {
             let path: KernelPath = settings.parse().unwrap();
             let due = schedule(200, 20, 600);
             let (rep, names) = {
@@ -116,7 +119,7 @@ fn veth_paths_replay_and_tear_down() {
                 // Released at 250 µs ticks: A-MPDUs 600 µs apart leave 500 or 750 µs apart.
                 (med(&starts) > 400.0, format!("start gap median {} µs", med(&starts)))
             };
-            if !ok && attempt < 2 {
+            if !ok && attempt + 1 < TRIES {
                 eprintln!(
                     "{settings}: attempt {}: {what} (sender at most {:?} late); trying again",
                     attempt + 1,
