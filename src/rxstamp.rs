@@ -77,7 +77,7 @@ pub fn bind(addr: SocketAddr, o: &Options) -> Result<UdpSocket, Error> {
 }
 
 /// A larger receive buffer, best effort (a smaller one still works; losses then say so).
-pub fn set_rcvbuf(s: &UdpSocket, bytes: usize, force: bool) {
+pub fn set_rcvbuf(s: &impl std::os::fd::AsFd, bytes: usize, force: bool) {
     let _ = if force {
         setsockopt(s, sockopt::RcvBufForce, &bytes)
     } else {
@@ -214,11 +214,7 @@ impl PacketSocket {
         // The socket's drops are counted and said: a watcher that misses packets reads a
         // lower packet rate, and so a lower level.
         let _ = setsockopt(&fd, sockopt::RxqOvfl, &1);
-        let _ = if o.force {
-            setsockopt(&fd, sockopt::RcvBufForce, &o.rcvbuf)
-        } else {
-            setsockopt(&fd, sockopt::RcvBuf, &o.rcvbuf)
-        };
+        set_rcvbuf(&fd, o.rcvbuf, o.force);
         if let Some(t) = o.read_timeout {
             let tv = nix::sys::time::TimeVal::new(t.as_secs().min(i64::MAX as u64) as _, t.subsec_micros() as _);
             setsockopt(&fd, sockopt::ReceiveTimeout, &tv).map_err(|e| step("receive timeout")(e.into()))?;

@@ -620,19 +620,16 @@ fn aggrate_flows(
         receivers.push(Reaped(child));
     }
     wait_udp(d, 9000)?;
+    // Beside the receivers' logs (one per station, so there is a first).
+    let send_log = logs.first().map(|l| l.with_file_name("send.csv")).unwrap_or_default();
     let to: Vec<String> = d.station_ip.iter().map(|ip| format!("{ip}:9000")).collect();
     let sender = d
         .command(&d.server_ns, &exe.to_string_lossy())
         .env("AGGRATE_KEY", key)
         .args(["-q", "send", "--to", &to.join(","), "--size"])
         .arg(AGGRATE_SIZE.to_string())
-        .args(
-            logs.first()
-                .map(|l| l.with_file_name("send.csv"))
-                .map(|p| ["--log".into(), p.into_os_string()])
-                .into_iter()
-                .flatten(),
-        )
+        .arg("--log")
+        .arg(send_log)
         .args(["--interval-ms", &ms, "--duration"])
         .arg(secs.to_string())
         .stdout(Stdio::null())
