@@ -394,6 +394,21 @@ fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Up to three runs: every run must pass every check below except the last, which scores the
+    // watcher against the AP and needs intervals in which the AP kept its timing — on this 2-core
+    // VM the hypervisor sometimes holds the AP's thread late through a whole 8 s run (CI saw it).
+    const TRIES: usize = 3;
+    for attempt in 1..=TRIES {
+        if crosses_the_downlink_once(attempt == TRIES) {
+            return;
+        }
+        eprintln!("run {attempt}: the AP kept its timing in fewer than 3 intervals; again");
+    }
+}
+
+/// One run of the test above; false when the AP was late in all but 2 or fewer intervals and
+/// `last` is false (the caller tries again), a panic on any failed check.
+fn crosses_the_downlink_once(last: bool) -> bool {
     use aggrate::testbed::compare::aggrate_run;
     use aggrate::testbed::downlink::Downlink;
     let dir = tempfile::tempdir().unwrap();
@@ -506,11 +521,13 @@ fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
             ampdus: t.ampdus,
         })
         .collect();
-    let level = aggrate::metrics::LevelError::of(&near).expect("intervals where the AP kept its timing");
-    assert!(
-        level.intervals >= 3 && level.mae_rel_median <= 0.10,
-        "watch against the AP: {level:?}; {said}"
-    );
+    let level = aggrate::metrics::LevelError::of(&near).filter(|l| l.intervals >= 3);
+    let Some(level) = level else {
+        assert!(!last, "no 3 intervals where the AP kept its timing in any run; {said}");
+        return false;
+    };
+    assert!(level.mae_rel_median <= 0.10, "watch against the AP: {level:?}; {said}");
+    true
 }
 
 #[test]
