@@ -19,6 +19,7 @@
 
 pub use aggrate_core::{airtime, control, features, runtime, selfcal, time, watch};
 
+pub mod bottleneck;
 pub mod capture;
 pub mod dataset;
 pub mod label;

@@ -72,6 +72,12 @@ pub struct SimConfig {
     pub sender: SenderKind,
     /// Optional bottleneck link before the AP.
     pub backhaul: Option<BackhaulConfig>,
+    /// The backhaul's rate switches on and off on this schedule (its queue and delay from
+    /// `backhaul`, or 1,000 packets and none); the run then keeps the sender's bottleneck
+    /// classifier's rows ([`SimResult::bottleneck`]).
+    pub backhaul_schedule: Option<crate::bottleneck::Schedule>,
+    /// Weights of the sender's bottleneck classifier (`None`: the shipped ones).
+    pub bottleneck_weights: Option<crate::control::BottleneckWeights>,
     /// Report interval Δ.
     pub interval: Duration,
     /// Receiver → sender delay of reports and acknowledgements.
@@ -117,6 +123,8 @@ impl Default for SimConfig {
             control: PiParams::default(),
             sender: SenderKind::Aggrate,
             backhaul: None,
+            backhaul_schedule: None,
+            bottleneck_weights: None,
             interval: Duration::from_millis(500),
             feedback_delay: Duration::from_millis(2),
             packet_len: 1500,
@@ -232,6 +240,10 @@ pub struct SimResult {
     /// Time series.
     #[serde(skip)]
     pub series: Vec<Sample>,
+    /// With a backhaul schedule: every report the sender's bottleneck classifier took after
+    /// start-up, labelled from the schedule.
+    #[serde(skip)]
+    pub bottleneck: Vec<crate::bottleneck::Row>,
 }
 
 /// Station `sta`'s estimate (`pick`) against the truth over the report intervals of the second
@@ -309,6 +321,9 @@ impl Wire {
             b
         };
         let mut sender = Sender::new(psk.clone(), seed(0), n, payload, cfg.control, cfg.interval, Ts::ZERO)?;
+        if let Some(w) = cfg.bottleneck_weights {
+            sender.set_bottleneck_weights(w);
+        }
         sender.set_cell_airtime(cfg.steer == Steer::Airtime);
         let receivers = stations
             .iter()
@@ -429,6 +444,11 @@ struct Loop<'c> {
     /// The channel survey's counters at the last tick: busy, and each station's own exchanges.
     survey_last: (u64, Vec<u64>),
     series: Vec<Sample>,
+    /// The next switch of the backhaul schedule.
+    switch_next: usize,
+    /// The sender's controller updates seen, and the rows they made.
+    updates_seen: u64,
+    rows: Vec<crate::bottleneck::Row>,
     air_half: Vec<u64>,
     drops_half: Vec<u64>,
     half: Ts,
@@ -498,12 +518,16 @@ impl<'c> Loop<'c> {
         let n = wlan.config().stations.len();
         let phy: Vec<f64> = wlan.modes().iter().map(|m| m.rate_bps().unwrap_or(0) as f64).collect();
         let sim = WlanSim::new(wlan, derive(cfg.seed, 1));
-        let backhaul = match &cfg.backhaul {
-            Some(b) => {
+        let backhaul = match (&cfg.backhaul, &cfg.backhaul_schedule) {
+            (Some(b), _) => {
                 b.check()?;
                 Some(Backhaul::new(b))
             }
-            None => None,
+            (None, Some(_)) => Some(Backhaul::new(&BackhaulConfig {
+                queue: 1000,
+                ..BackhaulConfig::default()
+            })),
+            (None, None) => None,
         };
         let noise = cfg.noise.clone().map(|p| p.check()).transpose()?;
         let stations: Vec<Station> = (0..n)
@@ -570,6 +594,9 @@ impl<'c> Loop<'c> {
             next_tick: Ts::ZERO + cfg.interval,
             survey_last: (0, vec![0; n]),
             series: Vec::new(),
+            switch_next: 0,
+            updates_seen: 0,
+            rows: Vec::new(),
             air_half: vec![0; n],
             drops_half: vec![0; n],
             half: Ts::ZERO,
@@ -709,6 +736,16 @@ impl<'c> Loop<'c> {
                 self.out.push((sta, p));
             }
         }
+        if let (Some(sched), Some(b)) = (&cfg.backhaul_schedule, &mut self.backhaul) {
+            while let Some(w) = sched
+                .switches
+                .get(self.switch_next)
+                .filter(|w| w.at_s <= now.as_secs_f64())
+            {
+                b.set_rate(w.mbps.unwrap_or(cfg.backhaul.as_ref().map_or(1e6, |c| c.rate_mbps)));
+                self.switch_next += 1;
+            }
+        }
         for (sta, pkt) in self.out.drain(..) {
             let at = match &mut self.backhaul {
                 Some(b) => b.push(now, cfg.packet_len),
@@ -741,6 +778,25 @@ impl<'c> Loop<'c> {
             if let Some((_, sta, b)) = w.up.pop_front() {
                 // Refused feedback is counted in the sender's stats.
                 let _ = w.sender.handle_datagram(now, sta, &b);
+                if let Some(sched) = &self.cfg.backhaul_schedule {
+                    let (c, _) = w.sender.control();
+                    if c.updates() > self.updates_seen && !c.starting() {
+                        self.updates_seen = c.updates();
+                        let k = c.classifier();
+                        let (a, z) = k.interval();
+                        let (a, z) = (a.as_secs_f64(), z.as_secs_f64());
+                        self.rows.push(crate::bottleneck::Row {
+                            run: 0,
+                            at_s: now.as_secs_f64(),
+                            start_s: a,
+                            end_s: z,
+                            features: k.features(),
+                            prob: k.probability(),
+                            class: c.bottleneck() == crate::control::Bottleneck::Backhaul,
+                            label: sched.label(a, z),
+                        });
+                    }
+                }
             }
         }
     }
@@ -886,6 +942,7 @@ impl<'c> Loop<'c> {
             receiver_dropped: wire.map_or(0, |w| w.receivers.iter().map(|r| r.stats().dropped).sum()),
             self_calibration: self.cals.iter().map(OnlineCalibrator::summary).collect(),
             series,
+            bottleneck: std::mem::take(&mut self.rows),
         }
     }
 }

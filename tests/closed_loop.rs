@@ -119,6 +119,66 @@ fn a_backhaul_bottleneck_does_not_wind_the_loop_up() {
     assert!(r.stations[0].rate_mbps > 170.0, "{:?}", r.stations[0]);
 }
 
+/// The study's bottleneck classifier in the loop (the shipped weights, trained on testbed runs):
+/// a backhaul of 80–250 Mb/s switching on and off every 2–5 s, reports every 50 ms. It finds
+/// every switch, the backhaul's arrival and its going each within 120 ms (measured: 69–102 and
+/// 64–95 ms), F1 ≥ 0.98 past a 100 ms allowance (1.000); behind the backhaul the
+/// rate follows it (no wind-up), and once it goes the loop is back at the WLAN's rate within 2 s.
+#[test]
+fn the_bottleneck_classifier_follows_a_switching_backhaul() {
+    use aggrate::bottleneck::{score, Schedule};
+    let sched = Schedule::seeded(11, 40.0, 5.0, (2.0, 5.0), (80.0, 250.0));
+    let cfg = SimConfig {
+        wlan: stations(&[9]),
+        backhaul_schedule: Some(sched.clone()),
+        interval: Duration::from_millis(50),
+        duration_s: 40.0,
+        seed: 11,
+        ..SimConfig::default()
+    };
+    let r = go(&cfg);
+    let s = score(&[(&r.bottleneck, &sched)], 0.1, |x| x.class);
+    assert!(
+        s.f1 >= 0.98
+            && s.detected == s.switches
+            && s.switches >= 8
+            && aggrate::bottleneck::max(&s.delay_on_ms) <= 120.0
+            && aggrate::bottleneck::max(&s.delay_off_ms) <= 120.0,
+        "{s:?}"
+    );
+    let since = |t: f64| {
+        sched
+            .switches
+            .iter()
+            .rev()
+            .find(|w| w.at_s <= t)
+            .map(|w| (t - w.at_s, w.mbps))
+    };
+    for x in &r.series {
+        match since(x.t) {
+            // Past the first 300 ms of a spell behind the backhaul: within 10 % above it.
+            Some((dt, Some(b))) if dt > 0.3 => {
+                assert!(
+                    x.rate_mbps <= 1.1 * b,
+                    "t = {:.2}: {:.1} Mb/s behind {b:.1}",
+                    x.t,
+                    x.rate_mbps
+                )
+            }
+            // 2 s after it went: back at the WLAN's rate (≈ 580 Mb/s at the target).
+            Some((dt, None)) if dt > 2.0 => {
+                assert!(
+                    x.rate_mbps >= 450.0,
+                    "t = {:.2}: {:.1} Mb/s 2 s after the backhaul went",
+                    x.t,
+                    x.rate_mbps
+                )
+            }
+            _ => {}
+        }
+    }
+}
+
 #[test]
 fn low_delay_at_most_of_a_loss_based_senders_rate() {
     let base = SimConfig {
@@ -215,7 +275,10 @@ fn self_calibration_removes_the_queue_a_miscalibrated_model_builds() {
 
 /// At another WLAN (VHT MCS 4) the receivers the bank measured time packets unlike this one:
 /// there (by its PHY rate) the distance limit of 1 leaves the model's own threshold — the very
-/// run, where without the limit the queue fills (the level runs to N_max).
+/// run, where without the limit the estimate reads half the true level. (Before the learned
+/// bottleneck classifier the queue then filled, the level running to N_max; now a level that
+/// reads low while the delay grows and less arrives than is sent is taken for a bottleneck
+/// upstream, and the loop follows the delivery rate instead of winding up.)
 #[test]
 fn self_calibration_leaves_a_receiver_unlike_every_training_receiver_alone() {
     let plain = on_random_receiver(2, 4, None);
@@ -225,7 +288,8 @@ fn self_calibration_leaves_a_receiver_unlike_every_training_receiver_alone() {
     assert!(sc.windows >= 10 && sc.knots.iter().all(|k| k[1] == 0.0), "{sc:?}");
     let stations = |r: &SimResult| serde_json::to_string(&r.stations).unwrap();
     assert_eq!(stations(&plain), stations(&cal));
-    assert!(unlimited.stations[0].mean_agg > 50.0, "{:?}", unlimited.stations[0]);
+    let u = &unlimited.stations[0];
+    assert!(u.level_error.is_some_and(|e| e.bias < -0.3), "{u:?}");
     assert!(plain.stations[0].mean_agg < 34.0, "{:?}", plain.stations[0]);
 }
 

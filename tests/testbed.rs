@@ -388,6 +388,75 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
     assert!(!dir.path().join("tb3").exists());
 }
 
+/// `testbed bottleneck`: two short runs with a backhaul switching on and off, one trains the
+/// classifier, the other judges it; every output is there and readable, nothing is left; bad
+/// input is refused before anything is set up.
+#[test]
+fn testbed_bottleneck_trains_and_judges_the_classifier() {
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "-q",
+        "testbed",
+        "bottleneck",
+        "--runs",
+        "2",
+        "--train",
+        "1",
+        "--duration",
+        "12",
+    ];
+    let out = common::aggrate(dir.path(), &[&args[..], &["--dwell", "2,3", "-o", "bn"]].concat());
+    assert!(out.status.success(), "{}", common::text(&out).1);
+    let bn = dir.path().join("bn");
+    let md = std::fs::read_to_string(bn.join("bottleneck.md")).unwrap();
+    let header = md.lines().find(|l| l.starts_with("| classifier")).expect("a table");
+    for name in ["| in the loop |", "| trained (offline on the same reports) |"] {
+        let row = md
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {md}"));
+        assert_eq!(row.matches('|').count(), header.matches('|').count(), "{md}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bn.join("bottleneck.json")).unwrap()).unwrap();
+    let switches = json["in_loop"]["switches"].as_u64().unwrap();
+    assert!(
+        switches >= 3 && json["in_loop"]["reports"].as_u64().unwrap() > 100,
+        "{json}"
+    );
+    // The rows carry both classes, from both runs; the weights load as `send` loads them.
+    let rows = aggrate::bottleneck::read_rows(&bn.join("rows.csv")).unwrap();
+    assert!(rows.iter().any(|r| r.label) && rows.iter().any(|r| !r.label));
+    assert!(rows.iter().any(|r| r.run == 0) && rows.iter().any(|r| r.run == 1));
+    let w = aggrate::bottleneck::read_weights(&bn.join("weights.json")).unwrap();
+    assert!(w.w.iter().any(|x| *x != 0.0));
+    for png in ["bottleneck_rate.png", "bottleneck_class.png"] {
+        let bytes = std::fs::read(bn.join(png)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 5_000, "{png}");
+    }
+    let left: Vec<String> = Testbed::namespaces().into_iter().filter(|n| n.contains("-w")).collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Weights that are not weights, and a fixed backhaul: refused, nothing set up.
+    std::fs::write(dir.path().join("bad.json"), "{\"kind\": \"something else\"}").unwrap();
+    let out = common::aggrate(
+        dir.path(),
+        &[&args[..], &["--weights", "bad.json", "-o", "bn2"]].concat(),
+    );
+    let err = common::text(&out).1;
+    assert!(!out.status.success() && err.contains("bad.json"), "{err}");
+    let out = common::aggrate(
+        dir.path(),
+        &[&args[..], &["--backhaul-mbps", "100", "-o", "bn2"]].concat(),
+    );
+    let err = common::text(&out).1;
+    assert!(!out.status.success() && err.contains("--backhaul-range"), "{err}");
+    assert!(!dir.path().join("bn2").exists());
+}
+
 #[test]
 fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
     if !require_root() {
@@ -484,7 +553,7 @@ fn crosses_the_downlink_once(last: bool) -> bool {
     let rates: Vec<f64> = steps
         .lines()
         .skip(1)
-        .filter_map(|l| l.rsplit(',').next()?.parse().ok())
+        .filter_map(|l| l.split(',').nth(6)?.parse().ok())
         .collect();
     assert!(rates.len() >= 20 && rates[rates.len() - 1] > rates[0], "{steps}");
     // The watcher reads what the receiver reads: the same estimator on the same packets through

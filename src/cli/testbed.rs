@@ -23,8 +23,47 @@ pub(crate) enum TestbedCommand {
     Up(TestbedArgs),
     /// Run the senders one after the other through the downlink; write a table.
     Run(RunArgs),
+    /// Train and judge the bottleneck classifier: aggrate's sender while a backhaul bottleneck
+    /// switches on and off (seeded), its classifier's features and P(backhaul) per report
+    /// labelled from the switches; a logistic fit on the first --train runs, F1 and detection
+    /// delay on the others.
+    Bottleneck(BottleneckArgs),
     /// Remove namespaces left by a testbed whose process was killed.
     Down,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BottleneckArgs {
+    #[command(flatten)]
+    pub(crate) bed: TestbedArgs,
+    /// Runs, each with its own seeded schedule (seed + run).
+    #[arg(long, default_value_t = 6)]
+    pub(crate) runs: u32,
+    /// Of them, the first N train the classifier (0: only judge the classifier in the loop).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) train: u32,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 40)]
+    pub(crate) duration: u32,
+    /// Report interval (ms): the classifier decides once per report.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) interval_ms: u64,
+    /// The backhaul's rate while on: a uniform draw from this range (Mb/s), below the WLAN's.
+    #[arg(long, value_delimiter = ',', default_values_t = [60.0, 200.0])]
+    pub(crate) backhaul_range: Vec<f64>,
+    /// How long each spell on or off lasts: a uniform draw from this range (s).
+    #[arg(long, value_delimiter = ',', default_values_t = [2.0, 5.0])]
+    pub(crate) dwell: Vec<f64>,
+    /// Reports after a switch left out of F1 (the detection allowance, ms).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) allowance_ms: u64,
+    /// The sender's classifier weights in the loop (default: the shipped ones).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) weights: Option<PathBuf>,
+    /// Output directory (rows.csv, weights.json, bottleneck.md/.json, plots; per run its logs
+    /// and the backhaul's switches as made, backhaul.json).
+    #[arg(short, long, default_value = "bottleneck")]
+    pub(crate) output: PathBuf,
 }
 
 /// `--aqm`.
@@ -175,6 +214,7 @@ pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
         }
         TestbedCommand::Up(a) => up(ui, a),
         TestbedCommand::Run(a) => compare(ui, a),
+        TestbedCommand::Bottleneck(a) => bottleneck(ui, a),
     }
 }
 
@@ -294,4 +334,207 @@ fn steal_note(r: &SenderRun) -> String {
         ),
         _ => String::new(),
     }
+}
+
+fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
+    use aggrate::bottleneck::{self as bn, Schedule};
+    if a.bed.backhaul_mbps.is_some() {
+        bail!("--backhaul-mbps: the runs switch the backhaul themselves (--backhaul-range)");
+    }
+    if !(1..=100).contains(&a.runs) || a.train >= a.runs {
+        bail!(
+            "--runs {} --train {}: 1..=100 runs, fewer training runs than runs",
+            a.runs,
+            a.train
+        );
+    }
+    if !(10..=3600).contains(&a.duration) {
+        bail!("--duration {}: 10..=3600 s", a.duration);
+    }
+    if !(20..=1000).contains(&a.interval_ms) {
+        bail!("--interval-ms {}: 20..=1000", a.interval_ms);
+    }
+    let [lo, hi] = a.backhaul_range[..] else {
+        bail!("--backhaul-range: two rates, LOW,HIGH (Mb/s)");
+    };
+    if !(1.0..=10_000.0).contains(&lo) || hi < lo || hi > 10_000.0 {
+        bail!("--backhaul-range {lo},{hi}: 1 <= low <= high <= 10000 Mb/s");
+    }
+    let [d0, d1] = a.dwell[..] else {
+        bail!("--dwell: two durations, SHORTEST,LONGEST (s)");
+    };
+    if !(d0 >= 0.2 && d1 >= d0 && d1 <= 600.0) {
+        bail!("--dwell {d0},{d1}: 0.2 <= shortest <= longest <= 600 s");
+    }
+    // Refused before anything is set up.
+    a.weights.as_deref().map(bn::read_weights).transpose()?;
+    let wlan = a.bed.wlan()?;
+    let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
+    let stop = super::common::stop_on_signals()?;
+    let d = a.bed.up()?;
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    let interval = Duration::from_millis(a.interval_ms);
+    let mut runs: Vec<(Vec<bn::Row>, Schedule, u64)> = Vec::new();
+    for k in 0..a.runs {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted: the testbed was removed");
+        }
+        let sched = Schedule::seeded(a.bed.seed + k as u64, a.duration as f64, 4.0, (d0, d1), (lo, hi));
+        let role = if k < a.train { "training" } else { "held out" };
+        ui.info(format!(
+            "run {}/{} ({role}): {} s, {} switches of the backhaul…",
+            k + 1,
+            a.runs,
+            a.duration,
+            sched.switches.len()
+        ));
+        let dir = a.output.join(format!("run_{k}"));
+        let extras = aggrate::testbed::compare::Extras {
+            schedule: Some(&sched),
+            weights: a.weights.as_deref(),
+        };
+        let (r, switched) = aggrate::testbed::compare::aggrate_run_with(
+            &d,
+            &wlan,
+            &exe,
+            a.duration,
+            interval,
+            a.bed.seed + k as u64,
+            &dir,
+            &extras,
+        )
+        .with_context(|| format!("run {k}"))?;
+        if r.cpu_bound {
+            ui.warn(format!(
+                "run {k}: the AP released bursts up to {:.0} µs late (p99){}",
+                r.release_p99_us,
+                steal_note(&r)
+            ));
+        }
+        let switched = switched.context("the backhaul's switches")?;
+        std::fs::write(
+            dir.join("backhaul.json"),
+            serde_json::to_string_pretty(&switched.applied)? + "\n",
+        )?;
+        let rows = bn::rows_from_send_log(&dir.join("send.csv"), k, switched.t0_ns, &switched.applied)?;
+        runs.push((rows, switched.applied, switched.t0_ns));
+    }
+    drop(d);
+    let all: Vec<bn::Row> = runs.iter().flat_map(|r| r.0.clone()).collect();
+    bn::write_rows(&a.output.join("rows.csv"), &all)?;
+    let held: Vec<(&[bn::Row], &Schedule)> = runs
+        .iter()
+        .skip(a.train as usize)
+        .map(|r| (r.0.as_slice(), &r.1))
+        .collect();
+    let allowance = a.allowance_ms as f64 / 1e3;
+    let in_loop = bn::score(&held, allowance, |r| r.class);
+    let mut report = serde_json::json!({
+        "setting": a.bed.describe(),
+        "runs": a.runs,
+        "training_runs": a.train,
+        "duration_s": a.duration,
+        "interval_ms": a.interval_ms,
+        "backhaul_mbps": [lo, hi],
+        "dwell_s": [d0, d1],
+        "allowance_ms": a.allowance_ms,
+        "weights_in_loop": a.weights.as_ref().map_or("shipped".to_string(), |p| p.display().to_string()),
+        "in_loop": in_loop,
+    });
+    let mut md = format!(
+        "# Bottleneck classifier on the testbed\n\n{}; {} runs of {} s, reports every {} ms, the \
+         backhaul {lo}–{hi} Mb/s on and off every {d0}–{d1} s; F1 over the held-out runs' reports \
+         more than {} ms after a switch; detection delay from the switch to the first report \
+         the sender took with the new class.\n\n| classifier | reports | F1 | precision | recall | \
+         switches detected | delay p50 (ms) | on: max (ms) | off: p50 (ms) | off: max (ms) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        a.bed.describe(),
+        a.runs,
+        a.duration,
+        a.interval_ms,
+        a.allowance_ms
+    );
+    let line = |name: &str, s: &bn::Score| {
+        format!(
+            "| {name} | {} | {:.3} | {:.3} | {:.3} | {}/{} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            s.reports,
+            s.f1,
+            s.precision,
+            s.recall,
+            s.detected,
+            s.switches,
+            s.delay_p50_ms(),
+            bn::max(&s.delay_on_ms),
+            bn::median(&s.delay_off_ms),
+            bn::max(&s.delay_off_ms)
+        )
+    };
+    md += &line("in the loop", &in_loop);
+    if a.train > 0 {
+        let train: Vec<bn::Row> = runs.iter().take(a.train as usize).flat_map(|r| r.0.clone()).collect();
+        let w = bn::train(&train, 0.01)?;
+        bn::write_weights(&a.output.join("weights.json"), &w)?;
+        let trained = bn::score(&held, allowance, |r| bn::decide(&w, r));
+        md += &line("trained (offline on the same reports)", &trained);
+        report["trained_offline"] = serde_json::to_value(&trained)?;
+        report["weights"] = serde_json::to_value(w)?;
+    }
+    print!("{md}");
+    std::fs::write(a.output.join("bottleneck.md"), &md)?;
+    std::fs::write(
+        a.output.join("bottleneck.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    // The first held-out run: the sender's rate against the backhaul's, and the classifier.
+    if let Some((rows, sched, t0_ns)) = runs.get(a.train as usize) {
+        let k = a.train;
+        let steps = std::fs::read_to_string(a.output.join(format!("run_{k}/send.csv")))?;
+        let t0 = 0.0;
+        let rate: Vec<(f64, f64)> = steps
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let mut v = l.split(',');
+                let t: u64 = v.next()?.parse().ok()?;
+                let mbps: f64 = v.nth(5)?.parse().ok()?;
+                Some(((t as f64 - *t0_ns as f64) / 1e9, mbps))
+            })
+            .collect();
+        let bh: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (r.at_s - t0, sched.at(r.at_s).unwrap_or(0.0)))
+            .collect();
+        let plot = a.output.join("bottleneck_rate.png");
+        aggrate::report::plot::lines(
+            &plot,
+            "aggrate behind a backhaul that switches (held-out run)",
+            "time (s)",
+            "Mb/s",
+            &[
+                aggrate::report::plot::Series::new("send rate", rate),
+                aggrate::report::plot::Series::new("backhaul (0: off)", bh),
+            ],
+            None,
+        )?;
+        let p: Vec<(f64, f64)> = rows.iter().map(|r| (r.at_s - t0, r.prob)).collect();
+        let class: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (r.at_s - t0, r.class as u8 as f64 * 0.98 + 0.01))
+            .collect();
+        let truth: Vec<(f64, f64)> = rows.iter().map(|r| (r.at_s - t0, r.label as u8 as f64)).collect();
+        aggrate::report::plot::lines(
+            &a.output.join("bottleneck_class.png"),
+            "Bottleneck classifier in the loop (held-out run)",
+            "time (s)",
+            "P(backhaul)",
+            &[
+                aggrate::report::plot::Series::new("P(backhaul)", p),
+                aggrate::report::plot::Series::new("the loop's class (backhaul high)", class),
+                aggrate::report::plot::Series::new("backhaul on (truth)", truth),
+            ],
+            Some((-0.05, 1.05)),
+        )?;
+    }
+    ui.info(format!("wrote {}", a.output.display()));
+    Ok(Exit::Ok)
 }

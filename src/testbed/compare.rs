@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::downlink::Downlink;
 use super::{run, Error};
+use crate::bottleneck::{Schedule, Switch};
 use crate::metrics::LevelError;
 use crate::wlan::live::{Released, TruthRow};
 use crate::wlan::ValidWlanConfig;
@@ -482,6 +483,66 @@ pub fn aggrate_run(
     seed: u64,
     dir: &Path,
 ) -> Result<SenderRun, Error> {
+    aggrate_run_with(d, wlan, exe, secs, interval, seed, dir, &Extras::default()).map(|(r, _)| r)
+}
+
+/// What an aggrate run does besides sending: a backhaul that switches on a schedule, the
+/// sender's bottleneck classifier weights.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras<'a> {
+    /// The backhaul switches on this schedule (off: `tc tbf` at 10 Gb/s, so that what is queued
+    /// when it goes drains instead of being dropped), and is removed after.
+    pub schedule: Option<&'a Schedule>,
+    /// `send --bottleneck-weights`.
+    pub weights: Option<&'a Path>,
+}
+
+/// The backhaul's switches as they happened.
+#[derive(Clone, Debug)]
+pub struct Switched {
+    /// The host's realtime clock (ns) at the schedule's time 0.
+    pub t0_ns: u64,
+    /// Each switch at the time `tc` had made it (s from `t0_ns`).
+    pub applied: Schedule,
+}
+
+/// Switch the backhaul on `sched` until it ends or `done` is set.
+fn switch_backhaul(d: &Downlink, sched: &Schedule, done: &AtomicBool) -> Result<Switched, Error> {
+    let t0_ns = crate::transport::io::realtime().as_nanos();
+    let start = std::time::Instant::now();
+    let mut applied = Schedule::default();
+    for w in &sched.switches {
+        let due = start + Duration::from_secs_f64(w.at_s);
+        while std::time::Instant::now() < due {
+            if done.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(Switched { t0_ns, applied });
+            }
+            std::thread::sleep(
+                due.saturating_duration_since(std::time::Instant::now())
+                    .min(Duration::from_millis(10)),
+            );
+        }
+        d.set_backhaul(Some(w.mbps.unwrap_or(10_000.0)))?;
+        applied.switches.push(Switch {
+            at_s: (crate::transport::io::realtime().as_nanos() as f64 - t0_ns as f64) / 1e9,
+            mbps: w.mbps,
+        });
+    }
+    Ok(Switched { t0_ns, applied })
+}
+
+/// [`aggrate_run`] with [`Extras`]; with a schedule, the switches as they happened.
+#[allow(clippy::too_many_arguments)]
+pub fn aggrate_run_with(
+    d: &Downlink,
+    wlan: &ValidWlanConfig,
+    exe: &Path,
+    secs: u32,
+    interval: Duration,
+    seed: u64,
+    dir: &Path,
+    extras: &Extras,
+) -> Result<(SenderRun, Option<Switched>), Error> {
     if !exe.is_file() {
         return Err(Error::Missing {
             what: format!("the aggrate executable {}", exe.display()),
@@ -493,8 +554,28 @@ pub fn aggrate_run(
     let logs: Vec<PathBuf> = (0..d.station_ip.len())
         .map(|i| dir.join(format!("recv_{i}.csv")))
         .collect();
-    let (sent, m) = measure(d, wlan, seed, secs, interval, || {
-        aggrate_flows(d, wlan, exe, &key, secs, interval, &logs)
+    let ((sent, switched), m) = measure(d, wlan, seed, secs, interval, || {
+        let done = AtomicBool::new(false);
+        let done = &done;
+        std::thread::scope(|s| {
+            let switcher = extras
+                .schedule
+                .map(|sched| s.spawn(move || switch_backhaul(d, sched, done)));
+            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, extras.weights);
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let switched = switcher
+                .map(|h| {
+                    h.join().map_err(|_| Error::Io {
+                        what: "the backhaul's switch thread",
+                        source: std::io::Error::other("panicked"),
+                    })?
+                })
+                .transpose();
+            if extras.schedule.is_some() {
+                d.set_backhaul(None)?;
+            }
+            Ok((sent?, switched?))
+        })
     })?;
     let truth_path = dir.join("ap_truth.csv");
     let mut text = format!("{}\n", crate::livelog::TRUTH_HEADER);
@@ -534,7 +615,10 @@ pub fn aggrate_run(
             frame_count: joined.and_then(|j| j.frame_count),
         });
     }
-    Ok(m.rows(if d.ampdu_marks() { "aggrate-mac" } else { "aggrate" }, flows))
+    Ok((
+        m.rows(if d.ampdu_marks() { "aggrate-mac" } else { "aggrate" }, flows),
+        switched,
+    ))
 }
 
 /// The level the sender steered each station by, interval by interval, in place of each
@@ -590,6 +674,7 @@ const AGGRATE_SIZE: usize = 1472;
 
 /// Run `aggrate recv` in every station's namespace and `aggrate send` in the server's until it
 /// ends (`secs`); the receivers stop a second later.
+#[allow(clippy::too_many_arguments)]
 fn aggrate_flows(
     d: &Downlink,
     wlan: &ValidWlanConfig,
@@ -598,6 +683,7 @@ fn aggrate_flows(
     secs: u32,
     interval: Duration,
     logs: &[PathBuf],
+    weights: Option<&Path>,
 ) -> Result<Sent, Error> {
     let ms = interval.as_millis().to_string();
     let mut receivers = Vec::new();
@@ -630,6 +716,12 @@ fn aggrate_flows(
         .arg(AGGRATE_SIZE.to_string())
         .arg("--log")
         .arg(send_log)
+        .args(
+            weights
+                .map(|w| [std::ffi::OsStr::new("--bottleneck-weights"), w.as_os_str()])
+                .into_iter()
+                .flatten(),
+        )
         .args(["--interval-ms", &ms, "--duration"])
         .arg(secs.to_string())
         .stdout(Stdio::null())

@@ -162,21 +162,27 @@ pub fn run_sender(
                 }
             }
         }
+        let mut heard = false;
         loop {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
                     // Not from a station we send to: refused and counted as dropped feedback.
                     let i = to.iter().position(|a| *a == from).unwrap_or(usize::MAX);
                     let _ = tx.handle_datagram(realtime(), i, &buf[..n]);
+                    heard = true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
                 Err(e) => return Err(io("receiving feedback")(e)),
             }
         }
+        // Every 100 ms, and after feedback (so a caller that logs each step of the loop sees
+        // every one, whatever the report interval).
         if Instant::now() >= next_tick {
             on_tick(realtime(), tx);
             next_tick += Duration::from_millis(100);
+        } else if heard {
+            on_tick(realtime(), tx);
         }
         // Sleep until the next send when it is far, spin when it is near.
         let wait = tx.poll_timeout().saturating_since(realtime());

@@ -239,6 +239,13 @@ impl Backhaul {
         }
     }
 
+    /// From now on the link sends at `mbps` (packets already queued keep their departure times).
+    pub fn set_rate(&mut self, mbps: f64) {
+        if mbps > 0.0 && mbps.is_finite() {
+            self.ns_per_byte = 8e3 / mbps;
+        }
+    }
+
     /// A packet of `len` bytes arrives at `t`: its arrival time at the AP, or `None` if dropped.
     pub fn push(&mut self, t: Ts, len: u16) -> Option<Ts> {
         while self.in_link.front().is_some_and(|&d| d <= t) {

@@ -16,11 +16,20 @@
 //! over from the first report at or above N_ε/2 and never hands back. With K0 = 1 alone, the
 //! ramp from 20 to ~580 Mb/s (VHT MCS 9, 2 SS, 80 MHz) would take ~30 updates.
 //!
-//! A [`Bottleneck`] classifier looks at loss over the last p = 100 packets and the recent
-//! aggregation: loss while μ_N stays well below N_ε means the queue is not the AP's (a backhaul
-//! bottleneck). Then the loop freezes integration and sets the rate just below the measured
-//! receive rate (draining the upstream queue); for the next 40 reports it rises by at most that
-//! step per update, so it neither winds up nor keeps a queue upstream.
+//! A [`BottleneckClassifier`] (the study's: logistic, over the last n = 5 reports and the loss
+//! over the last p = 100 packets; weights trained on testbed runs with a backhaul that switches
+//! on and off) tells when the bottleneck is upstream of the AP: the level is low because little
+//! arrives, not because the loop sends little. Then the loop does not integrate (it would wind
+//! up against a level it cannot reach): it follows what arrives, sending the receive rate
+//! × (1 + probe) while the one-way delay stays within 3 ms of the path's own and × (1 − probe)
+//! while a queue upstream drains: the upstream queue stays short but never quite empties, so
+//! behind the backhaul every report shows the receive rate off the send rate by the probe, one
+//! way or the other — and the first report in which they agree shows that the backhaul went. For [`RECENT_BACKHAUL`] reports after, the rate
+//! rises by at most the probe per report. The first report (which may cover a part-filled
+//! interval) never says "backhaul"; a backhaul ends start-up. The loop acts on "backhaul" only
+//! when the newest report shows the two rates apart by half the probe or more
+//! ([`upstream_evidence`]): behind a backhaul the probe keeps them apart, so the first report in
+//! which they agree ends the episode, and a low level or a delay alone never starts one.
 //!
 //! When reports stop (lost feedback), [`RateController::on_silence`] decays the rate
 //! geometrically towards `min_mbps`.
@@ -98,10 +107,9 @@ pub struct PiParams {
     pub max_mbps: f64,
     /// Rate kept per silent report interval when feedback stops (0..1).
     pub silence_decay: f64,
-    /// Loss over the last p packets above which a low μ_N means a bottleneck elsewhere.
-    pub backhaul_loss: f64,
-    /// Step (fraction of the rate) below the receive rate when backhaul-limited, and the largest
-    /// rise per update for a while after.
+    /// Backhaul-limited: the send rate per report is the receive rate × (1 + probe) while the
+    /// queue upstream is short, × (1 − probe) while it drains; for [`RECENT_BACKHAUL`]
+    /// reports after, the rate rises by at most the probe per report (see the module docs).
     pub backhaul_probe: f64,
     /// Start-up: rate multiplier per update while μ_N < N_ε/2 (1 = no start-up phase).
     pub startup_factor: f64,
@@ -120,8 +128,7 @@ impl Default for PiParams {
             min_mbps: 1.0,
             max_mbps: 2000.0,
             silence_decay: 0.5,
-            backhaul_loss: 0.01,
-            backhaul_probe: 0.02,
+            backhaul_probe: 0.05,
             startup_factor: 1.5,
             queue_guard_ms: 10.0,
         }
@@ -159,12 +166,8 @@ impl PiParams {
         if !(self.queue_guard_ms.is_finite() && self.queue_guard_ms >= 0.0) {
             return err("control.queue_guard_ms", self.queue_guard_ms, "finite, >= 0 (0: off)");
         }
-        if !(0.0..=1.0).contains(&self.backhaul_loss) || !(0.0..=1.0).contains(&self.backhaul_probe) {
-            return err(
-                "backhaul_loss",
-                self.backhaul_loss,
-                "backhaul_loss and backhaul_probe in [0, 1]",
-            );
+        if !(0.0..=0.2).contains(&self.backhaul_probe) {
+            return err("control.backhaul_probe", self.backhaul_probe, "in [0, 0.2]");
         }
         Ok(self)
     }
@@ -179,49 +182,158 @@ pub enum Bottleneck {
     Backhaul,
 }
 
-/// Classifies the bottleneck from recent loss and aggregation: loss over the last p packets
-/// (an exponentially weighted estimate, p = 100) above a threshold while μ_N is below half of
-/// N_ε. It stays "backhaul" for `hold` reports after the last such report (recent state).
+/// Reports the bottleneck classifier looks back over (the study's n).
+pub const BOTTLENECK_REPORTS: usize = 5;
+/// Features per report: level ÷ N_ε, shortfall and surplus of the receive rate against the
+/// send rate, one-way delay above the path's own (see [`BottleneckClassifier::features`]).
+pub const BOTTLENECK_PER_REPORT: usize = 4;
+/// Features of the bottleneck classifier: [`BOTTLENECK_PER_REPORT`] per report for the last
+/// [`BOTTLENECK_REPORTS`] (newest first), then the loss over the last p = 100 packets.
+pub const BOTTLENECK_FEATURES: usize = BOTTLENECK_PER_REPORT * BOTTLENECK_REPORTS + 1;
+
+/// Whether the newest report in `features` ([`BottleneckClassifier::features`]) shows what arrives
+/// apart from what was sent by at least half the loop's backhaul probe for the report (`probe`,
+/// a fraction): without that, no bottleneck upstream binds (see [`PiController`]'s use of it).
+pub fn upstream_evidence(features: &[f64; BOTTLENECK_FEATURES], probe: f64) -> bool {
+    features[1].max(features[2]) > probe / 2.0
+}
+
+/// The loop's backhaul probe for a report interval of `secs` (the probe parameter is per 50 ms).
+pub fn probe_for(backhaul_probe: f64, secs: f64) -> f64 {
+    backhaul_probe * (PROBE_INTERVAL_S / secs).clamp(0.0, 1.0)
+}
+
+/// A logistic bottleneck classifier's weights on the raw features
+/// ([`BottleneckClassifier::features`]): P(backhaul) = σ(w·f + bias).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BottleneckWeights {
+    /// One weight per feature.
+    pub w: [f64; BOTTLENECK_FEATURES],
+    /// Bias.
+    pub bias: f64,
+}
+
+impl Default for BottleneckWeights {
+    fn default() -> Self {
+        crate::bottleneck_weights::SHIPPED
+    }
+}
+
+/// A report's receive rate in the sender's units (Mb/s of IP bytes: the report counts UDP
+/// payload, 28 bytes of IPv4 + UDP header less per packet); NaN for an empty interval.
+fn rx_ip_mbps(r: &AggReport) -> f64 {
+    let secs = r.end.saturating_since(r.start).as_secs_f64();
+    if secs > 0.0 && r.rx_rate_bps.is_finite() {
+        (r.rx_rate_bps + r.packets as f64 * 28.0 * 8.0 / secs) / 1e6
+    } else {
+        f64::NAN
+    }
+}
+
+/// The features of one report, before it enters the window: what the classifier sees of it.
+fn report_features(r: &AggReport, target: f64, sent_mbps: f64, owd_base_ms: f64) -> [f64; BOTTLENECK_PER_REPORT] {
+    let level = r.level();
+    let level = if level.is_finite() {
+        (level / target).clamp(0.0, 2.0)
+    } else {
+        1.0
+    };
+    // The receive rate in the sender's units: IP bytes (the report counts UDP payload; 28 bytes of
+    // IPv4 + UDP header per packet).
+    let rx = rx_ip_mbps(r);
+    let ratio = if rx.is_finite() && sent_mbps > 0.0 {
+        rx / sent_mbps
+    } else {
+        1.0
+    };
+    let excess = match r.owd_mean_ms {
+        Some(m) if m.is_finite() && owd_base_ms.is_finite() => ((m - owd_base_ms) / 10.0).clamp(0.0, 3.0),
+        _ => 0.0,
+    };
+    [
+        level,
+        (1.0 - ratio).clamp(0.0, 1.0),
+        (ratio - 1.0).clamp(0.0, 1.0),
+        excess,
+    ]
+}
+
+/// The study's bottleneck classifier: a logistic model over the last n = 5 reports and the loss
+/// over the last p = 100 packets (an exponentially weighted estimate), trained on testbed runs
+/// in which a backhaul bottleneck switches on and off (`aggrate testbed bottleneck`; the shipped
+/// weights and how they were made: `bottleneck_weights.rs`). Per report it sees the level
+/// against N_ε (low behind a backhaul: the AP's queue is empty), the receive rate against the
+/// send rate (short of it while a queue upstream fills; above it while one drains), and the
+/// one-way delay above the path's own (a queue somewhere). Before five reports have come the
+/// window holds neutral reports (at the target, rates equal, no queue).
 #[derive(Clone, Debug)]
 pub struct BottleneckClassifier {
-    threshold: f64,
+    weights: BottleneckWeights,
     target: f64,
+    window: [[f64; BOTTLENECK_PER_REPORT]; BOTTLENECK_REPORTS],
     loss_ewma: f64,
-    hold: u32,
-    left: u32,
+    prob: f64,
+    interval: (Ts, Ts),
 }
 
 impl BottleneckClassifier {
-    /// With a loss threshold and the aggregation target N_ε.
-    pub fn new(threshold: f64, target: f64) -> Self {
+    /// With weights and the aggregation target N_ε.
+    pub fn new(weights: BottleneckWeights, target: f64) -> Self {
         BottleneckClassifier {
-            threshold,
+            weights,
             target,
+            window: [[1.0, 0.0, 0.0, 0.0]; BOTTLENECK_REPORTS],
             loss_ewma: 0.0,
-            hold: 6,
-            left: 0,
+            prob: 0.0,
+            interval: (Ts::ZERO, Ts::ZERO),
         }
     }
 
-    /// Update with a report; returns the class.
-    pub fn on_report(&mut self, r: &AggReport) -> Bottleneck {
+    /// Update with a report that came while the sender sent at `sent_mbps` (IP bytes), the
+    /// path's own one-way delay being `owd_base_ms` (NaN: unknown); returns the class.
+    pub fn on_report(&mut self, r: &AggReport, sent_mbps: f64, owd_base_ms: f64) -> Bottleneck {
         // Loss over the last p = 100 packets: weight the interval's loss rate by how many of
         // the last 100 packets it holds.
         // In f64: a peer's counts near 2^64 cannot overflow a sum there.
         let n = r.packets as f64 + r.lost as f64;
         let w = (n / 100.0).min(1.0);
-        self.loss_ewma = (1.0 - w) * self.loss_ewma + w * r.loss_rate;
-        if self.loss_ewma > self.threshold && r.level() < self.target / 2.0 {
-            self.left = self.hold;
-        } else {
-            self.left = self.left.saturating_sub(1);
+        if r.loss_rate.is_finite() {
+            self.loss_ewma = (1.0 - w) * self.loss_ewma + w * r.loss_rate.clamp(0.0, 1.0);
         }
+        self.interval = (r.start, r.end);
+        self.window.rotate_right(1);
+        self.window[0] = report_features(r, self.target, sent_mbps, owd_base_ms);
+        let f = self.features();
+        let s: f64 = f.iter().zip(&self.weights.w).map(|(x, w)| x * w).sum::<f64>() + self.weights.bias;
+        self.prob = 1.0 / (1.0 + (-s).exp());
         self.class()
+    }
+
+    /// The features the last report left: per report, newest first, `[level ÷ N_ε (0..2),
+    /// shortfall (1 − rx/sent, 0..1), surplus (rx/sent − 1, 0..1), one-way delay above the
+    /// path's own ÷ 10 ms (0..3)]`, then the loss over the last 100 packets (0..1).
+    pub fn features(&self) -> [f64; BOTTLENECK_FEATURES] {
+        let mut f = [0.0; BOTTLENECK_FEATURES];
+        for (k, r) in self.window.iter().enumerate() {
+            f[k * BOTTLENECK_PER_REPORT..(k + 1) * BOTTLENECK_PER_REPORT].copy_from_slice(r);
+        }
+        f[BOTTLENECK_FEATURES - 1] = self.loss_ewma;
+        f
+    }
+
+    /// The receiver's interval (start, end) the last report covered.
+    pub fn interval(&self) -> (Ts, Ts) {
+        self.interval
+    }
+
+    /// P(backhaul) after the last report.
+    pub fn probability(&self) -> f64 {
+        self.prob
     }
 
     /// The current class.
     pub fn class(&self) -> Bottleneck {
-        if self.left > 0 {
+        if self.prob > 0.5 {
             Bottleneck::Backhaul
         } else {
             Bottleneck::Wlan
@@ -235,7 +347,14 @@ impl BottleneckClassifier {
 }
 
 /// Reports after a backhaul-limited one during which the rate rises by the probe step at most.
-const RECENT_BACKHAUL: u32 = 40;
+pub const RECENT_BACKHAUL: u32 = 10;
+
+/// Backhaul-limited: one-way delay above the path's own (ms) from which the queue upstream is
+/// drained (the rate goes below the receive rate).
+const BACKHAUL_QUEUE_MS: f64 = 3.0;
+
+/// The report interval the backhaul probe is given for: at longer intervals it is scaled down.
+const PROBE_INTERVAL_S: f64 = 0.05;
 
 /// Reports over which the queue guard takes the path's own delay (the lowest mean one-way
 /// delay): 64, 32 s at the default interval.
@@ -248,6 +367,8 @@ pub struct PiController {
     p: PiParams,
     x: f64,
     bottleneck: BottleneckClassifier,
+    /// The class the loop acted on after the last report (see [`PiController::bottleneck`]).
+    class: Bottleneck,
     updates: u64,
     /// The level the last report stepped the loop by (after the queue guard; NaN: none yet, or a
     /// backhaul-limited report).
@@ -267,7 +388,8 @@ impl PiController {
         let p = p.check()?;
         Ok(PiController {
             x: p.initial_mbps,
-            bottleneck: BottleneckClassifier::new(p.backhaul_loss, p.target),
+            bottleneck: BottleneckClassifier::new(BottleneckWeights::default(), p.target),
+            class: Bottleneck::Wlan,
             startup: p.startup_factor > 1.0,
             p,
             updates: 0,
@@ -284,10 +406,9 @@ impl PiController {
         self.guarded
     }
 
-    /// The level to step by: the report's, or twice the target when its delay shows a standing
-    /// queue (the queue guard).
-    fn guard(&mut self, r: &AggReport) -> f64 {
-        let level = r.level();
+    /// Take a report's mean one-way delay into the window; the path's own delay: the lowest
+    /// mean of the window (NaN: none yet).
+    fn owd_base(&mut self, r: &AggReport) -> f64 {
         if let Some(mean) = r.owd_mean_ms.filter(|v| v.is_finite()) {
             self.owd_recent[self.owd_next] = mean;
             self.owd_next = (self.owd_next + 1) % GUARD_WINDOW;
@@ -298,6 +419,17 @@ impl PiController {
             .copied()
             .filter(|v| !v.is_nan())
             .fold(f64::INFINITY, f64::min);
+        if base.is_finite() {
+            base
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// The level to step by: the report's, or twice the target when its delay shows a standing
+    /// queue over the path's own delay `base` (the queue guard).
+    fn guard(&mut self, r: &AggReport, base: f64) -> f64 {
+        let level = r.level();
         match r.owd_p95_ms {
             Some(p95) if self.p.queue_guard_ms > 0.0 && base.is_finite() && p95 - base > self.p.queue_guard_ms => {
                 self.guarded += 1;
@@ -307,6 +439,16 @@ impl PiController {
         }
     }
 
+    /// Use these bottleneck classifier weights from now on (the window and loss so far kept).
+    pub fn set_bottleneck_weights(&mut self, w: BottleneckWeights) {
+        self.bottleneck.weights = w;
+    }
+
+    /// The bottleneck classifier: its features and P(backhaul) after the last report.
+    pub fn classifier(&self) -> &BottleneckClassifier {
+        &self.bottleneck
+    }
+
     /// K = K0 / n.
     pub fn gain(&self) -> f64 {
         self.p.k0 / self.p.stations as f64
@@ -314,7 +456,7 @@ impl PiController {
 
     /// The bottleneck class after the last report.
     pub fn bottleneck(&self) -> Bottleneck {
-        self.bottleneck.class()
+        self.class
     }
 
     /// Reports handled.
@@ -361,14 +503,33 @@ impl PiController {
 impl RateController for PiController {
     fn on_report(&mut self, _now: Ts, r: &AggReport) {
         self.updates += 1;
-        match self.bottleneck.on_report(r) {
+        let base = self.owd_base(r);
+        // The probe is per 50 ms of report: at longer intervals a smaller step per report, so
+        // the queue upstream grows by the same ≤ 2.5 ms per report.
+        let secs = r.end.saturating_since(r.start).as_secs_f64();
+        let probe = probe_for(self.p.backhaul_probe, secs);
+        // The first report may cover a part-filled interval: it never says "backhaul". (The
+        // start-up ramp does not move the rates apart: each report is compared with the rate
+        // sent over its interval.) A backhaul ends start-up. And a bottleneck upstream that
+        // binds shows in the rates: behind it the loop's probe keeps
+        // what arrives apart from what is sent, one way or the other, in every report; a report
+        // in which they agree is the WLAN's whatever the window says (so the first clean report
+        // after the backhaul goes ends the episode, and a low level alone never starts one).
+        let class = self.bottleneck.on_report(r, self.x, base);
+        let class = if self.updates <= 1 || !upstream_evidence(&self.bottleneck.features(), probe) {
+            Bottleneck::Wlan
+        } else {
+            class
+        };
+        self.class = class;
+        match class {
             Bottleneck::Wlan => {
                 let before = self.x;
-                let level = self.guard(r);
+                let level = self.guard(r, base);
                 self.last_level = level;
                 self.step(level);
-                // Shortly after a backhaul limit, rise only by the probe step: the aggregation
-                // signal stays low behind such a bottleneck and would wind the rate up.
+                // Shortly after a backhaul limit, rise by the probe step at most: the classifier
+                // may have let go early, and the level behind a backhaul is low.
                 if self.since_backhaul < RECENT_BACKHAUL {
                     self.since_backhaul += 1;
                     self.set(self.x.min(before * (1.0 + self.p.backhaul_probe)));
@@ -377,16 +538,21 @@ impl RateController for PiController {
             Bottleneck::Backhaul => {
                 self.last_level = f64::NAN;
                 self.startup = false;
-                // First report of an episode: drop just below what arrives, so the upstream
-                // queue drains. Later ones (the class is held for a few reports): hold.
-                if self.since_backhaul != 0 {
-                    let rx = r.rx_rate_bps / 1e6;
-                    let held = if rx > 0.0 && rx.is_finite() {
-                        rx.min(self.x)
-                    } else {
-                        self.x
-                    };
-                    self.set(held * (1.0 - self.p.backhaul_probe));
+                // Follow what arrives: a little above it while the queue upstream is short (so
+                // the loop learns at once when the backhaul goes), below it while that queue
+                // drains. The integrator is the rate itself: nothing winds up.
+                let rx = rx_ip_mbps(r);
+                if rx > 0.0 && rx.is_finite() {
+                    // A queue upstream shows in the delay *and* in the rates: less arrives than
+                    // is sent while it fills, more while it drains. A delay with the rates
+                    // agreeing is no queue of ours (a late AP, a noisy path): draining then
+                    // would only follow our own rate down.
+                    let apart = (rx / self.x - 1.0).abs() > probe / 2.0;
+                    let queued = apart
+                        && r.owd_mean_ms
+                            .is_some_and(|m| base.is_finite() && m - base > BACKHAUL_QUEUE_MS);
+                    let f = if queued { 1.0 - probe } else { 1.0 + probe };
+                    self.set(rx * f);
                 }
                 self.since_backhaul = 0;
             }
@@ -533,6 +699,11 @@ impl AirtimeSplit {
     /// The loop.
     pub fn controller(&self) -> &PiController {
         &self.loop_
+    }
+
+    /// Use these bottleneck classifier weights in the loop from now on.
+    pub fn set_bottleneck_weights(&mut self, w: BottleneckWeights) {
+        self.loop_.set_bottleneck_weights(w);
     }
 }
 
@@ -745,26 +916,100 @@ mod tests {
         assert_eq!(two.gain(), 0.5);
     }
 
+    /// A report over 50 ms in which `rx_ip` Mb/s of IP bytes (1,500-byte packets) arrived.
+    fn report_50ms(level: f64, rx_ip: f64, owd_ms: f64) -> AggReport {
+        let packets = (rx_ip * 1e6 * 0.05 / 8.0 / 1500.0).round() as u64;
+        AggReport {
+            start: Ts(0),
+            end: Ts(50_000_000),
+            frames: 10,
+            packets,
+            mean_agg: level,
+            rx_rate_bps: rx_ip * 1e6 - packets as f64 * 28.0 * 8.0 / 0.05,
+            owd_mean_ms: Some(owd_ms),
+            owd_p95_ms: Some(owd_ms + 0.5),
+            ..AggReport::default()
+        }
+    }
+
+    fn forced(backhaul: bool) -> BottleneckWeights {
+        BottleneckWeights {
+            w: [0.0; BOTTLENECK_FEATURES],
+            bias: if backhaul { 10.0 } else { -10.0 },
+        }
+    }
+
+    /// The loop's mechanics behind a backhaul, whatever the classifier's weights: it follows
+    /// what arrives (a little above while the queue upstream is short, below while it drains),
+    /// rises by at most the probe per report for a while after; the first report never says
+    /// "backhaul", a backhaul ends start-up.
     #[test]
-    fn backhaul_losses_with_low_aggregation_freeze_the_loop() {
+    fn behind_a_backhaul_the_loop_follows_what_arrives() {
+        let mut c = PiController::new(PiParams::default()).unwrap();
+        c.set_bottleneck_weights(forced(true));
+        // The first report (a part-filled interval, here 10 of 20 Mb/s): never "backhaul".
+        c.on_report(Ts::ZERO, &report_50ms(2.0, 10.0, 1.0));
+        assert!(c.starting() && c.classifier().class() == Bottleneck::Backhaul);
+        assert_eq!(c.bottleneck(), Bottleneck::Wlan, "the loop's class");
+        assert_eq!(c.rate().mbps, 30.0, "start-up ramps");
+        // The ramp keeps what arrives equal to what was sent: the class stays the WLAN's.
+        c.on_report(Ts::ZERO, &report_50ms(2.0, 30.0, 1.0));
+        assert!(c.starting() && c.bottleneck() == Bottleneck::Wlan);
+        assert_eq!(c.rate().mbps, 45.0);
+        // Less arrives than was sent: a backhaul ends start-up.
+        c.on_report(Ts::ZERO, &report_50ms(2.0, 30.0, 1.0));
+        assert!(!c.starting() && c.bottleneck() == Bottleneck::Backhaul);
+        assert!((c.rate().mbps - 31.5).abs() < 1e-6, "{}", c.rate().mbps);
         let mut c = PiController::new(PiParams {
             initial_mbps: 300.0,
+            startup_factor: 1.0,
             ..PiParams::default()
         })
         .unwrap();
-        // 200 Mb/s arrive, 1/3 lost upstream, aggregation low.
-        c.on_report(Ts::ZERO, &report(3.0, 8000, 4000, 200.0));
-        assert_eq!(c.bottleneck(), Bottleneck::Backhaul);
-        assert!((c.rate().mbps - 196.0).abs() < 1e-9, "just below the receive rate");
-        // Loss stops, aggregation stays low: the rate creeps up by 2 % at most per update.
-        for _ in 0..10 {
-            c.on_report(Ts::ZERO, &report(3.0, 8000, 0, 196.0));
+        c.set_bottleneck_weights(forced(true));
+        c.on_report(Ts::ZERO, &report_50ms(32.0, 300.0, 1.0));
+        assert_eq!((c.bottleneck(), c.rate().mbps), (Bottleneck::Wlan, 300.0), "the first report");
+        c.on_report(Ts::ZERO, &report_50ms(3.0, 150.0, 1.0));
+        assert!((c.rate().mbps - 157.5).abs() < 1e-6, "{}", c.rate().mbps);
+        assert!(c.last_level().is_nan());
+        // A queue upstream (delay 5 ms over the path's own 1 ms): below what arrives.
+        c.on_report(Ts::ZERO, &report_50ms(3.0, 150.0, 6.0));
+        assert!((c.rate().mbps - 142.5).abs() < 1e-6, "{}", c.rate().mbps);
+        // The rates agree (a delay with them is no queue of ours: a late AP, a noisy path):
+        // no bottleneck upstream binds, whatever the weights say — the WLAN's class, and the
+        // loop integrates again, rising by 5 % per report at most for RECENT_BACKHAUL reports,
+        // then freely.
+        c.on_report(Ts::ZERO, &report_50ms(3.0, 142.5, 9.0));
+        assert_eq!(c.bottleneck(), Bottleneck::Wlan);
+        assert!((c.rate().mbps - 142.5 * 1.05).abs() < 1e-6, "{}", c.rate().mbps);
+        c.set_bottleneck_weights(forced(false));
+        let mut x = c.rate().mbps;
+        for _ in 1..RECENT_BACKHAUL {
+            c.on_report(Ts::ZERO, &report_50ms(3.0, x, 1.0));
+            assert!((c.rate().mbps - x * 1.05).abs() < 1e-6, "{} after {x}", c.rate().mbps);
+            x = c.rate().mbps;
         }
-        assert!(c.rate().mbps <= 196.0 * 1.02f64.powi(10) + 1e-6, "{}", c.rate().mbps);
-        // Losses at high aggregation are the WLAN's: the loop integrates.
-        let mut w = PiController::new(PiParams::default()).unwrap();
-        w.on_report(Ts::ZERO, &report(60.0, 8000, 400, 500.0));
-        assert_eq!(w.bottleneck(), Bottleneck::Wlan);
+        c.on_report(Ts::ZERO, &report_50ms(3.0, x, 1.0));
+        assert!((c.rate().mbps - (x + 29.0)).abs() < 1e-6, "x + (32 - 3)");
+    }
+
+    /// The shipped weights: at the target with the rates equal, the WLAN; behind a backhaul
+    /// (level low, what arrives short of what is sent, a queue growing upstream), the backhaul;
+    /// a WLAN that is full (what arrives short, the level high) stays the WLAN's.
+    #[test]
+    fn the_shipped_classifier_tells_the_backhaul_from_the_wlan() {
+        let k = |reports: &[AggReport], sent: f64| {
+            let mut c = BottleneckClassifier::new(BottleneckWeights::default(), 32.0);
+            for r in reports {
+                c.on_report(r, sent, 1.0);
+            }
+            c.class()
+        };
+        assert_eq!(k(&[report_50ms(32.0, 300.0, 1.0); 5], 300.0), Bottleneck::Wlan);
+        let behind: Vec<AggReport> = (0..5).map(|i| report_50ms(4.0, 150.0, 1.0 + 4.0 * i as f64)).collect();
+        assert_eq!(k(&behind, 300.0), Bottleneck::Backhaul);
+        let full: Vec<AggReport> = (0..5).map(|i| report_50ms(60.0, 280.0, 1.0 + 4.0 * i as f64)).collect();
+        assert_eq!(k(&full, 300.0), Bottleneck::Wlan);
     }
 
     /// A level that reads at the target while the delay climbs 10 ms above the path's own is a

@@ -31,6 +31,7 @@
 #![deny(unsafe_code)]
 
 pub mod airtime;
+pub mod bottleneck_weights;
 pub mod control;
 pub mod features;
 pub mod model;

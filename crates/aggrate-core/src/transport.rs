@@ -251,6 +251,12 @@ impl Sender {
         self.split.rate(i)
     }
 
+    /// Use these bottleneck classifier weights in the loop from now on (the shipped ones until
+    /// then).
+    pub fn set_bottleneck_weights(&mut self, w: crate::control::BottleneckWeights) {
+        self.split.set_bottleneck_weights(w);
+    }
+
     /// The loop (its state: start-up, bottleneck class, the level of its last step) and the
     /// station it drives.
     pub fn control(&self) -> (&crate::control::PiController, usize) {

@@ -30,9 +30,14 @@ pub(crate) struct SendArgs {
     #[arg(long, default_value_t = 2000.0)]
     pub(crate) max_rate_mbps: f64,
     /// Write each step of the loop (CSV: time, step, start-up, bottleneck class, the level it
-    /// stepped by, the station it drives, every station's rate).
+    /// stepped by, the station it drives, every station's rate, then the bottleneck
+    /// classifier's P(backhaul), the report's interval and the classifier's features).
     #[arg(long)]
     pub(crate) log: Option<PathBuf>,
+    /// The bottleneck classifier's weights (JSON, as `aggrate testbed bottleneck` writes them;
+    /// default: the shipped ones).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) bottleneck_weights: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -62,10 +67,15 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         interval,
         io::realtime(),
     )?;
+    if let Some(p) = &a.bottleneck_weights {
+        tx.set_bottleneck_weights(aggrate::bottleneck::read_weights(p)?);
+    }
     let stop = AtomicBool::new(false);
     let mut last_print = aggrate::Ts::ZERO;
     let header = std::iter::once("t_ns,update,starting,bottleneck,level,driven".to_string())
         .chain((0..a.to.len()).map(|i| format!(",rate_mbps_{i}")))
+        .chain(std::iter::once(",p_backhaul,report_start_ns,report_end_ns".to_string()))
+        .chain((0..aggrate::control::BOTTLENECK_FEATURES).map(|i| format!(",f{i}")))
         .collect::<String>();
     let mut log = a.log.as_deref().map(|p| CsvLog::create(p, &header)).transpose()?;
     let mut logged = 0u64;
@@ -75,13 +85,19 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         if let Some(l) = log.as_mut().filter(|_| c.updates() > logged) {
             logged = c.updates();
             let rates: String = (0..a.to.len()).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
+            let k = c.classifier();
+            let (start, end) = k.interval();
+            let features: String = k.features().iter().map(|f| format!(",{f:.5}")).collect();
             l.line(&format!(
-                "{},{},{},{:?},{:.3},{driven}{rates}",
+                "{},{},{},{:?},{:.3},{driven}{rates},{:.5},{},{}{features}",
                 now.as_nanos(),
                 c.updates(),
                 u8::from(c.starting()),
                 c.bottleneck(),
-                c.last_level()
+                c.last_level(),
+                k.probability(),
+                start.as_nanos(),
+                end.as_nanos()
             ));
         }
         if now.saturating_since(last_print) >= Duration::from_secs(1) {
