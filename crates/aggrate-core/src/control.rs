@@ -968,7 +968,11 @@ mod tests {
         .unwrap();
         c.set_bottleneck_weights(forced(true));
         c.on_report(Ts::ZERO, &report_50ms(32.0, 300.0, 1.0));
-        assert_eq!((c.bottleneck(), c.rate().mbps), (Bottleneck::Wlan, 300.0), "the first report");
+        assert_eq!(
+            (c.bottleneck(), c.rate().mbps),
+            (Bottleneck::Wlan, 300.0),
+            "the first report"
+        );
         c.on_report(Ts::ZERO, &report_50ms(3.0, 150.0, 1.0));
         assert!((c.rate().mbps - 157.5).abs() < 1e-6, "{}", c.rate().mbps);
         assert!(c.last_level().is_nan());
