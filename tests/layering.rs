@@ -49,14 +49,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "capture", "label", "dataset", "pipeline", "metrics", "parallel", "progress", "wlan", "phy",
         ],
     ),
+    ("bottleneck", &["dataset", "train"]),
     ("model::onnx", &["train"]),
     ("transport::io", &["rxstamp"]),
     ("livelog", &["metrics", "wlan"]),
     (
         "testbed",
-        &["parallel", "capture", "wlan", "rxstamp", "metrics", "livelog"],
+        &[
+            "parallel",
+            "capture",
+            "wlan",
+            "rxstamp",
+            "metrics",
+            "livelog",
+            "bottleneck",
+        ],
     ),
-    ("sim", &["metrics", "wlan", "train"]),
+    ("sim", &["metrics", "wlan", "train", "bottleneck"]),
     (
         "report",
         &[

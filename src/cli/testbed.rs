@@ -337,7 +337,7 @@ fn steal_note(r: &SenderRun) -> String {
 }
 
 fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
-    use aggrate::bottleneck::{self as bn, Schedule};
+    use aggrate::bottleneck as bn;
     if a.bed.backhaul_mbps.is_some() {
         bail!("--backhaul-mbps: the runs switch the backhaul themselves (--backhaul-range)");
     }
@@ -368,6 +368,25 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
     }
     // Refused before anything is set up.
     a.weights.as_deref().map(bn::read_weights).transpose()?;
+    let runs = bottleneck_runs(ui, &a, (lo, hi), (d0, d1))?;
+    bottleneck_report(&a, &runs, (lo, hi), (d0, d1))?;
+    bottleneck_plots(&a, &runs)?;
+    ui.info(format!("wrote {}", a.output.display()));
+    Ok(Exit::Ok)
+}
+
+/// One held-out or training run of `testbed bottleneck`: its rows, the backhaul's switches as
+/// made, the realtime clock at their time 0.
+type BottleneckRun = (Vec<aggrate::bottleneck::Row>, aggrate::bottleneck::Schedule, u64);
+
+/// The runs of `testbed bottleneck`, one after the other on one downlink.
+fn bottleneck_runs(
+    ui: &Ui,
+    a: &BottleneckArgs,
+    (lo, hi): (f64, f64),
+    (d0, d1): (f64, f64),
+) -> Result<Vec<BottleneckRun>> {
+    use aggrate::bottleneck::{self as bn, Schedule};
     let wlan = a.bed.wlan()?;
     let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
     let stop = super::common::stop_on_signals()?;
@@ -420,6 +439,17 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
         runs.push((rows, switched.applied, switched.t0_ns));
     }
     drop(d);
+    Ok(runs)
+}
+
+/// Rows, weights and the verdict (Markdown, JSON) of `testbed bottleneck`.
+fn bottleneck_report(
+    a: &BottleneckArgs,
+    runs: &[BottleneckRun],
+    (lo, hi): (f64, f64),
+    (d0, d1): (f64, f64),
+) -> Result<()> {
+    use aggrate::bottleneck::{self as bn, Schedule};
     let all: Vec<bn::Row> = runs.iter().flat_map(|r| r.0.clone()).collect();
     bn::write_rows(&a.output.join("rows.csv"), &all)?;
     let held: Vec<(&[bn::Row], &Schedule)> = runs
@@ -485,7 +515,11 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
         a.output.join("bottleneck.json"),
         serde_json::to_string_pretty(&report)? + "\n",
     )?;
-    // The first held-out run: the sender's rate against the backhaul's, and the classifier.
+    Ok(())
+}
+
+/// The first held-out run: the sender's rate against the backhaul's, and the classifier.
+fn bottleneck_plots(a: &BottleneckArgs, runs: &[BottleneckRun]) -> Result<()> {
     if let Some((rows, sched, t0_ns)) = runs.get(a.train as usize) {
         let k = a.train;
         let steps = std::fs::read_to_string(a.output.join(format!("run_{k}/send.csv")))?;
@@ -535,6 +569,5 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
             Some((-0.05, 1.05)),
         )?;
     }
-    ui.info(format!("wrote {}", a.output.display()));
-    Ok(Exit::Ok)
+    Ok(())
 }

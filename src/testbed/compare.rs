@@ -506,9 +506,17 @@ pub struct Switched {
     pub applied: Schedule,
 }
 
+/// `CLOCK_REALTIME` now (ns): the clock `send --log` writes.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64
+}
+
 /// Switch the backhaul on `sched` until it ends or `done` is set.
 fn switch_backhaul(d: &Downlink, sched: &Schedule, done: &AtomicBool) -> Result<Switched, Error> {
-    let t0_ns = crate::transport::io::realtime().as_nanos();
+    let t0_ns = realtime_ns();
     let start = std::time::Instant::now();
     let mut applied = Schedule::default();
     for w in &sched.switches {
@@ -524,7 +532,7 @@ fn switch_backhaul(d: &Downlink, sched: &Schedule, done: &AtomicBool) -> Result<
         }
         d.set_backhaul(Some(w.mbps.unwrap_or(10_000.0)))?;
         applied.switches.push(Switch {
-            at_s: (crate::transport::io::realtime().as_nanos() as f64 - t0_ns as f64) / 1e9,
+            at_s: (realtime_ns() as f64 - t0_ns as f64) / 1e9,
             mbps: w.mbps,
         });
     }
