@@ -33,9 +33,9 @@ venv_pid=""
 venv_log=$(mktemp)
 trap 'rm -f "$venv_log"' EXIT
 if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel, sklearn, pytest, maturin" >/dev/null 2>&1; then
-  # In the background while cargo compiles the tests: the downloads overlap the build (the
-  # unpacking competes with it for the same cores; measured, the whole command came out ≈ 30 s
-  # faster than with the venv first).
+  # In the background while cargo compiles the tests: the downloads overlap the build, the
+  # unpacking competes with it for the same two cores (on a fresh machine it gave back
+  # seconds, not minutes: the build is CPU-bound).
   echo "== setting up $venv in the background (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel, scikit-learn, pytest, maturin)"
   ( python3 -m venv "$venv" &&
     "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel scikit-learn pytest maturin
