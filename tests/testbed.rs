@@ -463,20 +463,22 @@ fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // Up to three runs: every run must pass every check below except the last, which scores the
-    // watcher against the AP and needs intervals in which the AP kept its timing — on this 2-core
-    // VM the hypervisor sometimes holds the AP's thread late through a whole 8 s run (CI saw it).
+    // Up to three runs: every run must pass every check below except two that the hypervisor's
+    // steal on this 2-core VM can spoil for a whole 8 s run (CI saw both): the watcher against
+    // the AP needs intervals in which the AP kept its timing, and the watcher against the
+    // receiver needs neither socket held off its core.
     const TRIES: usize = 3;
     for attempt in 1..=TRIES {
         if crosses_the_downlink_once(attempt == TRIES) {
             return;
         }
-        eprintln!("run {attempt}: the AP kept its timing in fewer than 3 intervals; again");
+        eprintln!("run {attempt}: spoiled by a late AP or a socket held off its core (above); again");
     }
 }
 
-/// One run of the test above; false when the AP was late in all but 2 or fewer intervals and
-/// `last` is false (the caller tries again), a panic on any failed check.
+/// One run of the test above; false when the AP was late in all but 2 or fewer intervals, or
+/// the watcher and the receiver parted in more than 1 interval of 10, and `last` is false (the
+/// caller tries again); a panic on any other failed check.
 fn crosses_the_downlink_once(last: bool) -> bool {
     use aggrate::testbed::compare::aggrate_run;
     use aggrate::testbed::downlink::Downlink;
@@ -568,11 +570,14 @@ fn crosses_the_downlink_once(last: bool) -> bool {
         .iter()
         .filter(|(r, w)| (w.level / r.level - 1.0).abs() < 0.03 && w.packets.abs_diff(r.packets) < r.packets / 50)
         .count();
-    assert!(
-        same.len() >= 10 && close * 10 >= same.len() * 9,
-        "{close} of {} intervals alike; {said}",
-        same.len()
-    );
+    assert!(same.len() >= 10, "{} intervals both reported; {said}", same.len());
+    // Two sockets stamp the same packets: under hypervisor steal one is sometimes held off its
+    // core and an interval's stamps part (CI saw 26 of 30 alike once) — another run then.
+    if close * 10 < same.len() * 9 {
+        assert!(!last, "{close} of {} intervals alike in every run; {said}", same.len());
+        eprintln!("{close} of {} intervals alike", same.len());
+        return false;
+    }
     // And what it counts against the AP's own count, in the intervals where the AP kept its
     // timing (release p99 ≤ 1 ms: on this 2-core VM the hypervisor sometimes holds the AP's
     // thread for milliseconds, the AP then idles and bursts, and its queue guard sees delay
