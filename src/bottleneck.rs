@@ -168,13 +168,18 @@ pub fn write_rows(path: &Path, rows: &[Row]) -> Result<(), Error> {
     })
 }
 
+/// A file's name (for errors) and its text.
+fn read_text(path: &Path) -> Result<(String, String), Error> {
+    let name = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((name, text)),
+        Err(source) => Err(Error::Io { path: name, source }),
+    }
+}
+
 /// Read rows written by [`write_rows`].
 pub fn read_rows(path: &Path) -> Result<Vec<Row>, Error> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: name.clone(),
-        source,
-    })?;
+    let (name, text) = read_text(path)?;
     let mut lines = text.lines().enumerate();
     match lines.next() {
         Some((_, h)) if h.starts_with(HEADER) => {}
@@ -249,11 +254,7 @@ pub fn write_weights(path: &Path, w: &BottleneckWeights) -> Result<(), Error> {
 /// Read weights written by [`write_weights`]: every weight finite, or an error naming the file
 /// and what is wrong.
 pub fn read_weights(path: &Path) -> Result<BottleneckWeights, Error> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: name.clone(),
-        source,
-    })?;
+    let (name, text) = read_text(path)?;
     let bad = |line: usize, what: String| Error::Parse {
         path: name.clone(),
         line,
@@ -282,11 +283,7 @@ pub fn read_weights(path: &Path) -> Result<BottleneckWeights, Error> {
 /// labelled from `sched`. Steps without a report interval (none yet) and start-up steps (where
 /// the classifier does not steer) are left out.
 pub fn rows_from_send_log(path: &Path, run: u32, t0_ns: u64, sched: &Schedule) -> Result<Vec<Row>, Error> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: name.clone(),
-        source,
-    })?;
+    let (name, text) = read_text(path)?;
     let mut lines = text.lines().enumerate();
     let header: Vec<&str> = lines.next().map(|(_, h)| h.split(',').collect()).unwrap_or_default();
     let col = |c: &str| header.iter().position(|h| *h == c);
@@ -428,6 +425,24 @@ pub struct Score {
 }
 
 impl Score {
+    /// A row of `testbed bottleneck`'s Markdown table: reports, F1, precision, recall, switches
+    /// detected, delay p50, on: max, off: p50, off: max.
+    pub fn markdown_row(&self, name: &str) -> String {
+        format!(
+            "| {name} | {} | {:.3} | {:.3} | {:.3} | {}/{} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            self.reports,
+            self.f1,
+            self.precision,
+            self.recall,
+            self.detected,
+            self.switches,
+            self.delay_p50_ms(),
+            max(&self.delay_on_ms),
+            median(&self.delay_off_ms),
+            max(&self.delay_off_ms)
+        )
+    }
+
     /// The largest detection delay (ms; NaN without detections).
     pub fn delay_max_ms(&self) -> f64 {
         max(&self.delay_ms)

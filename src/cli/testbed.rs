@@ -484,28 +484,13 @@ fn bottleneck_report(
         a.interval_ms,
         a.allowance_ms
     );
-    let line = |name: &str, s: &bn::Score| {
-        format!(
-            "| {name} | {} | {:.3} | {:.3} | {:.3} | {}/{} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            s.reports,
-            s.f1,
-            s.precision,
-            s.recall,
-            s.detected,
-            s.switches,
-            s.delay_p50_ms(),
-            bn::max(&s.delay_on_ms),
-            bn::median(&s.delay_off_ms),
-            bn::max(&s.delay_off_ms)
-        )
-    };
-    md += &line("in the loop", &in_loop);
+    md += &in_loop.markdown_row("in the loop");
     if a.train > 0 {
         let train: Vec<bn::Row> = runs.iter().take(a.train as usize).flat_map(|r| r.0.clone()).collect();
         let w = bn::train(&train, 0.01)?;
         bn::write_weights(&a.output.join("weights.json"), &w)?;
         let trained = bn::score(&held, allowance, |r| bn::decide(&w, r));
-        md += &line("trained (offline on the same reports)", &trained);
+        md += &trained.markdown_row("trained (offline on the same reports)");
         report["trained_offline"] = serde_json::to_value(&trained)?;
         report["weights"] = serde_json::to_value(w)?;
     }
