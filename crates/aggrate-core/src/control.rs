@@ -975,7 +975,12 @@ mod tests {
         c.on_report(Ts::ZERO, &report_50ms(2.0, 30.0, 1.0));
         assert!(c.starting() && c.bottleneck() == Bottleneck::Wlan);
         assert_eq!(c.rate().mbps, 45.0);
-        // Less arrives than was sent: a backhaul ends start-up.
+        // In start-up the bar is half the ×1.5 step, not the probe's: 4 % short of what was sent
+        // (a late AP, the interval's edges at a low rate) is still the WLAN's.
+        c.on_report(Ts::ZERO, &report_50ms(2.0, 43.2, 3.0));
+        assert!(c.starting() && c.bottleneck() == Bottleneck::Wlan);
+        assert_eq!(c.rate().mbps, 67.5);
+        // Less arrives than was sent (30 of 67.5): a backhaul ends start-up.
         c.on_report(Ts::ZERO, &report_50ms(2.0, 30.0, 1.0));
         assert!(!c.starting() && c.bottleneck() == Bottleneck::Backhaul);
         assert!((c.rate().mbps - 31.5).abs() < 1e-6, "{}", c.rate().mbps);
