@@ -39,6 +39,8 @@ fn training_notebook_executes_on_the_small_dataset() {
         "20",
         "--d",
         "3",
+        "--folds",
+        "4",
         "-o",
         "models",
     ]);

@@ -407,9 +407,9 @@ fn testbed_bottleneck_trains_and_judges_the_classifier() {
         "--train",
         "1",
         "--duration",
-        "12",
+        "10",
     ];
-    let out = common::aggrate(dir.path(), &[&args[..], &["--dwell", "2,3", "-o", "bn"]].concat());
+    let out = common::aggrate(dir.path(), &[&args[..], &["--dwell", "1.5,2.5", "-o", "bn"]].concat());
     assert!(out.status.success(), "{}", common::text(&out).1);
     let bn = dir.path().join("bn");
     let md = std::fs::read_to_string(bn.join("bottleneck.md")).unwrap();

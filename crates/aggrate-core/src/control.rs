@@ -42,7 +42,7 @@
 //! the two hosts need not agree, only keep their offset) is a standing queue whatever the level
 //! says — if the mean delay is half that far up too (a queue delays every packet; an AP that
 //! releases some bursts late raises the p95 alone) — the loop steps as if the level were twice
-//! the target, until the delay falls.
+//! the target (taking at most half the rate per report), until the delay falls.
 //!
 //! Several stations: [`AirtimeSplit`] drives the station with the highest PHY rate μ_R with
 //! the loop and gives each other station x_j = x_i*·μ_R,j/μ_R,i* — equal airtime shares. A
@@ -543,10 +543,15 @@ impl RateController for PiController {
         self.class = class;
         match class {
             Bottleneck::Wlan => {
-                let before = self.x;
+                let (before, guarded) = (self.x, self.guarded);
                 let level = self.guard(r, base);
                 self.last_level = level;
                 self.step(level);
+                // The guard's step (K0·N_ε) takes at most half the rate: at 500 Mb/s it is 6 %,
+                // at a start-up rate of 30 Mb/s it would be all of it.
+                if self.guarded > guarded {
+                    self.set(self.x.max(before / 2.0));
+                }
                 // Shortly after a backhaul limit, rise by the probe step at most: the classifier
                 // may have let go early, and the level behind a backhaul is low.
                 if self.since_backhaul < RECENT_BACKHAUL {
@@ -1072,6 +1077,15 @@ mod tests {
         // Drained: back to integrating.
         c.on_report(Ts::ZERO, &at(40.5, 44.0));
         assert!((c.rate().mbps - 480.0).abs() < 1e-9, "{}", c.rate().mbps);
+        // At a low rate the guard's step takes half the rate, not all of it.
+        let mut low = PiController::new(PiParams {
+            initial_mbps: 30.0,
+            ..p
+        })
+        .unwrap();
+        low.on_report(Ts::ZERO, &at(40.0, 43.0));
+        low.on_report(Ts::ZERO, &at(48.0, 52.5));
+        assert_eq!((low.guarded(), low.rate().mbps), (1, 15.5), "31 halved");
         // Off.
         let mut off = PiController::new(PiParams {
             queue_guard_ms: 0.0,
