@@ -22,6 +22,7 @@ pub use aggrate_core::{airtime, control, features, runtime, selfcal, time, watch
 pub mod bottleneck;
 pub mod capture;
 pub mod dataset;
+pub mod impair;
 pub mod label;
 pub mod livelog;
 pub mod metrics;

@@ -31,6 +31,7 @@ const CORE: &[&str] = &[
 /// Who may use whom (besides the core). `report` is in no list: only the CLI renders.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("metrics", &[]),
+    ("impair", &[]),
     ("phy", &[]),
     ("parallel", &[]),
     ("progress", &[]),

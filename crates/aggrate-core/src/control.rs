@@ -28,8 +28,11 @@
 //! rises by at most the probe per report. The first report (which may cover a part-filled
 //! interval) never says "backhaul"; a backhaul ends start-up. The loop acts on "backhaul" only
 //! when the newest report shows the two rates apart by half the probe or more
-//! ([`upstream_evidence`]): behind a backhaul the probe keeps them apart, so the first report in
-//! which they agree ends the episode, and a low level or a delay alone never starts one.
+//! ([`upstream_evidence`]) — or, once an episode runs, while the mean one-way delay stays 1 ms
+//! above the path's own (the queue upstream has not emptied; the rates met by chance): behind a
+//! backhaul the probe keeps them apart, so the first report in which they agree with the queue
+//! gone ends the episode, and a low level or a delay alone never starts one. In start-up the
+//! bar is half the start-up step instead of half the probe.
 //!
 //! When reports stop (lost feedback), [`RateController::on_silence`] decays the rate
 //! geometrically towards `min_mbps`.
@@ -355,6 +358,10 @@ pub const RECENT_BACKHAUL: u32 = 10;
 /// drained (the rate goes below the receive rate).
 const BACKHAUL_QUEUE_MS: f64 = 3.0;
 
+/// Backhaul-limited: one-way delay above the path's own (ms) that keeps an episode going through
+/// a report in which the rates agree (see [`PiController`]'s `on_report`).
+const BACKHAUL_HOLD_MS: f64 = 1.0;
+
 /// The report interval the backhaul probe is given for: at longer intervals it is scaled down.
 const PROBE_INTERVAL_S: f64 = 0.05;
 
@@ -535,7 +542,17 @@ impl RateController for PiController {
         } else {
             probe
         };
-        let class = if self.updates <= 1 || !upstream_evidence(&self.bottleneck.features(), bar) {
+        //
+        // An episode also goes on through a report in which the rates agree while the delay stays
+        // BACKHAUL_HOLD_MS above the path's own: the queue upstream has not emptied, so the
+        // backhaul is still there (the rates met by chance: the tbf's bursts, an A-MPDU across
+        // the interval's edge). When a backhaul goes, its queue drains at once (on the testbed
+        // the first report after held ≤ 0.8 ms): the going is still seen in that report.
+        let held = self.class == Bottleneck::Backhaul
+            && r.owd_mean_ms
+                .is_some_and(|m| base.is_finite() && m - base > BACKHAUL_HOLD_MS);
+        let evidence = upstream_evidence(&self.bottleneck.features(), bar) || held;
+        let class = if self.updates <= 1 || !evidence {
             Bottleneck::Wlan
         } else {
             class
@@ -1008,13 +1025,18 @@ mod tests {
         // A queue upstream (delay 5 ms over the path's own 1 ms): below what arrives.
         c.on_report(Ts::ZERO, &report_50ms(3.0, 150.0, 6.0));
         assert!((c.rate().mbps - 142.5).abs() < 1e-6, "{}", c.rate().mbps);
-        // The rates agree (a delay with them is no queue of ours: a late AP, a noisy path):
-        // no bottleneck upstream binds, whatever the weights say — the WLAN's class, and the
-        // loop integrates again, rising by 5 % per report at most for RECENT_BACKHAUL reports,
-        // then freely.
+        // The rates agree by chance while the queue upstream stays (8 ms over the path's own):
+        // the episode goes on; with the rates agreeing it is not drained, the rate steps up.
         c.on_report(Ts::ZERO, &report_50ms(3.0, 142.5, 9.0));
-        assert_eq!(c.bottleneck(), Bottleneck::Wlan);
+        assert_eq!(c.bottleneck(), Bottleneck::Backhaul);
         assert!((c.rate().mbps - 142.5 * 1.05).abs() < 1e-6, "{}", c.rate().mbps);
+        // The rates agree and the queue has gone: no bottleneck upstream binds, whatever the
+        // weights say — the WLAN's class, and the loop integrates again, rising by 5 % per report
+        // at most for RECENT_BACKHAUL reports, then freely.
+        let x = c.rate().mbps;
+        c.on_report(Ts::ZERO, &report_50ms(3.0, x, 1.5));
+        assert_eq!(c.bottleneck(), Bottleneck::Wlan);
+        assert!((c.rate().mbps - x * 1.05).abs() < 1e-6, "{}", c.rate().mbps);
         c.set_bottleneck_weights(forced(false));
         let mut x = c.rate().mbps;
         for _ in 1..RECENT_BACKHAUL {
