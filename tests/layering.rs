@@ -52,7 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("bottleneck", &["dataset", "train"]),
     ("model::onnx", &["train"]),
-    ("transport::io", &["rxstamp"]),
+    ("transport::io", &["rxstamp", "impair"]),
     ("livelog", &["metrics", "wlan"]),
     (
         "testbed",

@@ -23,7 +23,10 @@ use aggrate::wlan::WlanConfig;
 use super::progress::Ui;
 use super::Exit;
 
+pub(crate) use impair::{impair, ImpairArgs};
+
 mod csvlog;
+mod impair;
 mod keys;
 mod loopback;
 mod send;

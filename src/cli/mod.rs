@@ -92,6 +92,9 @@ pub(crate) enum Command {
     /// Estimate μ_N live from an interface's received packets (root): any traffic, the same
     /// estimator as `recv`, a line per report interval.
     Watch(live::WatchArgs),
+    /// A UDP relay that impairs the path (loss, bursts, reordering, duplication, delay, jitter,
+    /// a rate limit; seeded): between `send` and `recv`, or any UDP client and server.
+    Impair(live::ImpairArgs),
     /// Write a random pre-shared key for `send` and `recv` (hex, mode 600).
     Keygen(live::KeygenArgs),
     /// Score a live run: the receiver's reports (`recv --log`) against the AP's truth (`ap --truth`).
@@ -226,6 +229,7 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Send(a) => live::send(&ui, a),
         Command::Recv(a) => live::recv(&ui, a),
         Command::Watch(a) => live::watch(&ui, a),
+        Command::Impair(a) => live::impair(&ui, a),
         Command::Keygen(a) => live::keygen(&ui, a),
         Command::Join(a) => join::run(&ui, a),
         Command::Export(a) => export::run(&ui, a),

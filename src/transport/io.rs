@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{Receiver, ReceiverStats, Sender, SenderStats};
+use crate::impair::{ImpairStats, Impairment};
 use crate::runtime::AggReport;
 use crate::rxstamp;
 use crate::selfcal::{OnlineCalibrator, Step};
@@ -239,4 +240,96 @@ pub fn run_watcher(
         }
     }
     Ok(w.stats())
+}
+
+/// What [`run_relay`] did: each direction's impairment counters.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RelayStats {
+    /// Client → upstream.
+    pub forward: ImpairStats,
+    /// Upstream → client.
+    pub reverse: ImpairStats,
+    /// Datagrams from a second client address while the first was still being served (dropped:
+    /// replies go to one client).
+    pub foreign: u64,
+}
+
+/// A UDP relay that impairs a path, for live runs between `send` and `recv`: datagrams from the
+/// client (the first address that sends to `listen`) go through `fwd` and out of `upstream`
+/// (connected to the far end); what comes back on `upstream` goes through `rev` to the client.
+/// Runs until `duration` passes or `stop` is set, then drops what is still held.
+pub fn run_relay(
+    listen: &UdpSocket,
+    upstream: &UdpSocket,
+    fwd: &mut Impairment<Vec<u8>>,
+    rev: &mut Impairment<Vec<u8>>,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<RelayStats, IoError> {
+    listen
+        .set_nonblocking(true)
+        .map_err(io("relay: listen socket non-blocking"))?;
+    upstream
+        .set_nonblocking(true)
+        .map_err(io("relay: upstream socket non-blocking"))?;
+    let deadline = Instant::now() + duration;
+    let mut buf = vec![0u8; 65_536];
+    let mut client: Option<SocketAddr> = None;
+    let mut foreign = 0u64;
+    let gone = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused
+        )
+    };
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        loop {
+            match listen.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    if *client.get_or_insert(from) == from {
+                        fwd.push(realtime(), n + 28, buf[..n].to_vec());
+                    } else {
+                        foreign += 1;
+                    }
+                }
+                Err(e) if gone(&e) => break,
+                Err(e) => return Err(io("relay: receiving from the client")(e)),
+            }
+        }
+        loop {
+            match upstream.recv(&mut buf) {
+                Ok(n) => rev.push(realtime(), n + 28, buf[..n].to_vec()),
+                Err(e) if gone(&e) => break,
+                Err(e) => return Err(io("relay: receiving from upstream")(e)),
+            }
+        }
+        let now = realtime();
+        while let Some(d) = fwd.poll(now) {
+            match upstream.send(&d) {
+                Ok(_) => {}
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(io("relay: sending upstream")(e)),
+            }
+        }
+        while let Some(d) = rev.poll(now) {
+            if let Some(c) = client {
+                match listen.send_to(&d, c) {
+                    Ok(_) => {}
+                    Err(e) if gone(&e) => {}
+                    Err(e) => return Err(io(format!("relay: sending to {c}"))(e)),
+                }
+            }
+        }
+        // Sleep until the next arrival when it is far (at most 1 ms: datagrams keep coming).
+        let next = [fwd.next_due(), rev.next_due()].into_iter().flatten().min();
+        let wait = next.map_or(Duration::from_millis(1), |t| t.saturating_since(realtime()));
+        if wait > Duration::from_micros(100) {
+            std::thread::sleep(wait.min(Duration::from_millis(1)));
+        }
+    }
+    Ok(RelayStats {
+        forward: fwd.stats(),
+        reverse: rev.stats(),
+        foreign,
+    })
 }
