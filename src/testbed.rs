@@ -521,20 +521,7 @@ impl Testbed {
             .recv()
             .map_err(|_| io("receiver thread")(std::io::Error::other("exited early")))??;
         // The burner, pinned to the receiving CPU.
-        let burner = path.cpu_burner.then(|| {
-            let stop_b = stop.clone();
-            std::thread::spawn(move || {
-                pin(rx_cpu);
-                let mut x = 0u64;
-                while !stop_b.load(Ordering::Relaxed) {
-                    for _ in 0..1000 {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        std::hint::spin_loop();
-                    }
-                }
-                std::hint::black_box(x);
-            })
-        });
+        let burner = path.cpu_burner.then(|| Burner::start(rx_cpu)).transpose()?;
         // The sender, in the sending namespace, pinned to the sending CPU.
         let result = {
             let tx_ns = self.tx_ns.clone();
@@ -574,9 +561,7 @@ impl Testbed {
         std::thread::sleep(Duration::from_millis(60));
         stop.store(true, Ordering::Release);
         let got = receiver.join().unwrap_or_default();
-        if let Some(b) = burner {
-            let _ = b.join();
-        }
+        drop(burner);
         let (max_late, base, send_errors) = result??;
         let mut host = vec![None; n];
         for (k, t) in got {
@@ -673,6 +658,47 @@ pub(crate) fn apply_rx(ns: &str, dev: &str, path: &KernelPath, rx_cpu: usize) ->
 fn enter(ns: &str) -> Result<(), Error> {
     let f = std::fs::File::open(format!("/var/run/netns/{ns}")).map_err(io("opening the namespace"))?;
     setns(&f, CloneFlags::CLONE_NEWNET).map_err(|e| io("entering the namespace")(e.into()))
+}
+
+/// A thread that keeps one CPU busy (a receiver's host under load) until dropped.
+#[derive(Debug)]
+pub(crate) struct Burner {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Burner {
+    /// Start burning CPU `cpu`.
+    pub(crate) fn start(cpu: usize) -> Result<Burner, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("aggrate-burner".into())
+            .spawn(move || {
+                pin(cpu);
+                let mut x = 0u64;
+                while !s.load(Ordering::Relaxed) {
+                    for _ in 0..1000 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        std::hint::spin_loop();
+                    }
+                }
+                std::hint::black_box(x);
+            });
+        Ok(Burner {
+            stop,
+            thread: Some(thread.map_err(io("starting the CPU burner"))?),
+        })
+    }
+}
+
+impl Drop for Burner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn pin(cpu: usize) {

@@ -268,15 +268,50 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
         "{b:?}"
     );
     assert!(d.set_backhaul(Some(0.5)).is_err());
-    // The stations' receive path: GRO on the station's device (read back), a CPU burner refused.
+    // The stations' receive path: GRO on the station's device (read back); a CPU burner keeps
+    // a CPU busy while it is set (its thread's CPU time grows by most of the wall time), and
+    // stops when another path is set; busy polling is refused by name.
     d.set_receive_path(&"gro,tick=250".parse().unwrap()).unwrap();
     let k = std::process::Command::new("ip")
         .args(["netns", "exec", &d.station_ns[0], "ethtool", "-k", &d.station_dev[0]])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&k.stdout).contains("generic-receive-offload: on"));
-    let e = d.set_receive_path(&"burner".parse().unwrap()).unwrap_err();
-    assert!(e.to_string().contains("burner"), "{e}");
+    // The burner thread (named) and its CPU time (utime + stime, in USER_HZ ticks).
+    let burner = || -> Option<u64> {
+        std::fs::read_dir("/proc/self/task").unwrap().flatten().find_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            (comm.trim() == "aggrate-burner").then(|| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+                let f: Vec<u64> = stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .map(|x| x.parse().unwrap())
+                    .collect();
+                f[0] + f[1]
+            })
+        })
+    };
+    assert_eq!(burner(), None);
+    d.set_receive_path(&"burner".parse().unwrap()).unwrap();
+    // (The thread names itself once it runs.)
+    let before = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            burner()
+        })
+        .expect("a burner thread");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let burned = (burner().unwrap() - before) as f64 / 100.0;
+    assert!(burned > 0.3, "the burner took {burned} s of 0.5");
+    d.set_receive_path(&"veth".parse().unwrap()).unwrap();
+    assert_eq!(burner(), None, "stopped with the next path");
+    let e = d.set_receive_path(&"gro,busy=50".parse().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("busy"), "{e}");
     let gone = [d.server_ns.clone(), d.ap_ns.clone(), d.station_ns[0].clone()];
     drop(d);
     let left = ours();

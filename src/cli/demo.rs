@@ -28,6 +28,9 @@ pub(crate) struct DemoArgs {
     /// Seconds of the live loop over loopback (0: skip it).
     #[arg(long, default_value_t = 20.0)]
     pub(crate) live_seconds: f64,
+    /// Folds of the cross-validation (contiguous blocks per capture; 2..=20).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) folds: usize,
 }
 
 pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
@@ -82,6 +85,9 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         Some(data.clone()),
         None,
     )?;
+    if !(2..=20).contains(&a.folds) {
+        anyhow::bail!("--folds {}: 2..=20", a.folds);
+    }
     let models = a.out.join("models");
     for (model, extra) in [
         ("logistic", &[][..]),
@@ -89,8 +95,10 @@ pub(crate) fn run(ui: &Ui, a: DemoArgs) -> Result<Exit> {
         // The small dataset's captures last 0.4–2.4 s: shorter slots than the paper's 100 ms.
         ("svr", &["--slot-ms", "20", "--d", "3"][..]),
     ] {
-        ui.info(format!("== 4. train + 20-fold CV: {model}"));
-        let mut argv: Vec<String> = ["train", "--model", model, "--dataset"].map(String::from).to_vec();
+        ui.info(format!("== 4. train + {}-fold CV: {model}", a.folds));
+        let mut argv: Vec<String> = ["train", "--model", model, "--folds", &a.folds.to_string(), "--dataset"]
+            .map(String::from)
+            .to_vec();
         argv.push(data.display().to_string());
         argv.push("-o".into());
         argv.push(models.display().to_string());

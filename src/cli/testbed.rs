@@ -103,8 +103,8 @@ pub(crate) struct TestbedArgs {
     #[arg(long)]
     pub(crate) backhaul_mbps: Option<f64>,
     /// The stations' receive path: the datasets' kernel-path settings that apply to a
-    /// station (`gro`, `threaded`, `rps`, `flush=µs`, `defer=N`, `tick=µs`, comma-separated;
-    /// default: plain veth).
+    /// station (`gro`, `threaded`, `rps`, `flush=µs`, `defer=N`, `tick=µs`, `burner`: a busy
+    /// thread on the stations' CPU for the whole run; comma-separated; default: plain veth).
     #[arg(long, default_value = "veth")]
     pub(crate) receiver: String,
     /// Cross traffic on the channel: other transmitters contending for the air (EDCA, as the
@@ -190,6 +190,11 @@ impl TestbedArgs {
             .map_or(String::new(), |m| format!(", backhaul {m} Mb/s"))
             + &if self.contenders > 0 {
                 format!(", {} contender(s) of {} Mb/s", self.contenders, self.contender_mbps)
+            } else {
+                String::new()
+            }
+            + &if self.receiver != "veth" {
+                format!(", stations' receive path {}", self.receiver)
             } else {
                 String::new()
             }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{apply_rx, enter, is_root, ns_write, pin, run, Error, KernelPath, Made, NEXT};
+use super::{apply_rx, enter, is_root, ns_write, pin, run, Burner, Error, KernelPath, Made, NEXT};
 use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow};
 use crate::wlan::ValidWlanConfig;
 
@@ -59,6 +59,8 @@ pub struct Downlink {
     tick_us: std::sync::atomic::AtomicU64,
     /// Whether the AP marks each A-MPDU in its packets' DSCP bits ([`Downlink::set_ampdu_marks`]).
     marks: AtomicBool,
+    /// The stations' CPU burner while their receive path has one ([`Downlink::set_receive_path`]).
+    burner: std::sync::Mutex<Option<Burner>>,
     made: Made,
 }
 
@@ -91,6 +93,7 @@ impl Downlink {
             station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
             tick_us: Default::default(),
             marks: AtomicBool::new(false),
+            burner: std::sync::Mutex::new(None),
             made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
@@ -232,7 +235,6 @@ impl Downlink {
     pub fn set_receive_path(&self, path: &KernelPath) -> Result<(), Error> {
         path.check()?;
         let unsupported = [
-            (path.cpu_burner, "burner"),
             (path.busy_poll_us > 0, "busy"),
             (path.shape_mbps > 0, "shape"),
             (path.per_mpdu, "per_mpdu"),
@@ -241,13 +243,18 @@ impl Downlink {
             return Err(Error::Setting {
                 field: "receive path",
                 value: (*name).to_string(),
-                allowed: "gro, threaded, rps, flush=…, defer=…, tick=… (the station's receive side)",
+                allowed: "gro, threaded, rps, burner, flush=…, defer=…, tick=… (the station's receive side)",
             });
         }
         let cpu = if others_mask().is_some() { 1 } else { 0 };
         for (ns, dev) in self.station_ns.iter().zip(&self.station_dev) {
             apply_rx(ns, dev, path, cpu)?;
         }
+        // A burner on the stations' CPU (the one their receivers, and on two cores the senders,
+        // run on; the AP keeps CPU 0) until another path is set or the downlink goes.
+        let mut b = self.burner.lock().unwrap_or_else(|e| e.into_inner());
+        *b = None;
+        *b = path.cpu_burner.then(|| Burner::start(cpu)).transpose()?;
         self.tick_us.store(path.tick_us as u64, Ordering::Relaxed);
         Ok(())
     }
