@@ -353,11 +353,25 @@ pub fn rows_from_send_log(path: &Path, run: u32, t0_ns: u64, sched: &Schedule) -
 }
 
 /// The loop's class for a row under weights `w` (as [`crate::control::PiController`] decides
-/// after start-up, with the default backhaul probe): P > 0.5 and the rates apart in the newest
-/// report.
-pub fn decide(w: &BottleneckWeights, r: &Row) -> bool {
+/// after start-up, with the default backhaul probe), the loop having taken the row before for
+/// the backhaul or not (`was_backhaul`): P > 0.5 and [`crate::control::loop_evidence`].
+pub fn decide(w: &BottleneckWeights, r: &Row, was_backhaul: bool) -> bool {
     let probe = crate::control::probe_for(crate::control::PiParams::default().backhaul_probe, r.end_s - r.start_s);
-    probability(w, &r.features) > 0.5 && crate::control::upstream_evidence(&r.features, probe)
+    probability(w, &r.features) > 0.5 && crate::control::loop_evidence(&r.features, probe, was_backhaul)
+}
+
+/// The rows with the classes the loop would have taken under `w` ([`decide`], row after row,
+/// each run from the WLAN's class).
+pub fn replay(w: &BottleneckWeights, rows: &[Row]) -> Vec<Row> {
+    let mut prev: Option<(u32, bool)> = None;
+    rows.iter()
+        .map(|r| {
+            let was = prev.is_some_and(|(run, c)| run == r.run && c);
+            let class = decide(w, r, was);
+            prev = Some((r.run, class));
+            Row { class, ..r.clone() }
+        })
+        .collect()
 }
 
 /// P(backhaul) of a feature vector under `w`.
@@ -577,6 +591,45 @@ mod tests {
         // Never saying "backhaul": the on switch is missed, F1 0.
         let never = score(&[(&rows, &sched)], 0.1, |_| false);
         assert_eq!((never.detected, never.f1), (1, 0.0));
+    }
+
+    /// The replay decides as the loop: rates apart start an episode, the delay alone holds it
+    /// (never starts one), agreeing rates with the queue gone end it; each run starts afresh.
+    #[test]
+    fn the_replay_holds_an_episode_while_the_queue_stays() {
+        let w = BottleneckWeights {
+            w: [0.0; BOTTLENECK_FEATURES],
+            bias: 10.0,
+        };
+        // (run, shortfall, delay above the path's own in ms)
+        let rows: Vec<Row> = [
+            (0, 0.0, 5.0),
+            (0, 0.04, 3.0),
+            (0, 0.0, 3.0),
+            (0, 0.0, 0.2),
+            (0, 0.0, 3.0),
+            (1, 0.0, 3.0),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(k, &(run, short, excess))| {
+            let mut features = [0.0; BOTTLENECK_FEATURES];
+            features[1] = short;
+            features[3] = excess / 10.0;
+            Row {
+                run,
+                at_s: k as f64 * 0.05,
+                start_s: k as f64 * 0.05 - 0.05,
+                end_s: k as f64 * 0.05,
+                features,
+                prob: 1.0,
+                class: false,
+                label: true,
+            }
+        })
+        .collect();
+        let classes: Vec<bool> = replay(&w, &rows).iter().map(|r| r.class).collect();
+        assert_eq!(classes, [false, true, true, false, false, false]);
     }
 
     #[test]

@@ -494,7 +494,13 @@ fn bottleneck_report(
         let train: Vec<bn::Row> = runs.iter().take(a.train as usize).flat_map(|r| r.0.clone()).collect();
         let w = bn::train(&train, 0.01)?;
         bn::write_weights(&a.output.join("weights.json"), &w)?;
-        let trained = bn::score(&held, allowance, |r| bn::decide(&w, r));
+        // The new weights replayed over the held-out reports as the loop decides, row after row.
+        let replayed: Vec<(Vec<bn::Row>, &Schedule)> = held
+            .iter()
+            .map(|(rows, sched)| (bn::replay(&w, rows), *sched))
+            .collect();
+        let replayed: Vec<(&[bn::Row], &Schedule)> = replayed.iter().map(|(r, s)| (r.as_slice(), *s)).collect();
+        let trained = bn::score(&replayed, allowance, |r| r.class);
         md += &trained.markdown_row("trained (offline on the same reports)");
         report["trained_offline"] = serde_json::to_value(&trained)?;
         report["weights"] = serde_json::to_value(w)?;

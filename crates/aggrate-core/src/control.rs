@@ -203,6 +203,14 @@ pub fn upstream_evidence(features: &[f64; BOTTLENECK_FEATURES], probe: f64) -> b
     features[1].max(features[2]) > probe / 2.0
 }
 
+/// Whether the loop may act on "backhaul" after the newest report in `features`: the rates apart
+/// by half of `bar` ([`upstream_evidence`]; the probe, or in start-up the start-up step), or — when
+/// the loop took the last report for the backhaul (`was_backhaul`) — the one-way delay still
+/// [`BACKHAUL_HOLD_MS`] above the path's own (the queue upstream has not emptied).
+pub fn loop_evidence(features: &[f64; BOTTLENECK_FEATURES], bar: f64, was_backhaul: bool) -> bool {
+    upstream_evidence(features, bar) || (was_backhaul && features[3] * 10.0 > BACKHAUL_HOLD_MS)
+}
+
 /// The loop's backhaul probe for a report interval of `secs` (the probe parameter is per 50 ms).
 pub fn probe_for(backhaul_probe: f64, secs: f64) -> f64 {
     backhaul_probe * (PROBE_INTERVAL_S / secs).clamp(0.0, 1.0)
@@ -359,8 +367,8 @@ pub const RECENT_BACKHAUL: u32 = 10;
 const BACKHAUL_QUEUE_MS: f64 = 3.0;
 
 /// Backhaul-limited: one-way delay above the path's own (ms) that keeps an episode going through
-/// a report in which the rates agree (see [`PiController`]'s `on_report`).
-const BACKHAUL_HOLD_MS: f64 = 1.0;
+/// a report in which the rates agree ([`loop_evidence`]).
+pub const BACKHAUL_HOLD_MS: f64 = 1.0;
 
 /// The report interval the backhaul probe is given for: at longer intervals it is scaled down.
 const PROBE_INTERVAL_S: f64 = 0.05;
@@ -548,10 +556,7 @@ impl RateController for PiController {
         // backhaul is still there (the rates met by chance: the tbf's bursts, an A-MPDU across
         // the interval's edge). When a backhaul goes, its queue drains at once (on the testbed
         // the first report after held ≤ 0.8 ms): the going is still seen in that report.
-        let held = self.class == Bottleneck::Backhaul
-            && r.owd_mean_ms
-                .is_some_and(|m| base.is_finite() && m - base > BACKHAUL_HOLD_MS);
-        let evidence = upstream_evidence(&self.bottleneck.features(), bar) || held;
+        let evidence = loop_evidence(&self.bottleneck.features(), bar, self.class == Bottleneck::Backhaul);
         let class = if self.updates <= 1 || !evidence {
             Bottleneck::Wlan
         } else {
