@@ -13,7 +13,9 @@
 //! `[0, jitter]` (jitter reorders datagrams closer together than it, as netem's does), plus
 //! `reorder_delay` for the `reorder` share held back (later ones overtake it). A duplicate
 //! (`duplicate` share) is a second copy with its own jitter. At most [`MAX_IN_FLIGHT`] datagrams
-//! are held: beyond, the newest is dropped and counted — the layer never grows without bound.
+//! and [`MAX_IN_FLIGHT_BYTES`] bytes are held: beyond, the newest is dropped and counted — the
+//! layer never grows without bound. The counters always add up: `offered + duplicated = lost +
+//! queue_drops + overflow + delivered + held`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -40,6 +42,10 @@ use crate::Ts;
 
 /// Datagrams an [`Impairment`] holds at most (delayed, queued or held back).
 pub const MAX_IN_FLIGHT: usize = 1 << 16;
+/// Bytes (the `len` given to [`Impairment::push`]) an [`Impairment`] holds at most.
+pub const MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
+/// Largest rate-limit queue (bytes).
+pub const MAX_QUEUE_BYTES: usize = 1 << 30;
 
 /// Bursts of loss: a two-state Markov chain stepped once per datagram (Gilbert–Elliott). In the
 /// good state a datagram is lost with `loss_good`, in the bad state with `loss_bad`. Mean burst
@@ -87,12 +93,13 @@ pub struct ImpairConfig {
     /// One-way delay.
     #[serde(with = "duration_ms")]
     pub delay: Duration,
-    /// Extra delay, uniform in [0, jitter].
+    /// Extra delay, uniform in [0, jitter).
     #[serde(with = "duration_ms")]
     pub jitter: Duration,
     /// Rate limit in bit/s (None: none).
     pub rate_bps: Option<f64>,
-    /// The rate limit's queue in bytes (tail drop beyond).
+    /// The rate limit's queue in bytes (tail drop beyond; 1 ..= [`MAX_QUEUE_BYTES`]; no effect
+    /// without `rate_bps`).
     pub queue_bytes: usize,
     /// Seed of every draw.
     pub seed: u64,
@@ -164,6 +171,13 @@ impl ImpairConfig {
             prob("burst.loss_good", b.loss_good)?;
             prob("burst.loss_bad", b.loss_bad)?;
         }
+        if !(1..=MAX_QUEUE_BYTES).contains(&self.queue_bytes) {
+            return Err(ImpairError {
+                field: "queue_bytes",
+                value: self.queue_bytes as f64,
+                allowed: "1 ..= 2^30 bytes",
+            });
+        }
         if let Some(r) = self.rate_bps {
             if !(r.is_finite() && r >= 1.0) {
                 return Err(ImpairError {
@@ -220,12 +234,15 @@ pub struct Impairment<T> {
     /// (arrival, order of entry, datagram): the earliest first, ties in the order offered.
     heap: BinaryHeap<Reverse<(Ts, u64, Held<T>)>>,
     entered: u64,
+    held_bytes: usize,
+    /// The latest `now` offered (time never goes back for the rate limit).
+    last_now: Ts,
     stats: ImpairStats,
 }
 
-/// A held datagram, ordered by nothing (the heap orders by time and entry).
+/// A held datagram and its length, ordered by nothing (the heap orders by time and entry).
 #[derive(Debug)]
-struct Held<T>(T);
+struct Held<T>(T, usize);
 
 impl<T> PartialEq for Held<T> {
     fn eq(&self, _: &Self) -> bool {
@@ -255,6 +272,8 @@ impl<T: Clone> Impairment<T> {
             link_free: Ts::ZERO,
             heap: BinaryHeap::new(),
             entered: 0,
+            held_bytes: 0,
+            last_now: Ts::ZERO,
             stats: ImpairStats::default(),
         })
     }
@@ -274,10 +293,12 @@ impl<T: Clone> Impairment<T> {
         self.heap.len()
     }
 
-    /// Offer a datagram of `len` bytes that leaves the sender at `now` (times must not go back
-    /// by more than the link's backlog; an earlier `now` is taken as the latest seen).
+    /// Offer a datagram of `len` bytes that leaves the sender at `now` (an earlier `now` than
+    /// one offered before is taken as that one: time does not go back).
     pub fn push(&mut self, now: Ts, len: usize, item: T) {
         self.stats.offered += 1;
+        let now = self.last_now.max(now);
+        self.last_now = now;
         // The rate limit: serialised after what is queued; the queue holds what has not left.
         let mut at = now;
         if let Some(rate) = self.cfg.rate_bps {
@@ -287,7 +308,7 @@ impl<T: Clone> Impairment<T> {
                 self.stats.queue_drops += 1;
                 return;
             }
-            let done = start + Duration::from_secs_f64(len as f64 * 8.0 / rate);
+            let done = start + Duration::try_from_secs_f64(len as f64 * 8.0 / rate).unwrap_or(Duration::MAX);
             self.link_free = done;
             at = done;
         }
@@ -296,25 +317,30 @@ impl<T: Clone> Impairment<T> {
             return;
         }
         let copies = if self.draw(self.cfg.duplicate) { 2 } else { 1 };
+        self.stats.duplicated += copies - 1;
+        let mut item = Some(item);
         for copy in 0..copies {
             let mut arrive = at + self.cfg.delay;
             if !self.cfg.jitter.is_zero() {
                 let j = self.rng.random::<f64>() * self.cfg.jitter.as_secs_f64();
                 arrive = arrive + Duration::from_secs_f64(j);
             }
-            if self.draw(self.cfg.reorder) {
-                self.stats.held_back += 1;
+            let held_back = self.draw(self.cfg.reorder);
+            if held_back {
                 arrive = arrive + self.cfg.reorder_delay;
             }
-            if self.heap.len() >= MAX_IN_FLIGHT {
+            if self.heap.len() >= MAX_IN_FLIGHT || self.held_bytes + len > MAX_IN_FLIGHT_BYTES {
                 self.stats.overflow += 1;
                 continue;
             }
-            if copy > 0 {
-                self.stats.duplicated += 1;
+            self.stats.held_back += held_back as u64;
+            // The last copy takes the datagram itself, the first of two a clone.
+            let d = if copy + 1 == copies { item.take() } else { item.clone() };
+            if let Some(d) = d {
+                self.entered += 1;
+                self.held_bytes += len;
+                self.heap.push(Reverse((arrive, self.entered, Held(d, len))));
             }
-            self.entered += 1;
-            self.heap.push(Reverse((arrive, self.entered, Held(item.clone()))));
         }
     }
 
@@ -323,7 +349,10 @@ impl<T: Clone> Impairment<T> {
         match self.heap.peek() {
             Some(Reverse((at, _, _))) if *at <= now => {
                 self.stats.delivered += 1;
-                self.heap.pop().map(|Reverse((_, _, Held(t)))| t)
+                self.heap.pop().map(|Reverse((_, _, Held(t, len)))| {
+                    self.held_bytes -= len;
+                    t
+                })
             }
             _ => None,
         }
@@ -490,6 +519,17 @@ mod tests {
         assert!(out
             .windows(2)
             .all(|w| w[1].0.saturating_since(w[0].0) >= Duration::from_micros(4999)));
+        // The queue holds 20,000 B: at most 100 ms of waiting (+ the 5 ms of the datagram's own
+        // serialisation), and a full queue reaches it.
+        let wait = out
+            .iter()
+            .map(|(t, x)| t.saturating_since(Ts::ZERO + Duration::from_micros(2500) * *x as u32))
+            .max()
+            .unwrap();
+        assert!(
+            wait >= Duration::from_millis(95) && wait <= Duration::from_millis(106),
+            "{wait:?}"
+        );
     }
 
     #[test]
@@ -504,6 +544,33 @@ mod tests {
         }
         assert_eq!(p.in_flight(), MAX_IN_FLIGHT);
         assert_eq!(p.stats().overflow, 10);
+        // Duplicates dropped at the bound: the counters still add up.
+        let mut d = Impairment::new(ImpairConfig {
+            delay: Duration::from_secs(50),
+            duplicate: 1.0,
+            ..ImpairConfig::default()
+        })
+        .unwrap();
+        for i in 0..(MAX_IN_FLIGHT as u64 / 2 + 3) {
+            d.push(Ts::ZERO, 100, i);
+        }
+        let s = d.stats();
+        assert_eq!(
+            s.offered + s.duplicated,
+            s.lost + s.queue_drops + s.overflow + s.delivered + d.in_flight() as u64,
+            "{s:?}"
+        );
+        assert_eq!(s.overflow, 6);
+        // And bytes: 2,000 datagrams of 64 KiB are more than the byte bound.
+        let mut b = Impairment::new(ImpairConfig {
+            delay: Duration::from_secs(50),
+            ..ImpairConfig::default()
+        })
+        .unwrap();
+        for i in 0..2000u32 {
+            b.push(Ts::ZERO, 65_536, i);
+        }
+        assert_eq!(b.in_flight(), MAX_IN_FLIGHT_BYTES / 65_536);
     }
 
     #[test]
@@ -541,6 +608,13 @@ mod tests {
                     ..ImpairConfig::default()
                 },
                 "delay",
+            ),
+            (
+                ImpairConfig {
+                    queue_bytes: 0,
+                    ..ImpairConfig::default()
+                },
+                "queue_bytes",
             ),
         ] {
             let e = Impairment::<u8>::new(cfg).unwrap_err();

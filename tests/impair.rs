@@ -17,6 +17,15 @@ fn port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Stops a relay (SIGTERM) when the test ends, also when it fails before the relay is done.
+struct StopOnDrop(u32);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.to_string()]).status();
+    }
+}
+
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
@@ -36,7 +45,7 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
             "--to",
             &format!("127.0.0.1:{far}"),
             "--duration",
-            "4",
+            "30",
             "--loss",
             "0.1",
             "--duplicate",
@@ -54,7 +63,15 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let _stop = StopOnDrop(child.id());
+    // Ready once the relay holds its port.
+    assert!(
+        (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            UdpSocket::bind(("127.0.0.1", relay)).is_err()
+        }),
+        "the relay never bound its port"
+    );
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let n = 2000u32;
     let sender = std::thread::spawn(move || {
@@ -67,10 +84,15 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
         }
         client
     });
+    // Read until the sender is done and the relay has had 500 ms to release what it held (the
+    // 20 ms delay, 15 ms held back); then stop the relay (SIGTERM: it prints its counters).
     let (mut got, mut seqs, mut min_delay) = (0u64, Vec::new(), u64::MAX);
-    let start = Instant::now();
     let mut buf = [0u8; 64];
-    while start.elapsed() < Duration::from_millis(3500) {
+    let mut done: Option<Instant> = None;
+    while done.is_none_or(|t| t.elapsed() < Duration::from_millis(500)) {
+        if done.is_none() && sender.is_finished() {
+            done = Some(Instant::now());
+        }
         if let Ok((12, _)) = server.recv_from(&mut buf) {
             got += 1;
             seqs.push(u32::from_be_bytes(buf[..4].try_into().unwrap()));
@@ -79,6 +101,11 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
         }
     }
     sender.join().unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
     let s: serde_json::Value = serde_json::from_str(text(&out).0.trim()).unwrap();
@@ -91,6 +118,11 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
     let dup = f["duplicated"].as_u64().unwrap();
     assert!(dup > 40 && dup < 150, "{s}");
     assert_eq!(got, n as u64 - lost + dup, "{s}");
+    assert_eq!(
+        (s["send_failed"].as_u64(), s["held_at_end"][0].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
     let inversions = seqs.windows(2).filter(|w| w[1] < w[0]).count();
     assert!(inversions > 20, "reordered: {inversions}");
     assert!(
@@ -199,6 +231,8 @@ fn bad_settings_are_refused_by_name() {
         (&["--burst", "0.1,0.5,0,2"][..], "burst.loss_bad"),
         (&["--delay-ms=-3"][..], "--delay-ms"),
         (&["--config", "missing.json"][..], "missing.json"),
+        (&["--loss", "0.1", "--burst", "0.1,0.5,0,1"][..], "--burst"),
+        (&["--rate-bps", "1e6", "--queue-bytes", "0"][..], "queue_bytes"),
     ] {
         let o = aggrate(
             dir.path(),

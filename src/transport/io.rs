@@ -249,15 +249,26 @@ pub struct RelayStats {
     pub forward: ImpairStats,
     /// Upstream → client.
     pub reverse: ImpairStats,
-    /// Datagrams from a second client address while the first was still being served (dropped:
-    /// replies go to one client).
+    /// Datagrams from another address than the client's (dropped: the first address that sends
+    /// is the client for the whole run).
     pub foreign: u64,
+    /// Datagrams the impairment delivered that the socket did not send (a full buffer, an ICMP
+    /// error, no client yet for the way back).
+    pub send_failed: u64,
+    /// Datagrams still held when the run ended (each direction's).
+    pub held_at_end: [u64; 2],
 }
 
+/// Datagrams each direction receives per turn of the relay's loop at most (a flood in one
+/// direction does not starve the other, the deadline or `stop`).
+const RELAY_BATCH: usize = 64;
+
 /// A UDP relay that impairs a path, for live runs between `send` and `recv`: datagrams from the
-/// client (the first address that sends to `listen`) go through `fwd` and out of `upstream`
-/// (connected to the far end); what comes back on `upstream` goes through `rev` to the client.
-/// Runs until `duration` passes or `stop` is set, then drops what is still held.
+/// client (the first address that sends to `listen`, for the whole run) go through `fwd` and
+/// out of `upstream` (connected to the far end); what comes back on `upstream` goes through
+/// `rev` to the client. Times are the monotonic clock's (a step of the wall clock moves
+/// nothing). Per-datagram socket errors are counted, not fatal. Runs until `duration` passes or
+/// `stop` is set, then drops what is still held (counted).
 pub fn run_relay(
     listen: &UdpSocket,
     upstream: &UdpSocket,
@@ -272,64 +283,62 @@ pub fn run_relay(
     upstream
         .set_nonblocking(true)
         .map_err(io("relay: upstream socket non-blocking"))?;
-    let deadline = Instant::now() + duration;
+    let t0 = Instant::now();
+    let now = || Ts(t0.elapsed().as_nanos() as u64);
+    let deadline = t0 + duration;
+    // IP + UDP header bytes per datagram, for the rate limit (IP bytes).
+    let header = if upstream.peer_addr().is_ok_and(|a| a.is_ipv6()) {
+        48
+    } else {
+        28
+    };
     let mut buf = vec![0u8; 65_536];
     let mut client: Option<SocketAddr> = None;
-    let mut foreign = 0u64;
-    let gone = |e: &std::io::Error| {
-        matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused
-        )
-    };
+    let (mut foreign, mut send_failed) = (0u64, 0u64);
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-        loop {
+        for _ in 0..RELAY_BATCH {
             match listen.recv_from(&mut buf) {
                 Ok((n, from)) => {
                     if *client.get_or_insert(from) == from {
-                        fwd.push(realtime(), n + 28, buf[..n].to_vec());
+                        fwd.push(now(), n + header, buf[..n].to_vec());
                     } else {
                         foreign += 1;
                     }
                 }
-                Err(e) if gone(&e) => break,
-                Err(e) => return Err(io("relay: receiving from the client")(e)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // An ICMP error for an earlier send: that datagram is gone, the socket is fine.
+                Err(_) => {}
             }
         }
-        loop {
+        for _ in 0..RELAY_BATCH {
             match upstream.recv(&mut buf) {
-                Ok(n) => rev.push(realtime(), n + 28, buf[..n].to_vec()),
-                Err(e) if gone(&e) => break,
-                Err(e) => return Err(io("relay: receiving from upstream")(e)),
+                Ok(n) => rev.push(now(), n + header, buf[..n].to_vec()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {}
             }
         }
-        let now = realtime();
-        while let Some(d) = fwd.poll(now) {
-            match upstream.send(&d) {
-                Ok(_) => {}
-                Err(e) if gone(&e) => {}
-                Err(e) => return Err(io("relay: sending upstream")(e)),
-            }
+        let t = now();
+        while let Some(d) = fwd.poll(t) {
+            send_failed += upstream.send(&d).is_err() as u64;
         }
-        while let Some(d) = rev.poll(now) {
-            if let Some(c) = client {
-                match listen.send_to(&d, c) {
-                    Ok(_) => {}
-                    Err(e) if gone(&e) => {}
-                    Err(e) => return Err(io(format!("relay: sending to {c}"))(e)),
-                }
-            }
+        while let Some(d) = rev.poll(t) {
+            send_failed += client.is_none_or(|c| listen.send_to(&d, c).is_err()) as u64;
         }
-        // Sleep until the next arrival when it is far (at most 1 ms: datagrams keep coming).
+        // Sleep until the next release when it is more than the timer's slack away (at most
+        // 1 ms: datagrams keep coming); spin only for the last few tens of µs.
         let next = [fwd.next_due(), rev.next_due()].into_iter().flatten().min();
-        let wait = next.map_or(Duration::from_millis(1), |t| t.saturating_since(realtime()));
-        if wait > Duration::from_micros(100) {
-            std::thread::sleep(wait.min(Duration::from_millis(1)));
+        let wait = next.map_or(Duration::from_millis(1), |d| d.saturating_since(now()));
+        if wait > Duration::from_micros(60) {
+            std::thread::sleep((wait - Duration::from_micros(50)).min(Duration::from_millis(1)));
+        } else {
+            std::hint::spin_loop();
         }
     }
     Ok(RelayStats {
         forward: fwd.stats(),
         reverse: rev.stats(),
         foreign,
+        send_failed,
+        held_at_end: [fwd.in_flight() as u64, rev.in_flight() as u64],
     })
 }

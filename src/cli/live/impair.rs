@@ -30,7 +30,7 @@ pub(crate) struct ImpairArgs {
     /// duplicate, delay, jitter (ms), rate_bps, queue_bytes, seed); the flags below override it.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
-    /// Random loss (0..1).
+    /// Random loss (0..1; not with --burst).
     #[arg(long)]
     pub(crate) loss: Option<f64>,
     /// Bursts of loss: TO_BAD,TO_GOOD,LOSS_GOOD,LOSS_BAD (Gilbert–Elliott, per datagram).
@@ -54,10 +54,11 @@ pub(crate) struct ImpairArgs {
     /// Rate limit (bit/s of IP bytes).
     #[arg(long)]
     pub(crate) rate_bps: Option<f64>,
-    /// The rate limit's queue (bytes; tail drop beyond).
+    /// The rate limit's queue (bytes; tail drop beyond; only with --rate-bps).
     #[arg(long)]
     pub(crate) queue_bytes: Option<usize>,
-    /// Impair the way back too (feedback, ACKs) with the same settings (another seed).
+    /// Impair the way back too (feedback, ACKs) with the same settings, the rate limit included
+    /// (another seed).
     #[arg(long)]
     pub(crate) both_ways: bool,
     /// Seed.
@@ -81,6 +82,9 @@ pub(crate) fn config(a: &ImpairArgs) -> Result<ImpairConfig> {
     };
     if let Some(v) = a.loss {
         c.loss = v;
+    }
+    if a.burst.is_some() && a.loss.is_some() {
+        bail!("--loss and --burst: one or the other (bursts set the loss in both states)");
     }
     if let Some(b) = &a.burst {
         let [to_bad, to_good, loss_good, loss_bad] = b[..] else {
@@ -133,8 +137,9 @@ pub(crate) fn impair(ui: &Ui, a: ImpairArgs) -> Result<Exit> {
     };
     let mut fwd = Impairment::new(cfg)?;
     let mut rev = Impairment::new(back)?;
-    // Both sockets with the receive edge's large buffer: a relay that falls behind for a few ms
-    // must not lose datagrams in the kernel that the impairment did not choose to lose.
+    // Both sockets with the receive edge's large receive buffer (as large as the kernel allows):
+    // a relay that falls behind for a few ms should not lose datagrams in the kernel that the
+    // impairment did not choose to lose.
     let listen = io::timestamped_socket(a.listen)?;
     let any: SocketAddr = if a.to.is_ipv4() {
         "0.0.0.0:0".parse()?
