@@ -521,7 +521,10 @@ impl Testbed {
             .recv()
             .map_err(|_| io("receiver thread")(std::io::Error::other("exited early")))??;
         // The burner, pinned to the receiving CPU.
-        let burner = path.cpu_burner.then(|| Burner::start(rx_cpu)).transpose()?;
+        let burner = path
+            .cpu_burner
+            .then(|| Burner::start(rx_cpu, "rx-burner"))
+            .transpose()?;
         // The sender, in the sending namespace, pinned to the sending CPU.
         let result = {
             let tx_ns = self.tx_ns.clone();
@@ -668,23 +671,21 @@ pub(crate) struct Burner {
 }
 
 impl Burner {
-    /// Start burning CPU `cpu`.
-    pub(crate) fn start(cpu: usize) -> Result<Burner, Error> {
+    /// Start burning CPU `cpu` in a thread named `name` (≤ 15 bytes: what `/proc` shows).
+    pub(crate) fn start(cpu: usize, name: &str) -> Result<Burner, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("aggrate-burner".into())
-            .spawn(move || {
-                pin(cpu);
-                let mut x = 0u64;
-                while !s.load(Ordering::Relaxed) {
-                    for _ in 0..1000 {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        std::hint::spin_loop();
-                    }
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            pin(cpu);
+            let mut x = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                for _ in 0..1000 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::spin_loop();
                 }
-                std::hint::black_box(x);
-            });
+            }
+            std::hint::black_box(x);
+        });
         Ok(Burner {
             stop,
             thread: Some(thread.map_err(io("starting the CPU burner"))?),

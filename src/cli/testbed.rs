@@ -518,15 +518,25 @@ fn bottleneck_report(
 fn bottleneck_plots(a: &BottleneckArgs, runs: &[BottleneckRun]) -> Result<()> {
     if let Some((rows, sched, t0_ns)) = runs.get(a.train as usize) {
         let k = a.train;
-        let steps = std::fs::read_to_string(a.output.join(format!("run_{k}/send.csv")))?;
+        let path = a.output.join(format!("run_{k}/send.csv"));
+        let steps = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let t0 = 0.0;
+        // The columns by name (`send --log`'s header), not by position.
+        let header: Vec<&str> = steps.lines().next().unwrap_or_default().split(',').collect();
+        let col = |name: &str| {
+            header
+                .iter()
+                .position(|h| *h == name)
+                .with_context(|| format!("{}: no {name} column (not a `send --log` file)", path.display()))
+        };
+        let (tc, rc) = (col("t_ns")?, col("rate_mbps_0")?);
         let rate: Vec<(f64, f64)> = steps
             .lines()
             .skip(1)
             .filter_map(|l| {
-                let mut v = l.split(',');
-                let t: u64 = v.next()?.parse().ok()?;
-                let mbps: f64 = v.nth(5)?.parse().ok()?;
+                let v: Vec<&str> = l.split(',').collect();
+                let t: u64 = v.get(tc)?.parse().ok()?;
+                let mbps: f64 = v.get(rc)?.parse().ok()?;
                 Some(((t as f64 - *t0_ns as f64) / 1e9, mbps))
             })
             .collect();

@@ -40,6 +40,9 @@ pub const TRUTH_ROWS_MAX: usize = 36_000 * MAX_STATIONS;
 /// Name of the TUN device in the AP's namespace.
 const TUN: &str = "agtun";
 
+/// The name of a downlink's CPU burner thread (`/proc/<pid>/task/*/comm`).
+pub const STATION_BURNER: &str = "sta-burner";
+
 /// Namespaces, links and the TUN device of one emulated downlink; torn down on drop.
 #[derive(Debug)]
 pub struct Downlink {
@@ -59,7 +62,8 @@ pub struct Downlink {
     tick_us: std::sync::atomic::AtomicU64,
     /// Whether the AP marks each A-MPDU in its packets' DSCP bits ([`Downlink::set_ampdu_marks`]).
     marks: AtomicBool,
-    /// The stations' CPU burner while their receive path has one ([`Downlink::set_receive_path`]).
+    /// The stations' CPU burner while their receive path has one ([`Downlink::set_receive_path`];
+    /// its thread is named [`STATION_BURNER`]).
     burner: std::sync::Mutex<Option<Burner>>,
     made: Made,
 }
@@ -254,7 +258,10 @@ impl Downlink {
         // run on; the AP keeps CPU 0) until another path is set or the downlink goes.
         let mut b = self.burner.lock().unwrap_or_else(|e| e.into_inner());
         *b = None;
-        *b = path.cpu_burner.then(|| Burner::start(cpu)).transpose()?;
+        *b = path
+            .cpu_burner
+            .then(|| Burner::start(cpu, STATION_BURNER))
+            .transpose()?;
         self.tick_us.store(path.tick_us as u64, Ordering::Relaxed);
         Ok(())
     }
