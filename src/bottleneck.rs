@@ -352,6 +352,31 @@ pub fn rows_from_send_log(path: &Path, run: u32, t0_ns: u64, sched: &Schedule) -
     Ok(rows)
 }
 
+/// The send rate over time in a sender's step log (`send --log`): `(s from t0_ns, Mb/s)` of
+/// station 0, the columns found by name.
+pub fn send_rates(path: &Path, t0_ns: u64) -> Result<Vec<(f64, f64)>, Error> {
+    let (name, text) = read_text(path)?;
+    let header: Vec<&str> = text.lines().next().unwrap_or_default().split(',').collect();
+    let col = |c: &str| header.iter().position(|h| *h == c);
+    let (Some(t), Some(rate)) = (col("t_ns"), col("rate_mbps_0")) else {
+        return Err(Error::Parse {
+            path: name,
+            line: 1,
+            what: "no t_ns and rate_mbps_0 columns (not a sender's step log, send --log)".into(),
+        });
+    };
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let v: Vec<&str> = l.split(',').collect();
+            let at: u64 = v.get(t)?.parse().ok()?;
+            let mbps: f64 = v.get(rate)?.parse().ok()?;
+            Some(((at as f64 - t0_ns as f64) / 1e9, mbps))
+        })
+        .collect())
+}
+
 /// The loop's class for a row under weights `w` (as [`crate::control::PiController`] decides
 /// after start-up, with the default backhaul probe), the loop having taken the row before for
 /// the backhaul or not (`was_backhaul`): P > 0.5 and [`crate::control::loop_evidence`].
@@ -591,6 +616,19 @@ mod tests {
         // Never saying "backhaul": the on switch is missed, F1 0.
         let never = score(&[(&rows, &sched)], 0.1, |_| false);
         assert_eq!((never.detected, never.f1), (1, 0.0));
+    }
+
+    /// A step log's send rate by column name, from the run's time 0; a file without the
+    /// columns is refused with its name.
+    #[test]
+    fn send_rates_read_the_log_by_column_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("send.csv");
+        std::fs::write(&p, "x,t_ns,rate_mbps_0\n1,2000000000,30.5\n2,2500000000,45\nbad\n").unwrap();
+        assert_eq!(send_rates(&p, 1_000_000_000).unwrap(), [(1.0, 30.5), (1.5, 45.0)]);
+        std::fs::write(&p, "t_ns,rate\n1,2\n").unwrap();
+        let e = send_rates(&p, 0).unwrap_err().to_string();
+        assert!(e.contains("send.csv") && e.contains("rate_mbps_0"), "{e}");
     }
 
     /// The replay decides as the loop: rates apart start an episode, the delay alone holds it

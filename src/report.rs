@@ -4,6 +4,7 @@
 //! ([`write_model_reports`], [`write_receiver_reports`]). The scores themselves are computed in
 //! [`crate::metrics`]; nothing below the CLI imports this module.
 
+pub mod bottleneck;
 pub mod plot;
 pub mod sweep;
 pub mod testbed;

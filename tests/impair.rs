@@ -11,11 +11,7 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{aggrate, text};
-
-fn port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use common::{aggrate, port, text};
 
 /// Stops a relay (SIGTERM) when the test ends, also when it fails before the relay is done.
 struct StopOnDrop(u32);

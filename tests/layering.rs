@@ -70,7 +70,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "report",
         &[
-            "metrics", "train", "sim", "livelog", "wlan", "pipeline", "dataset", "capture", "phy", "testbed",
+            "metrics",
+            "train",
+            "sim",
+            "livelog",
+            "wlan",
+            "pipeline",
+            "dataset",
+            "capture",
+            "phy",
+            "testbed",
+            "bottleneck",
         ],
     ),
 ];

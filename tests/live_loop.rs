@@ -4,14 +4,9 @@
 
 mod common;
 
-use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 
-use common::{aggrate, text};
-
-fn port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use common::{aggrate, port, text};
 
 #[test]
 fn sender_ap_receiver_processes_close_the_loop() {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use aggrate::report::bottleneck::Run as BottleneckRun;
 use anyhow::{bail, Context, Result};
 
 use aggrate::testbed::compare::{aggrate_run, tcp_run, SenderRun};
@@ -374,15 +375,23 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
     // Refused before anything is set up.
     a.weights.as_deref().map(bn::read_weights).transpose()?;
     let runs = bottleneck_runs(ui, &a, (lo, hi), (d0, d1))?;
-    bottleneck_report(&a, &runs, (lo, hi), (d0, d1))?;
-    bottleneck_plots(&a, &runs)?;
+    let setting = aggrate::report::bottleneck::Setting {
+        testbed: a.bed.describe(),
+        runs: a.runs,
+        train: a.train,
+        duration_s: a.duration,
+        interval_ms: a.interval_ms,
+        backhaul_mbps: (lo, hi),
+        dwell_s: (d0, d1),
+        allowance_ms: a.allowance_ms,
+        weights_in_loop: a.weights.as_ref().map_or("shipped".into(), |p| p.display().to_string()),
+        dir: &a.output,
+    };
+    let (md, _) = aggrate::report::bottleneck::write(&setting, &runs)?;
+    print!("{md}");
     ui.info(format!("wrote {}", a.output.display()));
     Ok(Exit::Ok)
 }
-
-/// One held-out or training run of `testbed bottleneck`: its rows, the backhaul's switches as
-/// made, the realtime clock at their time 0.
-type BottleneckRun = (Vec<aggrate::bottleneck::Row>, aggrate::bottleneck::Schedule, u64);
 
 /// The runs of `testbed bottleneck`, one after the other on one downlink.
 fn bottleneck_runs(
@@ -445,135 +454,4 @@ fn bottleneck_runs(
     }
     drop(d);
     Ok(runs)
-}
-
-/// Rows, weights and the verdict (Markdown, JSON) of `testbed bottleneck`.
-fn bottleneck_report(
-    a: &BottleneckArgs,
-    runs: &[BottleneckRun],
-    (lo, hi): (f64, f64),
-    (d0, d1): (f64, f64),
-) -> Result<()> {
-    use aggrate::bottleneck::{self as bn, Schedule};
-    let all: Vec<bn::Row> = runs.iter().flat_map(|r| r.0.clone()).collect();
-    bn::write_rows(&a.output.join("rows.csv"), &all)?;
-    let held: Vec<(&[bn::Row], &Schedule)> = runs
-        .iter()
-        .skip(a.train as usize)
-        .map(|r| (r.0.as_slice(), &r.1))
-        .collect();
-    let allowance = a.allowance_ms as f64 / 1e3;
-    let in_loop = bn::score(&held, allowance, |r| r.class);
-    let mut report = serde_json::json!({
-        "setting": a.bed.describe(),
-        "runs": a.runs,
-        "training_runs": a.train,
-        "duration_s": a.duration,
-        "interval_ms": a.interval_ms,
-        "backhaul_mbps": [lo, hi],
-        "dwell_s": [d0, d1],
-        "allowance_ms": a.allowance_ms,
-        "weights_in_loop": a.weights.as_ref().map_or("shipped".to_string(), |p| p.display().to_string()),
-        "in_loop": in_loop,
-    });
-    let mut md = format!(
-        "# Bottleneck classifier on the testbed\n\n{}; {} runs of {} s, reports every {} ms, the \
-         backhaul {lo}–{hi} Mb/s on and off every {d0}–{d1} s; F1 over the held-out runs' reports \
-         more than {} ms after a switch; detection delay from the switch to the first report \
-         the sender took with the new class.\n\n| classifier | reports | F1 | precision | recall | \
-         switches detected | delay p50 (ms) | on: max (ms) | off: p50 (ms) | off: max (ms) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        a.bed.describe(),
-        a.runs,
-        a.duration,
-        a.interval_ms,
-        a.allowance_ms
-    );
-    md += &in_loop.markdown_row("in the loop");
-    if a.train > 0 {
-        let train: Vec<bn::Row> = runs.iter().take(a.train as usize).flat_map(|r| r.0.clone()).collect();
-        let w = bn::train(&train, 0.01)?;
-        bn::write_weights(&a.output.join("weights.json"), &w)?;
-        // The new weights replayed over the held-out reports as the loop decides, row after row.
-        let replayed: Vec<(Vec<bn::Row>, &Schedule)> = held
-            .iter()
-            .map(|(rows, sched)| (bn::replay(&w, rows), *sched))
-            .collect();
-        let replayed: Vec<(&[bn::Row], &Schedule)> = replayed.iter().map(|(r, s)| (r.as_slice(), *s)).collect();
-        let trained = bn::score(&replayed, allowance, |r| r.class);
-        md += &trained.markdown_row("trained (offline on the same reports)");
-        report["trained_offline"] = serde_json::to_value(&trained)?;
-        report["weights"] = serde_json::to_value(w)?;
-    }
-    print!("{md}");
-    std::fs::write(a.output.join("bottleneck.md"), &md)?;
-    std::fs::write(
-        a.output.join("bottleneck.json"),
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    Ok(())
-}
-
-/// The first held-out run: the sender's rate against the backhaul's, and the classifier.
-fn bottleneck_plots(a: &BottleneckArgs, runs: &[BottleneckRun]) -> Result<()> {
-    if let Some((rows, sched, t0_ns)) = runs.get(a.train as usize) {
-        let k = a.train;
-        let path = a.output.join(format!("run_{k}/send.csv"));
-        let steps = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let t0 = 0.0;
-        // The columns by name (`send --log`'s header), not by position.
-        let header: Vec<&str> = steps.lines().next().unwrap_or_default().split(',').collect();
-        let col = |name: &str| {
-            header
-                .iter()
-                .position(|h| *h == name)
-                .with_context(|| format!("{}: no {name} column (not a `send --log` file)", path.display()))
-        };
-        let (tc, rc) = (col("t_ns")?, col("rate_mbps_0")?);
-        let rate: Vec<(f64, f64)> = steps
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let v: Vec<&str> = l.split(',').collect();
-                let t: u64 = v.get(tc)?.parse().ok()?;
-                let mbps: f64 = v.get(rc)?.parse().ok()?;
-                Some(((t as f64 - *t0_ns as f64) / 1e9, mbps))
-            })
-            .collect();
-        let bh: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.at_s - t0, sched.at(r.at_s).unwrap_or(0.0)))
-            .collect();
-        let plot = a.output.join("bottleneck_rate.png");
-        aggrate::report::plot::lines(
-            &plot,
-            "aggrate behind a backhaul that switches (held-out run)",
-            "time (s)",
-            "Mb/s",
-            &[
-                aggrate::report::plot::Series::new("send rate", rate),
-                aggrate::report::plot::Series::new("backhaul (0: off)", bh),
-            ],
-            None,
-        )?;
-        let p: Vec<(f64, f64)> = rows.iter().map(|r| (r.at_s - t0, r.prob)).collect();
-        let class: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.at_s - t0, r.class as u8 as f64 * 0.98 + 0.01))
-            .collect();
-        let truth: Vec<(f64, f64)> = rows.iter().map(|r| (r.at_s - t0, r.label as u8 as f64)).collect();
-        aggrate::report::plot::lines(
-            &a.output.join("bottleneck_class.png"),
-            "Bottleneck classifier in the loop (held-out run)",
-            "time (s)",
-            "P(backhaul)",
-            &[
-                aggrate::report::plot::Series::new("P(backhaul)", p),
-                aggrate::report::plot::Series::new("the loop's class (backhaul high)", class),
-                aggrate::report::plot::Series::new("backhaul on (truth)", truth),
-            ],
-            Some((-0.05, 1.05)),
-        )?;
-    }
-    Ok(())
 }

@@ -163,3 +163,13 @@ pub fn udp_seq(seq: u32) -> Vec<u8> {
     v.extend_from_slice(&[0xab; 8]);
     v
 }
+
+/// A free UDP port on loopback (bound and released: another process may take it first, which
+/// a live test's bind would then report).
+pub fn port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
