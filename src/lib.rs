@@ -20,6 +20,7 @@
 pub use aggrate_core::{airtime, control, features, runtime, selfcal, time, watch};
 
 pub mod bottleneck;
+pub mod bulk;
 pub mod capture;
 pub mod dataset;
 pub mod impair;

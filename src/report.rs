@@ -5,6 +5,7 @@
 //! [`crate::metrics`]; nothing below the CLI imports this module.
 
 pub mod bottleneck;
+pub mod bulk;
 pub mod plot;
 pub mod sweep;
 pub mod testbed;

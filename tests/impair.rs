@@ -238,3 +238,74 @@ fn bad_settings_are_refused_by_name() {
         assert!(text(&o).1.contains(want), "{args:?}: {}", text(&o).1);
     }
 }
+
+/// The reliability layer through the impairment layer on the virtual clock (the lab's link:
+/// 200,000 B/s, 100 ms one way, 1 % reordered): every file arrives byte-exact; repairs track the
+/// loss (a needless copy now and then, not a share of the file); the receiver's NACKs finish
+/// sooner than the timer alone; and the CLI writes the table, the JSON and the chart.
+#[test]
+fn bulk_transfers_arrive_whole_through_loss_and_reordering() {
+    use aggrate::bulk::{run, table, LabSetting, Variant};
+    for (loss, seed) in [(0.0, 1), (0.02, 2), (0.05, 3), (0.2, 4)] {
+        let mut s = LabSetting::lab(loss, 300_000, seed);
+        s.datagram = 1472;
+        let r = run(&s).unwrap();
+        assert!(r.exact, "{loss}: {r:?}");
+        // Each lost datagram costs one repair (and a repair can be lost too): the overhead
+        // stays near loss / (1 − loss), never a multiple of it.
+        let floor = -0.001;
+        let ceiling = loss / (1.0 - loss) * 1.6 + 0.01;
+        assert!(
+            r.overhead > floor && r.overhead < ceiling,
+            "{loss}: overhead {} {r:?}",
+            r.overhead
+        );
+        // The link carries at most 200,000 B/s of datagrams, 76 bytes of each headers.
+        assert!(r.goodput_bytes_per_s < 200_000.0 * 1396.0 / 1472.0, "{r:?}");
+    }
+    let rows = table(&[0.02], &[300_000], &[Variant::All, Variant::NoNack], 1472, 7, 3).unwrap();
+    let (all, no_nack) = (&rows[0].run, &rows[1].run);
+    assert!(all.exact && no_nack.exact);
+    assert_eq!(no_nack.nack_repairs, 0);
+    assert!(all.nack_repairs > 0);
+    assert!(
+        all.completion_s < no_nack.completion_s,
+        "NACKs repair within a round trip, the timer after an RTO: {} vs {} s",
+        all.completion_s,
+        no_nack.completion_s
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lab");
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "tool",
+            "bulk-lab",
+            "-o",
+            out.to_str().unwrap(),
+            "--files",
+            "100000",
+            "--losses",
+            "0,0.05",
+            "--seeds",
+            "2",
+            "--datagram",
+            "1472",
+        ],
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    let md = std::fs::read_to_string(out.join("bulk_lab.md")).unwrap();
+    assert_eq!(md.lines().filter(|l| l.starts_with("| all |")).count(), 2, "{md}");
+    assert!(!md.contains("**no**"), "{md}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("bulk_lab.json")).unwrap()).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 8, "4 variants × 2 losses");
+    assert!(std::fs::metadata(out.join("bulk_lab.png")).unwrap().len() > 1000);
+    let bad = aggrate(
+        dir.path(),
+        &["-q", "tool", "bulk-lab", "-o", out.to_str().unwrap(), "--losses", "1.5"],
+    );
+    assert!(!bad.status.success());
+    let (_, err) = text(&bad);
+    assert!(err.contains("--losses"), "{err}");
+}

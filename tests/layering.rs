@@ -32,6 +32,7 @@ const CORE: &[&str] = &[
 const ALLOWED: &[(&str, &[&str])] = &[
     ("metrics", &[]),
     ("impair", &[]),
+    ("bulk", &["impair", "parallel"]),
     ("phy", &[]),
     ("parallel", &[]),
     ("progress", &[]),
@@ -71,6 +72,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "report",
         &[
             "metrics",
+            "bulk",
             "train",
             "sim",
             "livelog",

@@ -26,6 +26,7 @@
 //! study's loop). The receiver runs the [`OnlineEstimator`] on kernel receive times and emits one
 //! feedback per report interval.
 
+pub mod reliable;
 pub mod wire;
 
 use std::net::SocketAddr;
