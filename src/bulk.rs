@@ -17,6 +17,8 @@
 //!   − 1 — what the lab's table counts as overhead: bytes sent again or in addition. **Wire
 //!   overhead** counts every datagram byte (headers and tags too) and the acknowledgements.
 
+pub mod file;
+
 use std::time::Duration;
 
 use aggrate_core::time::Ts;
@@ -124,20 +126,58 @@ pub enum LabError {
     Datagram(usize, usize),
 }
 
-/// Give up after this much virtual time (a run that does not finish reports `exact: false`).
+/// Give up after this much virtual time beyond ten times the file's time on the link (a run
+/// that does not finish reports `exact: false`).
 pub const LAB_LIMIT: Duration = Duration::from_secs(3600);
 
-/// The file a run sends: seeded bytes.
-fn file(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed ^ 0x5DEE_CE66_D1CE_4E5B;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// The file a run sends: seeded bytes, made chunk by chunk as the sender takes them (a 1 GB
+/// run holds no more than the windows), hashed as they are made.
+struct Source {
+    x: u64,
+    left: usize,
+    chunk: Vec<u8>,
+    at: usize,
+    hash: sha2::Sha256,
+}
+
+impl Source {
+    fn new(n: usize, seed: u64) -> Source {
+        Source {
+            x: seed ^ 0x5DEE_CE66_D1CE_4E5B | 1,
+            left: n,
+            chunk: Vec::with_capacity(1 << 16),
+            at: 0,
+            hash: sha2::Sha256::default(),
+        }
+    }
+
+    /// Offer what the sender takes; `true` once every byte was taken.
+    fn feed(&mut self, tx: &mut BulkSender) -> bool {
+        use sha2::Digest;
+        loop {
+            if self.at == self.chunk.len() {
+                if self.left == 0 {
+                    return true;
+                }
+                let n = self.left.min(1 << 16);
+                self.chunk.clear();
+                for _ in 0..n {
+                    self.x ^= self.x << 13;
+                    self.x ^= self.x >> 7;
+                    self.x ^= self.x << 17;
+                    self.chunk.push(self.x as u8);
+                }
+                self.hash.update(&self.chunk);
+                self.left -= n;
+                self.at = 0;
+            }
+            let took = tx.offer(&self.chunk[self.at..]);
+            self.at += took;
+            if took == 0 {
+                return false;
+            }
+        }
+    }
 }
 
 fn path(s: &LabSetting, rate: bool, seed: u64) -> Result<Impairment<Vec<u8>>, LabError> {
@@ -170,12 +210,13 @@ pub fn run(s: &LabSetting) -> Result<LabRun, LabError> {
     let mut rx = BulkReceiver::new(cfg)?;
     let mut fwd = path(s, true, s.seed)?;
     let mut back = path(s, false, s.seed ^ 0x9E37_79B9)?;
-    let data = file(s.file_bytes, s.seed);
+    let mut source = Source::new(s.file_bytes, s.seed);
+    let mut all_offered = false;
     let mut hash = Sha256::new();
-    let (mut offered, mut got, mut buf) = (0usize, 0usize, Vec::new());
+    let (mut got, mut buf) = (0usize, Vec::new());
     let (mut wire_bytes, mut datagrams, mut acks) = (0u64, 0u64, 0u64);
     let (mut now, mut slot) = (Ts::ZERO, Ts::ZERO);
-    let limit = Ts::ZERO + LAB_LIMIT;
+    let limit = Ts::ZERO + LAB_LIMIT + Duration::from_secs_f64(10.0 * s.file_bytes as f64 / s.rate_bytes_per_s);
     let mut done = None;
     while now < limit {
         while let Some(f) = fwd.poll(now) {
@@ -201,8 +242,10 @@ pub fn run(s: &LabSetting) -> Result<LabRun, LabError> {
         }
         tx.handle_timeout(now);
         if now >= slot {
-            offered += tx.offer(&data[offered..]);
-            if offered == data.len() {
+            if !all_offered {
+                all_offered = source.feed(&mut tx);
+            }
+            if all_offered {
                 tx.finish();
             }
             let mut dgram = vec![0u8; wire::DATA_HEADER_LEN];
@@ -239,7 +282,7 @@ pub fn run(s: &LabSetting) -> Result<LabRun, LabError> {
     let n = s.file_bytes.max(1) as f64;
     Ok(LabRun {
         file_bytes: s.file_bytes,
-        exact: done.is_some() && got == data.len() && hash.finalize()[..] == Sha256::digest(&data)[..],
+        exact: done.is_some() && got == s.file_bytes && hash.finalize()[..] == source.hash.finalize()[..],
         completion_s,
         goodput_bytes_per_s: s.file_bytes as f64 / completion_s,
         overhead: (st.new_bytes + st.repair_bytes + st.parity_bytes) as f64 / n - 1.0,
@@ -339,11 +382,12 @@ fn mean(runs: &[LabRun]) -> LabRun {
 
 /// The lab's table: every loss × file size × variant at one datagram size, each the mean of
 /// `seeds` runs (seeds `seed ..`; runs in parallel).
+/// `link`: datagram bytes and the link's rate (B/s).
 pub fn table(
     losses: &[f64],
     files: &[usize],
     variants: &[Variant],
-    datagram: usize,
+    (datagram, rate): (usize, f64),
     seed: u64,
     seeds: u32,
 ) -> Result<Vec<LabRow>, LabError> {
@@ -366,6 +410,7 @@ pub fn table(
             let (variant, file, loss, seed) = cases[i];
             let mut s = LabSetting::lab(loss, file, seed);
             s.datagram = datagram;
+            s.rate_bytes_per_s = rate;
             s.mechanisms = variant.apply(s.mechanisms);
             run(&s)
         },

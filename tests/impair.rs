@@ -263,7 +263,15 @@ fn bulk_transfers_arrive_whole_through_loss_and_reordering() {
         // The link carries at most 200,000 B/s of datagrams, 76 bytes of each headers.
         assert!(r.goodput_bytes_per_s < 200_000.0 * 1396.0 / 1472.0, "{r:?}");
     }
-    let rows = table(&[0.02], &[300_000], &[Variant::All, Variant::NoNack], 1472, 7, 3).unwrap();
+    let rows = table(
+        &[0.02],
+        &[300_000],
+        &[Variant::All, Variant::NoNack],
+        (1472, 200_000.0),
+        7,
+        3,
+    )
+    .unwrap();
     let (all, no_nack) = (&rows[0].run, &rows[1].run);
     assert!(all.exact && no_nack.exact);
     assert_eq!(no_nack.nack_repairs, 0);

@@ -58,6 +58,12 @@ pub(crate) enum ToolCommand {
         /// and highest overhead.
         #[arg(long, default_value_t = 5)]
         seeds: u32,
+        /// All mechanisms only (no ablation rows).
+        #[arg(long)]
+        no_ablation: bool,
+        /// Link rate, bytes per second (the lab's: 200,000).
+        #[arg(long, default_value_t = 200_000.0)]
+        rate: f64,
     },
     /// Sender pacing on loopback: a `Sender` held at a fixed rate sends 1500-byte datagrams to a
     /// local sink for a few seconds; prints the achieved rate and its ratio to the target.
@@ -147,7 +153,17 @@ pub(crate) fn run(ui: &Ui, t: ToolCommand) -> Result<Exit> {
             losses,
             seed,
             seeds,
-        } => bulk_lab(ui, &output, &datagram, &files, &losses, seed, seeds),
+            no_ablation,
+            rate,
+        } => bulk_lab(
+            ui,
+            &output,
+            &datagram,
+            &files,
+            &losses,
+            (seed, seeds),
+            (no_ablation, rate),
+        ),
         ToolCommand::IngestRate { input } => ingest_rate(ui, &input),
         ToolCommand::PaceBench { mbps, seconds } => pace_bench(mbps, seconds),
         ToolCommand::EstimatorRate { input, model, repeat } => estimator_rate(&input, model.as_deref(), repeat),
@@ -215,9 +231,12 @@ fn bulk_lab(
     datagrams: &[usize],
     files: &[usize],
     losses: &[f64],
-    seed: u64,
-    seeds: u32,
+    (seed, seeds): (u64, u32),
+    (no_ablation, rate): (bool, f64),
 ) -> Result<Exit> {
+    if !(rate.is_finite() && (1_000.0..=1e10).contains(&rate)) {
+        anyhow::bail!("--rate: {rate} B/s is not in [1000, 1e10]");
+    }
     use aggrate::bulk::{table, Variant};
     if let Some(l) = losses.iter().find(|l| !(0.0..1.0).contains(*l)) {
         anyhow::bail!("--losses: {l} is not a share in [0, 1)");
@@ -225,12 +244,12 @@ fn bulk_lab(
     let mut rows = Vec::new();
     for &d in datagrams {
         // The ablation at the lab's datagram size only; the other sizes with everything on.
-        let variants: &[Variant] = if d == datagrams[0] {
+        let variants: &[Variant] = if d == datagrams[0] && !no_ablation {
             &Variant::ALL
         } else {
             &[Variant::All]
         };
-        rows.extend(table(losses, files, variants, d, seed, seeds)?);
+        rows.extend(table(losses, files, variants, (d, rate), seed, seeds)?);
     }
     let (md, written) = aggrate::report::bulk::write(dir, &rows)?;
     outln!("{md}");

@@ -347,6 +347,9 @@ pub struct BulkSender {
     loss_lost: f64,
     /// Next segment a parity group may start at.
     parity_next: u64,
+    /// The receiver's window is closed and its update may be lost: send the next segment
+    /// anyway (a window probe: the receiver answers even a segment it must drop).
+    probe: bool,
     stats: BulkSenderStats,
 }
 
@@ -371,6 +374,7 @@ impl BulkSender {
             loss_sent: 0.0,
             loss_lost: 0.0,
             parity_next: 0,
+            probe: false,
             stats: BulkSenderStats::default(),
             cfg,
         })
@@ -478,12 +482,17 @@ impl BulkSender {
             self.emit_data(now, seq, true, out);
             return Some(Sent::Repair(seq));
         }
-        if self.next_new < self.formed && self.next_new < self.peer_window_end {
+        let open = self.next_new < self.peer_window_end || std::mem::take(&mut self.probe);
+        if self.next_new < self.formed && open {
             let seq = self.next_new;
             self.next_new += 1;
             self.loss_sent += 1.0;
             self.emit_data(now, seq, false, out);
             return Some(Sent::New(seq));
+        }
+        if self.next_new < self.formed && self.deadline.is_none() {
+            // Blocked by the receiver's window alone: the timer probes it.
+            self.deadline = Some(now + self.rto.rto);
         }
         self.poll_parity(out)
     }
@@ -584,7 +593,15 @@ impl BulkSender {
             return;
         }
         if self.base >= self.next_new {
-            self.deadline = None;
+            // Nothing in flight: if data waits behind a closed window, probe it (backing off),
+            // else the timer stops.
+            if self.next_new < self.formed && self.next_new >= self.peer_window_end {
+                self.probe = true;
+                self.rto.back_off();
+                self.deadline = Some(now + self.rto.rto);
+            } else {
+                self.deadline = None;
+            }
             return;
         }
         // Every hole below a SACKed segment whose last copy left at least an RTO ago is
@@ -625,6 +642,7 @@ impl BulkSender {
         if repaired > 0 {
             self.stats.timeouts += 1;
             self.stats.rto_repairs += repaired;
+            self.loss_lost += repaired as f64;
             self.rto.back_off();
             wait_for = None;
         }
@@ -666,12 +684,19 @@ impl BulkSender {
             });
         }
         self.stats.acks += 1;
-        self.peer_window_end = self.peer_window_end.max(ack.window_end);
+        // The window a receiver can offer ends at most a window past what it acknowledged.
+        let window_end = ack.window_end.min(ack.cum.saturating_add(self.cfg.window as u64));
+        self.peer_window_end = self.peer_window_end.max(window_end);
         let mut sample = None;
         let mut progressed = false;
+        // A cumulative advance across a repaired (or parity-covered) segment: the segments
+        // behind it waited for the repair, so their times are no round trips (as Linux's
+        // FLAG_RETRANS_DATA_ACKED): no sample from this advance.
+        let mut ambiguous = false;
         while self.base < ack.cum {
             let m = self.meta[self.slot(self.base)];
-            if !m.retx && !m.sacked {
+            ambiguous |= m.retx || m.parity;
+            if !m.retx && !m.sacked && !ambiguous {
                 sample = sample.max(m.sent_at);
             }
             self.base += 1;
@@ -684,7 +709,7 @@ impl BulkSender {
                     let m = &mut self.meta[slot];
                     if !m.sacked {
                         m.sacked = true;
-                        if !m.retx {
+                        if !m.retx && !m.parity {
                             sample = sample.max(m.sent_at);
                         }
                     }
@@ -699,9 +724,9 @@ impl BulkSender {
         if self.cfg.nack {
             // A NACK for a segment repaired less than an SRTT ago was sent before that repair
             // could arrive (the receiver asks again only after 1.5 SRTT): already answered.
-            let fresh = self.rto.srtt.unwrap_or(Duration::ZERO);
+            let fresh = self.rto.srtt.unwrap_or(self.rto.rto);
             for &(s, e) in &ack.nack {
-                for seq in s..e {
+                for seq in s.max(self.base)..e {
                     let m = self.meta[self.slot(seq)];
                     if m.retx && m.sent_at.is_some_and(|t| now.as_nanos() < (t + fresh).as_nanos()) {
                         continue;
@@ -957,10 +982,17 @@ impl BulkReceiver {
                         what: format!("{} bytes in a segment that is not the last", payload.len()),
                     });
                 }
+                if seq == u64::MAX {
+                    return Err(FrameError::Field {
+                        field: "segment",
+                        what: "number 2^64 − 1 (reserved)".into(),
+                    });
+                }
                 if srtt_us > 0 {
                     self.srtt_hint = Duration::from_micros(srtt_us as u64);
                 }
-                if flags & FLAG_FIN != 0 {
+                // A last segment beyond the window says nothing yet (it is dropped below).
+                if flags & FLAG_FIN != 0 && seq < self.delivered + self.cfg.window as u64 {
                     match self.fin {
                         Some(f) if f != seq => {
                             return Err(FrameError::Field {
@@ -989,8 +1021,17 @@ impl BulkReceiver {
                         ),
                     });
                 }
+                let Some(end) = first
+                    .checked_add(k as u64)
+                    .filter(|&e| e <= self.delivered + self.cfg.window as u64)
+                else {
+                    return Err(FrameError::Field {
+                        field: "first",
+                        what: format!("parity group {first} + {k} beyond the window"),
+                    });
+                };
                 self.stats.parity += 1;
-                if first + k as u64 <= self.cum {
+                if end <= self.cum {
                     return Ok(());
                 }
                 if self.parity.len() == PARITY_KEPT {
@@ -1142,9 +1183,13 @@ impl BulkReceiver {
     }
 
     fn renack(&self) -> Duration {
-        (self.srtt_hint * 3 / 2)
-            .max(self.reorder_wait * 2)
-            .max(Duration::from_millis(1))
+        // Before the sender has measured a round trip, its first timeout (1 s) bounds one.
+        let rtt = if self.srtt_hint.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            self.srtt_hint
+        };
+        (rtt * 3 / 2).max(self.reorder_wait * 2).max(Duration::from_millis(1))
     }
 
     fn nack_due_at(&self, h: &Hole) -> Option<Ts> {

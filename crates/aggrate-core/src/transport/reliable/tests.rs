@@ -464,3 +464,60 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_lost_window_update_does_not_stall_the_transfer() {
+    // The reader drains in bursts, a third of the acknowledgements are lost: when the one that
+    // reopens a closed window is lost, the sender's probe gets it answered.
+    let data = bytes(200_000, 13);
+    let cfg = BulkConfig { window: 16, ..small() };
+    let back = PathCfg { loss: 0.33, ..path(5) };
+    for seed in 0..8 {
+        let o = transfer(&data, &cfg, path(5), back, seed, 50, 300);
+        assert_eq!(o.got, data, "seed {seed}");
+        // About 20 s of reading at this pace; the probes back off while the window stays shut.
+        assert!(o.done_ms.is_some_and(|t| t < 200_000), "seed {seed}: {:?}", o.done_ms);
+    }
+}
+
+#[test]
+fn a_forged_ack_cannot_open_the_window_past_one_window_or_cost_a_scan_of_the_stream() {
+    let mut tx = BulkSender::new(small()).unwrap();
+    let mut out = Vec::new();
+    tx.offer(&vec![1; 200 * 100]);
+    for _ in 0..100 {
+        tx.poll_frame(Ts::ZERO, &mut out);
+    }
+    let mut ack = Vec::new();
+    Ack {
+        cum: 50,
+        window_end: u64::MAX,
+        nack: vec![(50, 100); 16],
+        ..Ack::default()
+    }
+    .emit(&mut ack);
+    tx.handle_ack(Ts::from_millis(10), &ack).unwrap();
+    assert_eq!(tx.peer_window_end, 50 + 256);
+    assert_eq!(tx.repairs.len(), 50, "each NACKed segment queued once");
+}
+
+#[test]
+fn parity_groups_beyond_the_window_are_refused() {
+    let mut rx = BulkReceiver::new(small()).unwrap();
+    let mut f = vec![KIND_PARITY, 4];
+    f.extend_from_slice(&(u64::MAX - 1).to_be_bytes());
+    f.extend_from_slice(&0u16.to_be_bytes());
+    f.extend_from_slice(&[0; 200]);
+    assert!(matches!(
+        rx.handle_frame(Ts::ZERO, &f),
+        Err(FrameError::Field { field: "first", .. })
+    ));
+    // A last segment far beyond the window does not fix the stream's end.
+    let mut d = vec![KIND_DATA, FLAG_FIN];
+    d.extend_from_slice(&1_000_000u64.to_be_bytes());
+    d.extend_from_slice(&0u32.to_be_bytes());
+    d.extend_from_slice(&0u16.to_be_bytes());
+    rx.handle_frame(Ts::ZERO, &d).unwrap();
+    assert_eq!(rx.fin, None);
+    assert_eq!(rx.stats().beyond_window, 1);
+}
