@@ -883,6 +883,12 @@ pub struct BulkReceiver {
     cum: u64,
     /// One past the highest segment held.
     highest: u64,
+    /// Segments in `cum .. highest` not held (at most a window of them).
+    missing: std::collections::BTreeSet<u64>,
+    /// The earliest NACK due, while nothing it depends on changed (`None` inside: none due;
+    /// outer `None`: to be recomputed). A scan of `missing` per event cost most of a fast
+    /// transfer's time.
+    nack_next: std::cell::Cell<Option<Option<Ts>>>,
     fin: Option<u64>,
     srtt_hint: Duration,
     reorder_wait: Duration,
@@ -906,6 +912,8 @@ impl BulkReceiver {
             delivered: 0,
             cum: 0,
             highest: 0,
+            missing: std::collections::BTreeSet::new(),
+            nack_next: std::cell::Cell::new(None),
             fin: None,
             srtt_hint: Duration::ZERO,
             reorder_wait: cfg.reorder_wait,
@@ -988,8 +996,11 @@ impl BulkReceiver {
                         what: "number 2^64 − 1 (reserved)".into(),
                     });
                 }
-                if srtt_us > 0 {
-                    self.srtt_hint = Duration::from_micros(srtt_us as u64);
+                // The hint moves the re-NACK times: taken when it moved by an eighth or more.
+                let hint = Duration::from_micros(srtt_us as u64);
+                if srtt_us > 0 && hint.abs_diff(self.srtt_hint) > self.srtt_hint / 8 {
+                    self.srtt_hint = hint;
+                    self.nack_next.set(None);
                 }
                 // A last segment beyond the window says nothing yet (it is dropped below).
                 if flags & FLAG_FIN != 0 && seq < self.delivered + self.cfg.window as u64 {
@@ -1076,12 +1087,16 @@ impl BulkReceiver {
         self.holds[slot] = seq;
         self.stats.segments += 1;
         // A gap that fills by itself after the wait was reordering, not loss: wait longer.
+        if self.missing.remove(&seq) {
+            self.nack_next.set(None);
+        }
         let hole = std::mem::take(&mut self.holes[slot]);
         if let (Some(since), false) = (hole.since, retx) {
             let open = Duration::from_nanos(now.as_nanos().saturating_sub(since.as_nanos()));
             if open > self.reorder_wait {
                 self.stats.late += 1;
                 self.reorder_wait = (open * 5 / 4).min(Duration::from_secs(1));
+                self.nack_next.set(None);
             }
         }
         if seq > self.highest {
@@ -1093,6 +1108,8 @@ impl BulkReceiver {
                         since: Some(now),
                         nacked: None,
                     };
+                    self.missing.insert(s);
+                    self.nack_next.set(None);
                 }
             }
             self.ack_due = Some(now);
@@ -1204,10 +1221,16 @@ impl BulkReceiver {
         if !self.cfg.nack {
             return None;
         }
-        (self.cum..self.highest)
-            .filter(|&s| !self.held(s))
-            .filter_map(|s| self.nack_due_at(&self.holes[self.slot(s)]))
-            .min()
+        if let Some(cached) = self.nack_next.get() {
+            return cached;
+        }
+        let due = self
+            .missing
+            .iter()
+            .filter_map(|&s| self.nack_due_at(&self.holes[self.slot(s)]))
+            .min();
+        self.nack_next.set(Some(due));
+        due
     }
 
     /// An acknowledgement into `out` (cleared first), if one is due at `now`.
@@ -1222,37 +1245,35 @@ impl BulkReceiver {
             ..Ack::default()
         };
         if self.cfg.sack || self.cfg.nack {
-            let mut s = self.cum;
-            while s < self.highest {
-                if self.held(s) {
-                    let start = s;
-                    while s < self.highest && self.held(s) {
-                        s += 1;
-                    }
-                    if self.cfg.sack && ack.sack.len() < MAX_RANGES {
-                        ack.sack.push((start, s));
-                    }
-                } else {
-                    let start = s;
-                    let mut due = false;
-                    while s < self.highest && !self.held(s) {
-                        let slot = self.slot(s);
-                        let h = self.holes[slot];
-                        if self.cfg.nack && self.nack_due_at(&h).is_some_and(|t| t <= now) {
-                            due = true;
-                        }
-                        s += 1;
-                    }
-                    if due && ack.nack.len() < MAX_RANGES {
-                        for m in start..s {
-                            let slot = self.slot(m);
-                            self.holes[slot].nacked = Some(now);
-                            self.holes[slot].since.get_or_insert(now);
-                        }
-                        self.stats.nacked += s - start;
-                        ack.nack.push((start, s));
-                    }
+            // Runs of missing segments (the set is small: the losses of one window), and the
+            // held runs between them.
+            let mut held_from = self.cum;
+            let mut it = self.missing.iter().copied().peekable();
+            while let Some(start) = it.next() {
+                if self.cfg.sack && start > held_from && ack.sack.len() < MAX_RANGES {
+                    ack.sack.push((held_from, start));
                 }
+                let mut end = start + 1;
+                while it.peek() == Some(&end) {
+                    it.next();
+                    end += 1;
+                }
+                let due = self.cfg.nack
+                    && (start..end).any(|m| self.nack_due_at(&self.holes[self.slot(m)]).is_some_and(|t| t <= now));
+                if due && ack.nack.len() < MAX_RANGES {
+                    for m in start..end {
+                        let slot = self.slot(m);
+                        self.holes[slot].nacked = Some(now);
+                        self.holes[slot].since.get_or_insert(now);
+                    }
+                    self.stats.nacked += end - start;
+                    self.nack_next.set(None);
+                    ack.nack.push((start, end));
+                }
+                held_from = end;
+            }
+            if self.cfg.sack && self.highest > held_from && ack.sack.len() < MAX_RANGES {
+                ack.sack.push((held_from, self.highest));
             }
         }
         ack.emit(out);
