@@ -522,7 +522,7 @@ fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
 /// the watcher and the receiver parted in more than 1 interval of 10, and `last` is false (the
 /// caller tries again); a panic on any other failed check.
 fn crosses_the_downlink_once(last: bool) -> bool {
-    use aggrate::testbed::compare::aggrate_run;
+    use aggrate::testbed::compare::{aggrate_run, AggrateRun};
     use aggrate::testbed::downlink::Downlink;
     let dir = tempfile::tempdir().unwrap();
     let d = Downlink::up(1).unwrap();
@@ -548,7 +548,8 @@ fn crosses_the_downlink_once(last: bool) -> bool {
         .spawn()
         .unwrap();
     let mut watcher = Killed(watcher);
-    let r = aggrate_run(&d, &downlink_wlan(&[9]), exe, 8, interval, 1, dir.path()).unwrap();
+    let run = AggrateRun::new(exe, 8, interval, 1, dir.path());
+    let r = aggrate_run(&d, &downlink_wlan(&[9]), &run).unwrap().0;
     // Ctrl-C ends the watch; its log keeps every report.
     let int = std::process::Command::new("kill")
         .args(["-INT", &watcher.0.id().to_string()])
@@ -654,22 +655,14 @@ fn the_aps_ampdu_marks_give_the_receivers_every_frame() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use aggrate::testbed::compare::aggrate_run;
+    use aggrate::testbed::compare::{aggrate_run, AggrateRun};
     use aggrate::testbed::downlink::Downlink;
     let dir = tempfile::tempdir().unwrap();
     let d = Downlink::up(1).unwrap();
     d.set_ampdu_marks(true);
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_aggrate"));
-    let r = aggrate_run(
-        &d,
-        &downlink_wlan(&[9]),
-        exe,
-        5,
-        std::time::Duration::from_millis(250),
-        1,
-        dir.path(),
-    )
-    .unwrap();
+    let run = AggrateRun::new(exe, 5, std::time::Duration::from_millis(250), 1, dir.path());
+    let r = aggrate_run(&d, &downlink_wlan(&[9]), &run).unwrap().0;
     let f = &r.flows[0];
     assert_eq!(f.sender, "aggrate-mac");
     let count = f.frame_count.expect("the frame count joined with the truth");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aggrate::report::bottleneck::Run as BottleneckRun;
 use anyhow::{bail, Context, Result};
 
-use aggrate::testbed::compare::{aggrate_run, tcp_run, SenderRun};
+use aggrate::testbed::compare::{aggrate_run, tcp_run, AggrateRun, SenderRun};
 use aggrate::testbed::downlink::Downlink;
 use aggrate::wlan::codel::Aqm;
 use aggrate::wlan::config::StationConfig;
@@ -300,7 +300,10 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
             let interval = Duration::from_millis(a.interval_ms);
             // aggrate-mac: the AP marks each A-MPDU and the receivers read the marks, not a model.
             d.set_ampdu_marks(cc == "aggrate-mac");
-            let r = aggrate_run(&d, wlan, &exe, a.duration, interval, a.bed.seed, &dir).with_context(|| name.clone());
+            let run = AggrateRun::new(&exe, a.duration, interval, a.bed.seed, &dir);
+            let r = aggrate_run(&d, wlan, &run)
+                .map(|(r, _)| r)
+                .with_context(|| name.clone());
             d.set_ampdu_marks(false);
             r?
         } else {
@@ -422,21 +425,12 @@ fn bottleneck_runs(
             sched.switches.len()
         ));
         let dir = a.output.join(format!("run_{k}"));
-        let extras = aggrate::testbed::compare::Extras {
+        let run = AggrateRun {
             schedule: Some(&sched),
             weights: a.weights.as_deref(),
+            ..AggrateRun::new(&exe, a.duration, interval, a.bed.seed + k as u64, &dir)
         };
-        let (r, switched) = aggrate::testbed::compare::aggrate_run_with(
-            &d,
-            &wlan,
-            &exe,
-            a.duration,
-            interval,
-            a.bed.seed + k as u64,
-            &dir,
-            &extras,
-        )
-        .with_context(|| format!("run {k}"))?;
+        let (r, switched) = aggrate_run(&d, &wlan, &run).with_context(|| format!("run {k}"))?;
         if r.cpu_bound {
             ui.warn(format!(
                 "run {k}: the AP released bursts up to {:.0} µs late (p99){}",

@@ -469,32 +469,44 @@ pub fn tcp_run(d: &Downlink, wlan: &ValidWlanConfig, cc: &str, secs: u32, seed: 
     Ok(m.rows(&format!("tcp-{cc}"), flows))
 }
 
-/// aggrate's sender in the server's namespace and one `aggrate recv` per station (the
-/// shipped estimator on the station's kernel receive times, told its PHY rate), run from the
-/// executable `exe` with a fresh random key for `secs`, reports every `interval`. The
-/// receivers' estimated level is joined with the AP's truth per interval; `dir` keeps their
-/// logs (`recv_K.csv`) and the truth (`ap_truth.csv`).
-pub fn aggrate_run(
-    d: &Downlink,
-    wlan: &ValidWlanConfig,
-    exe: &Path,
-    secs: u32,
-    interval: Duration,
-    seed: u64,
-    dir: &Path,
-) -> Result<SenderRun, Error> {
-    aggrate_run_with(d, wlan, exe, secs, interval, seed, dir, &Extras::default()).map(|(r, _)| r)
-}
-
-/// What an aggrate run does besides sending: a backhaul that switches on a schedule, the
-/// sender's bottleneck classifier weights.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Extras<'a> {
+/// What an aggrate run is: aggrate's sender in the server's namespace and one `aggrate recv` per
+/// station (the shipped estimator on the station's kernel receive times, told its PHY rate), run
+/// from the executable `exe` with a fresh random key for `secs`, reports every `interval`; `dir`
+/// keeps the receivers' logs (`recv_K.csv`) and the AP's truth (`ap_truth.csv`). Besides
+/// sending, optionally a backhaul that switches on a schedule and the sender's bottleneck
+/// classifier weights.
+#[derive(Clone, Copy, Debug)]
+pub struct AggrateRun<'a> {
+    /// The aggrate executable.
+    pub exe: &'a Path,
+    /// Seconds.
+    pub secs: u32,
+    /// Report interval.
+    pub interval: Duration,
+    /// Seed of the AP's emulator.
+    pub seed: u64,
+    /// Where the logs go.
+    pub dir: &'a Path,
     /// The backhaul switches on this schedule (off: `tc tbf` at 10 Gb/s, so that what is queued
     /// when it goes drains instead of being dropped), and is removed after.
     pub schedule: Option<&'a Schedule>,
     /// `send --bottleneck-weights`.
     pub weights: Option<&'a Path>,
+}
+
+impl<'a> AggrateRun<'a> {
+    /// A plain run: no backhaul, the shipped weights.
+    pub fn new(exe: &'a Path, secs: u32, interval: Duration, seed: u64, dir: &'a Path) -> AggrateRun<'a> {
+        AggrateRun {
+            exe,
+            secs,
+            interval,
+            seed,
+            dir,
+            schedule: None,
+            weights: None,
+        }
+    }
 }
 
 /// The backhaul's switches as they happened.
@@ -539,18 +551,21 @@ fn switch_backhaul(d: &Downlink, sched: &Schedule, done: &AtomicBool) -> Result<
     Ok(Switched { t0_ns, applied })
 }
 
-/// [`aggrate_run`] with [`Extras`]; with a schedule, the switches as they happened.
-#[allow(clippy::too_many_arguments)]
-pub fn aggrate_run_with(
+/// Run `run` through the AP emulating `wlan`: the receivers' estimated level joined with the
+/// AP's truth per interval, and with a schedule the backhaul's switches as they happened.
+pub fn aggrate_run(
     d: &Downlink,
     wlan: &ValidWlanConfig,
-    exe: &Path,
-    secs: u32,
-    interval: Duration,
-    seed: u64,
-    dir: &Path,
-    extras: &Extras,
+    run: &AggrateRun,
 ) -> Result<(SenderRun, Option<Switched>), Error> {
+    let AggrateRun {
+        exe,
+        secs,
+        interval,
+        seed,
+        dir,
+        ..
+    } = *run;
     if !exe.is_file() {
         return Err(Error::Missing {
             what: format!("the aggrate executable {}", exe.display()),
@@ -566,10 +581,10 @@ pub fn aggrate_run_with(
         let done = AtomicBool::new(false);
         let done = &done;
         std::thread::scope(|s| {
-            let switcher = extras
+            let switcher = run
                 .schedule
                 .map(|sched| s.spawn(move || switch_backhaul(d, sched, done)));
-            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, extras.weights);
+            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, run.weights);
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             let switched = switcher
                 .map(|h| {
@@ -579,7 +594,7 @@ pub fn aggrate_run_with(
                     })?
                 })
                 .transpose();
-            if extras.schedule.is_some() {
+            if run.schedule.is_some() {
                 d.set_backhaul(None)?;
             }
             Ok((sent?, switched?))
