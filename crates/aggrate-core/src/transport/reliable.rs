@@ -463,11 +463,6 @@ impl BulkSender {
         true
     }
 
-    /// Whether offered bytes wait to be sent or repaired (the caller's pacer may ask).
-    pub fn wants_to_send(&self) -> bool {
-        !self.repairs.is_empty() || (self.next_new < self.formed && self.next_new < self.peer_window_end)
-    }
-
     /// The next frame into `out` (cleared first), if there is one to send now: a repair first,
     /// then new data, then tail parity. Call when the pacer may send a datagram.
     pub fn poll_frame(&mut self, now: Ts, out: &mut Vec<u8>) -> Option<Sent> {
@@ -1138,10 +1133,12 @@ impl BulkReceiver {
                 self.parity.remove(i);
                 continue;
             }
-            let missing: Vec<u64> = (first..end).filter(|&s| !self.held(s) && s >= self.cum).collect();
+            // The missing members (counted, the first kept: no allocation per arrival).
+            let mut missing = (first..end).filter(|&s| !self.held(s) && s >= self.cum);
+            let (one, more) = (missing.next(), missing.next().is_some());
             // Members delivered and overwritten cannot take part.
             let usable = (first..end).all(|s| s >= self.cum || self.held(s));
-            if let (&[seq], true) = (missing.as_slice(), usable) {
+            if let (Some(seq), false, true) = (one, more, usable) {
                 let Some(p) = self.parity.remove(i) else { return };
                 let seg = self.cfg.segment;
                 let mut bytes = p.bytes;
@@ -1162,7 +1159,7 @@ impl BulkReceiver {
                 self.take_segment(now, seq, &bytes[..len], true);
                 return;
             }
-            if missing.is_empty() {
+            if one.is_none() {
                 self.parity.remove(i);
                 continue;
             }
