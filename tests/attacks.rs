@@ -904,21 +904,22 @@ fn a_key_file_that_is_not_a_key_is_refused_clearly() {
 fn an_older_peer_is_told_apart_by_version() {
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(100));
-    // A version-2 peer's datagram: the same header but for the version byte.
+    // A version-3 peer's datagram (before the reliable layer): the same header but for the
+    // version byte.
     let t = s.poll_transmit(s.poll_timeout()).unwrap();
     let mut old = s.buffer()[..t.len].to_vec();
-    old[2] = 2;
+    old[2] = 3;
     let e = r.handle_datagram(Ts::from_millis(100), addr(1), &old).unwrap_err();
     assert!(
-        e.to_string().contains("version 2") && e.to_string().contains("version 3"),
+        e.to_string().contains("version 3") && e.to_string().contains("version 4"),
         "{e}"
     );
-    assert_eq!((r.stats().other_version, r.stats().other_version_seen), (1, Some(2)));
+    assert_eq!((r.stats().other_version, r.stats().other_version_seen), (1, Some(3)));
     let mut fb = feedback(&rogue_keys(&mut sender(3), Ts::ZERO), 1, report(10.0));
-    fb[2] = 2;
+    fb[2] = 3;
     let mut s2 = sender(4);
     assert!(s2.handle_datagram(Ts::ZERO, 0, &fb).is_err());
-    assert_eq!(s2.stats().other_version_seen, Some(2));
+    assert_eq!(s2.stats().other_version_seen, Some(3));
 }
 
 /// Sessions with both stations of a two-station sender (the test answers their hellos).

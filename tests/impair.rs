@@ -22,6 +22,16 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// Kills and reaps a child process when the test ends, also when it fails.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
@@ -316,4 +326,253 @@ fn bulk_transfers_arrive_whole_through_loss_and_reordering() {
     assert!(!bad.status.success());
     let (_, err) = text(&bad);
     assert!(err.contains("--losses"), "{err}");
+}
+
+/// `send --file` → relay (5 % loss each way, reordering) → `recv --out`: the file arrives whole
+/// under its name; a transfer cut short leaves only NAME.aggrate-part and resumes from its
+/// length; standard input reaches standard output; another key, a missing file and a missing
+/// output directory are refused by name.
+#[test]
+fn files_cross_a_lossy_relay_whole_and_resume_after_a_cut() {
+    let bin = env!("CARGO_BIN_EXE_aggrate");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(aggrate(d, &["-q", "keygen", "key"]).status.success());
+    assert!(aggrate(d, &["-q", "keygen", "other"]).status.success());
+    let content: Vec<u8> = (0..3_000_000u64)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9) >> 11) as u8)
+        .collect();
+    std::fs::write(d.join("model.bin"), &content).unwrap();
+    let cmd = |args: &[&str], key: &str| {
+        let mut c = Command::new(bin);
+        c.args(args)
+            .current_dir(d)
+            .env("AGGRATE_KEY_FILE", d.join(key))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let rx = port();
+    let rx_addr = format!("127.0.0.1:{rx}");
+    // A relay per sender (it serves the first address it hears), stopped when the test ends.
+    let mut relays = Vec::new();
+    let mut relay = || {
+        let addr = format!("127.0.0.1:{}", port());
+        let p = cmd(
+            &[
+                "-q",
+                "impair",
+                "--listen",
+                &addr,
+                "--to",
+                &rx_addr,
+                "--duration",
+                "30",
+                "--loss",
+                "0.05",
+                "--reorder",
+                "0.01",
+                "--reorder-ms",
+                "3",
+                "--delay-ms",
+                "2",
+                "--both-ways",
+                "--seed",
+                "3",
+            ],
+            "key",
+        )
+        .spawn()
+        .unwrap();
+        relays.push(Reap(p));
+        std::thread::sleep(Duration::from_millis(100));
+        addr
+    };
+    let recv = |out: &str, secs: &str, key: &str| {
+        cmd(
+            &["-q", "recv", "--listen", &rx_addr, "--out", out, "--duration", secs],
+            key,
+        )
+        .spawn()
+        .unwrap()
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+
+    // Whole, through loss: renamed into place, nothing else left.
+    let relay_addr = relay();
+    let r = recv("got.bin", "30", "key");
+    settle();
+    let s = cmd(&["-q", "send", "--to", &relay_addr, "--file", "model.bin"], "key")
+        .output()
+        .unwrap();
+    let r = r.wait_with_output().unwrap();
+    assert!(
+        s.status.success() && r.status.success(),
+        "{:?}\n{:?}",
+        text(&s),
+        text(&r)
+    );
+    assert!(std::fs::read(d.join("got.bin")).unwrap() == content, "the bytes differ");
+    assert!(!d.join("got.bin.aggrate-part").exists());
+    let sj: serde_json::Value = serde_json::from_str(text(&s).0.trim()).unwrap();
+    let t = &sj["transfer"];
+    assert!(t["repair_bytes"].as_u64().unwrap() > 0, "loss was repaired: {sj}");
+    assert_eq!(sj["file_bytes_acknowledged"].as_u64(), Some(content.len() as u64));
+
+    // Cut short by the sender's --duration: no file under the final name, the part kept; the
+    // resume at its length completes it.
+    let relay_addr = relay();
+    let r = recv("cut.bin", "3", "key");
+    settle();
+    let s = cmd(
+        &[
+            "-q",
+            "send",
+            "--to",
+            &relay_addr,
+            "--file",
+            "model.bin",
+            "--duration",
+            "0.4",
+            "--max-rate-mbps",
+            "20",
+        ],
+        "key",
+    )
+    .output()
+    .unwrap();
+    let r = r.wait_with_output().unwrap();
+    assert!(!s.status.success() && !r.status.success());
+    let (_, serr) = text(&s);
+    assert!(
+        serr.contains("resume with `aggrate send --file model.bin --offset"),
+        "{serr}"
+    );
+    let (_, rerr) = text(&r);
+    assert!(
+        rerr.contains("cut.bin.aggrate-part") && rerr.contains("--offset"),
+        "{rerr}"
+    );
+    assert!(!d.join("cut.bin").exists());
+    let part = std::fs::metadata(d.join("cut.bin.aggrate-part")).unwrap().len();
+    assert!(part > 0 && part < content.len() as u64, "{part}");
+    let relay_addr = relay();
+    let r = recv("cut.bin", "30", "key");
+    settle();
+    let s = cmd(
+        &[
+            "-q",
+            "send",
+            "--to",
+            &relay_addr,
+            "--file",
+            "model.bin",
+            "--offset",
+            &part.to_string(),
+        ],
+        "key",
+    )
+    .output()
+    .unwrap();
+    let r = r.wait_with_output().unwrap();
+    assert!(
+        s.status.success() && r.status.success(),
+        "{:?}\n{:?}",
+        text(&s),
+        text(&r)
+    );
+    assert!(
+        std::fs::read(d.join("cut.bin")).unwrap() == content,
+        "the resumed bytes differ"
+    );
+
+    // Standard input to standard output.
+    let relay_addr = relay();
+    let r = recv("-", "30", "key");
+    settle();
+    let mut s = cmd(&["-q", "send", "--to", &relay_addr, "--file", "-"], "key")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = s.stdin.take().unwrap();
+        stdin.write_all(&content[..500_000]).unwrap();
+    }
+    // Read the receiver's output while the sender runs (a full pipe would stop it).
+    let r = std::thread::spawn(move || r.wait_with_output().unwrap());
+    let s = s.wait_with_output().unwrap();
+    let r = r.join().unwrap();
+    assert!(
+        s.status.success() && r.status.success(),
+        "{:?}\n{:?}",
+        text(&s),
+        text(&r)
+    );
+    assert!(r.stdout == content[..500_000], "stdout carries the bytes only");
+
+    // Another key: nothing arrives, both say why, no file.
+    let relay_addr = relay();
+    let r = recv("nokey.bin", "2", "other");
+    settle();
+    let s = cmd(
+        &[
+            "-q",
+            "send",
+            "--to",
+            &relay_addr,
+            "--file",
+            "model.bin",
+            "--duration",
+            "1",
+        ],
+        "key",
+    )
+    .output()
+    .unwrap();
+    let r = r.wait_with_output().unwrap();
+    assert!(!s.status.success() && !r.status.success());
+    assert!(text(&s).1.contains("no receiver answered"), "{:?}", text(&s));
+    assert!(text(&r).1.contains("no file arrived"), "{:?}", text(&r));
+    assert!(!d.join("nokey.bin").exists() && !d.join("nokey.bin.aggrate-part").exists());
+    drop(relays);
+
+    // A missing file and an output directory that does not exist.
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--key-file",
+            "key",
+            "--file",
+            "nope.bin",
+        ],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("nope.bin: opening"),
+        "{:?}",
+        text(&o)
+    );
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "recv",
+            "--key-file",
+            "key",
+            "--out",
+            "no/such/dir/f",
+            "--duration",
+            "1",
+        ],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("no/such/dir"),
+        "{:?}",
+        text(&o)
+    );
 }

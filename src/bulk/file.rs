@@ -1,9 +1,14 @@
-//! A file as a reliable stream: the stream opens with an [`Offer`] (name, size, SHA-256), then
-//! the file's bytes. The receiving end ([`FileSink`]) writes them under a temporary name beside
-//! the output and renames it to the output only when the size and the hash match: an interrupted
-//! or corrupted transfer never leaves a file that looks whole under the final name (the partial
-//! one stays under the temporary name, `NAME.aggrate-part`, kept for a resume by its length —
-//! which the live transfer does not do yet).
+//! A file as a reliable stream: the stream opens with an [`Offer`] (name, size, SHA-256 of the
+//! whole file, and the offset its bytes start at), then the file's bytes from that offset. The
+//! receiving end ([`FileSink`]) writes them under a temporary name beside the output and renames
+//! it to the output only when the size and the hash match: an interrupted or corrupted transfer
+//! never leaves a file that looks whole under the final name. The partial one stays under the
+//! temporary name, `NAME.aggrate-part`; a transfer resumed at an offset (`send --offset`, the
+//! part's length) keeps its first bytes, hashes them again, and appends.
+//!
+//! A stream of unknown length (standard input) has the size [`UNKNOWN_SIZE`] and its SHA-256
+//! after its last byte instead of in the offer: the sink holds the last 32 bytes back until the
+//! stream ends.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -17,8 +22,11 @@ pub const OFFER_MAGIC: [u8; 4] = *b"AGRF";
 pub const OFFER_VERSION: u8 = 1;
 /// Longest file name an offer carries (bytes of UTF-8).
 pub const MAX_NAME: usize = 255;
-/// Fixed part of an offer: magic, version, size, SHA-256, name length.
-const OFFER_FIXED: usize = 4 + 1 + 8 + 32 + 2;
+/// Fixed part of an offer: magic, version, size, offset, SHA-256, name length.
+const OFFER_FIXED: usize = 4 + 1 + 8 + 8 + 32 + 2;
+
+/// An offer's size for a stream of unknown length: its SHA-256 follows its last byte.
+pub const UNKNOWN_SIZE: u64 = u64::MAX;
 
 /// Suffix of the temporary file a transfer writes.
 pub const PART_SUFFIX: &str = ".aggrate-part";
@@ -75,14 +83,17 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
-/// What a stream carries: a file's name (its last path component), size and SHA-256.
+/// What a stream carries: a file's name (its last path component), size and SHA-256, and the
+/// offset its bytes start at (0, or where an interrupted transfer stopped).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Offer {
     /// File name, no directory.
     pub name: String,
-    /// Bytes.
+    /// Bytes ([`UNKNOWN_SIZE`]: a stream whose hash follows its last byte).
     pub size: u64,
-    /// SHA-256 of the bytes.
+    /// The first file byte the stream carries (the receiver has the ones before it).
+    pub offset: u64,
+    /// SHA-256 of the whole file (zero for a stream of unknown size).
     pub sha256: [u8; 32],
 }
 
@@ -113,7 +124,19 @@ impl Offer {
         Ok(Offer {
             name,
             size,
+            offset: 0,
             sha256: hash.finalize().into(),
+        })
+    }
+
+    /// The offer for a stream of unknown length named `name` (its hash at its end).
+    pub fn of_stream(name: &str) -> Result<Offer, FileError> {
+        check_name(name, 0)?;
+        Ok(Offer {
+            name: name.to_string(),
+            size: UNKNOWN_SIZE,
+            offset: 0,
+            sha256: [0; 32],
         })
     }
 
@@ -123,6 +146,7 @@ impl Offer {
         b.extend_from_slice(&OFFER_MAGIC);
         b.push(OFFER_VERSION);
         b.extend_from_slice(&self.size.to_be_bytes());
+        b.extend_from_slice(&self.offset.to_be_bytes());
         b.extend_from_slice(&self.sha256);
         b.extend_from_slice(&(self.name.len() as u16).to_be_bytes());
         b.extend_from_slice(self.name.as_bytes());
@@ -150,10 +174,14 @@ impl Offer {
             );
         }
         let size = u64::from_be_bytes(b[5..13].try_into().unwrap_or([0; 8]));
-        let sha256: [u8; 32] = b[13..45].try_into().unwrap_or([0; 32]);
-        let len = u16::from_be_bytes([b[45], b[46]]) as usize;
+        let offset = u64::from_be_bytes(b[13..21].try_into().unwrap_or([0; 8]));
+        if offset > size || (size == UNKNOWN_SIZE && offset > 0) {
+            return bad(13, format!("offset {offset} beyond the size {size}"));
+        }
+        let sha256: [u8; 32] = b[21..53].try_into().unwrap_or([0; 32]);
+        let len = u16::from_be_bytes([b[53], b[54]]) as usize;
         if len > MAX_NAME {
-            return bad(45, format!("a name of {len} bytes (at most {MAX_NAME})"));
+            return bad(53, format!("a name of {len} bytes (at most {MAX_NAME})"));
         }
         let Some(raw) = b.get(OFFER_FIXED..OFFER_FIXED + len) else {
             return Ok(None);
@@ -165,7 +193,15 @@ impl Offer {
             })?
             .to_string();
         check_name(&name, OFFER_FIXED)?;
-        Ok(Some((Offer { name, size, sha256 }, OFFER_FIXED + len)))
+        Ok(Some((
+            Offer {
+                name,
+                size,
+                offset,
+                sha256,
+            },
+            OFFER_FIXED + len,
+        )))
     }
 }
 
@@ -197,7 +233,8 @@ pub fn part_path(out: &Path) -> PathBuf {
 /// The receiving end: in-order stream bytes in, a whole file out.
 #[derive(Debug)]
 pub struct FileSink {
-    /// Where the file goes: a path, or a directory to put it in under the offer's name.
+    /// Where the file goes: a path, a directory to put it in under the offer's name, or `-`
+    /// (standard output).
     out: PathBuf,
     head: Vec<u8>,
     open: Option<Open>,
@@ -207,14 +244,24 @@ pub struct FileSink {
 struct Open {
     offer: Offer,
     out: PathBuf,
-    part: PathBuf,
-    file: File,
+    /// The temporary file and its path (none: standard output).
+    part: Option<(PathBuf, File)>,
+    /// File bytes written, counting those a resumed transfer kept.
     written: u64,
     hash: Sha256,
+    /// A stream of unknown size: its last bytes, held back (the trailer hash is among them).
+    tail: Vec<u8>,
+}
+
+/// Whether `out` means standard output.
+pub fn is_stdout(out: &Path) -> bool {
+    out.as_os_str() == "-"
 }
 
 impl FileSink {
-    /// A sink writing to `out` (an existing directory: the offer's name inside it).
+    /// A sink writing to `out` (an existing directory: the offer's name inside it; `-`:
+    /// standard output, whose bytes cannot be taken back: a mismatch there is an error after
+    /// the fact).
     pub fn new(out: &Path) -> FileSink {
         FileSink {
             out: out.to_path_buf(),
@@ -228,7 +275,7 @@ impl FileSink {
         self.open.as_ref().map(|o| &o.offer)
     }
 
-    /// File bytes written so far.
+    /// File bytes written so far (with those a resumed transfer kept).
     pub fn written(&self) -> u64 {
         self.open.as_ref().map_or(0, |o| o.written)
     }
@@ -260,20 +307,44 @@ impl FileSink {
     }
 
     fn create(&self, offer: Offer) -> Result<Open, FileError> {
+        let mut hash = Sha256::new();
+        if is_stdout(&self.out) {
+            if offer.offset > 0 {
+                return Err(FileError::Offer {
+                    offset: 13,
+                    what: format!(
+                        "a transfer resumed at byte {} cannot go to standard output",
+                        offer.offset
+                    ),
+                });
+            }
+            return Ok(Open {
+                offer,
+                out: self.out.clone(),
+                part: None,
+                written: 0,
+                hash,
+                tail: Vec::new(),
+            });
+        }
         let out = if self.out.is_dir() {
             self.out.join(&offer.name)
         } else {
             self.out.clone()
         };
         let part = part_path(&out);
-        let file = File::create(&part).map_err(io(&part, "creating"))?;
+        let file = if offer.offset == 0 {
+            File::create(&part).map_err(io(&part, "creating"))?
+        } else {
+            resume(&part, offer.offset, &mut hash)?
+        };
         Ok(Open {
+            written: offer.offset,
             offer,
             out,
-            part,
-            file,
-            written: 0,
-            hash: Sha256::new(),
+            part: Some((part, file)),
+            hash,
+            tail: Vec::new(),
         })
     }
 
@@ -282,45 +353,196 @@ impl FileSink {
         if bytes.is_empty() {
             return Ok(());
         }
+        if o.offer.size == UNKNOWN_SIZE {
+            // Hold the last 32 bytes back: they may be the trailer.
+            o.tail.extend_from_slice(bytes);
+            let keep = o.tail.len().saturating_sub(32);
+            let body: Vec<u8> = o.tail.drain(..keep).collect();
+            return o.put(&body);
+        }
         let room = o.offer.size - o.written;
         if bytes.len() as u64 > room {
             return Err(FileError::TooLong {
-                path: o.part.clone(),
+                path: o.part.as_ref().map_or(o.out.clone(), |p| p.0.clone()),
                 size: o.offer.size,
                 extra: bytes.len() as u64 - room,
             });
         }
-        o.file.write_all(bytes).map_err(io(&o.part, "writing"))?;
-        o.hash.update(bytes);
-        o.written += bytes.len() as u64;
-        Ok(())
+        o.put(bytes)
     }
 
     /// The stream ended: the file is synced and renamed to the output if its size and hash are
     /// the offer's (returns the output); otherwise the partial file stays under its temporary
     /// name and nothing appears under the output's.
     pub fn finish(self) -> Result<PathBuf, FileError> {
-        let Some(o) = self.open else {
+        let Some(mut o) = self.open else {
             return Err(FileError::Offer {
                 offset: self.head.len(),
                 what: "the stream ended before its file offer".into(),
             });
         };
+        let part_name = o.part.as_ref().map_or(o.out.clone(), |p| p.0.clone());
         let mismatch = |what: String| FileError::Mismatch {
             out: o.out.clone(),
-            part: o.part.clone(),
+            part: part_name.clone(),
             what,
         };
-        if o.written != o.offer.size {
-            return Err(mismatch(format!("{} of {} bytes arrived", o.written, o.offer.size)));
-        }
-        let got: [u8; 32] = o.hash.finalize().into();
-        if got != o.offer.sha256 {
+        let want = if o.offer.size == UNKNOWN_SIZE {
+            let t: Option<[u8; 32]> = o.tail.as_slice().try_into().ok();
+            t.ok_or_else(|| mismatch(format!("the stream ended {} bytes in, without its hash", o.tail.len())))?
+        } else {
+            if o.written != o.offer.size {
+                return Err(mismatch(format!("{} of {} bytes arrived", o.written, o.offer.size)));
+            }
+            o.offer.sha256
+        };
+        let got: [u8; 32] = o.hash.clone().finalize().into();
+        if got != want {
             return Err(mismatch("the SHA-256 differs from the offer's".into()));
         }
-        o.file.sync_all().map_err(io(&o.part, "syncing"))?;
-        std::fs::rename(&o.part, &o.out).map_err(io(&o.out, "renaming the finished file to"))?;
+        match o.part.take() {
+            Some((part, file)) => {
+                file.sync_all().map_err(io(&part, "syncing"))?;
+                std::fs::rename(&part, &o.out).map_err(io(&o.out, "renaming the finished file to"))?;
+            }
+            None => std::io::stdout()
+                .flush()
+                .map_err(io(Path::new("standard output"), "flushing"))?,
+        }
         Ok(o.out)
+    }
+}
+
+impl Open {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), FileError> {
+        match &mut self.part {
+            Some((path, f)) => f.write_all(bytes).map_err(io(path, "writing"))?,
+            None => std::io::stdout()
+                .write_all(bytes)
+                .map_err(io(Path::new("standard output"), "writing"))?,
+        }
+        self.hash.update(bytes);
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// The part file of an interrupted transfer, kept to `offset` bytes (hashed into `hash`) and
+/// opened to append.
+fn resume(part: &Path, offset: u64, hash: &mut Sha256) -> Result<File, FileError> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(part)
+        .map_err(io(part, "opening the partial file to resume"))?;
+    let have = f.metadata().map_err(io(part, "reading the size of"))?.len();
+    if have < offset {
+        return Err(FileError::Offer {
+            offset: 13,
+            what: format!(
+                "the transfer resumes at byte {offset}, but {} holds {have} bytes (resume at {have})",
+                part.display()
+            ),
+        });
+    }
+    f.set_len(offset).map_err(io(part, "cutting to the resume offset"))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut left = offset;
+    while left > 0 {
+        let n = (buf.len() as u64).min(left) as usize;
+        f.read_exact(&mut buf[..n]).map_err(io(part, "reading back"))?;
+        hash.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(f)
+}
+
+/// The sending end: an offer and a reader's bytes (from the offer's offset on), offered to a
+/// reliable stream as it takes them; a stream of unknown size ends with its SHA-256.
+///
+/// The reader runs on its own thread, [`SOURCE_CHUNKS`] chunks of 64 KiB ahead at most: a
+/// slow producer (a pipe on standard input) never stalls the sender's loop — its pacing,
+/// its acks, its timers — on a blocking read.
+pub struct FileSource {
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    name: PathBuf,
+    buf: Vec<u8>,
+    at: usize,
+    eof: bool,
+    /// File bytes read (from the offset on).
+    read: u64,
+    /// Hash of a stream of unknown size (its trailer).
+    hash: Option<Sha256>,
+}
+
+/// Chunks a [`FileSource`]'s reader thread holds ready at most.
+pub const SOURCE_CHUNKS: usize = 4;
+
+impl FileSource {
+    /// The stream of `offer` from `reader` (positioned at the offer's offset), `name` naming
+    /// it in errors.
+    pub fn new(offer: &Offer, mut reader: Box<dyn Read + Send>, name: &Path) -> FileSource {
+        let (tx, chunks) = std::sync::mpsc::sync_channel(SOURCE_CHUNKS);
+        std::thread::spawn(move || loop {
+            let mut b = vec![0u8; 1 << 16];
+            let r = reader.read(&mut b).map(|n| {
+                b.truncate(n);
+                b
+            });
+            // The end (an empty chunk), an error, or nobody listening: the thread is done.
+            let last = r.as_ref().map_or(true, |b| b.is_empty());
+            if tx.send(r).is_err() || last {
+                return;
+            }
+        });
+        FileSource {
+            chunks,
+            name: name.to_path_buf(),
+            buf: offer.encode(),
+            at: 0,
+            eof: false,
+            read: 0,
+            hash: (offer.size == UNKNOWN_SIZE).then(Sha256::new),
+        }
+    }
+
+    /// File bytes read so far.
+    pub fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// Offer `tx` what it takes and what the reader has ready (never waits for the reader);
+    /// `Ok(true)` once every byte (and the end) is in it.
+    pub fn feed(&mut self, tx: &mut aggrate_core::transport::reliable::BulkSender) -> Result<bool, FileError> {
+        use std::sync::mpsc::TryRecvError;
+        loop {
+            if self.at < self.buf.len() {
+                self.at += tx.offer(&self.buf[self.at..]);
+                if self.at < self.buf.len() {
+                    return Ok(false);
+                }
+            }
+            if self.eof {
+                return Ok(tx.finish());
+            }
+            let chunk = match self.chunks.try_recv() {
+                Ok(r) => r.map_err(io(&self.name, "reading"))?,
+                Err(TryRecvError::Empty) => return Ok(false),
+                // The thread ends only after sending the end or an error.
+                Err(TryRecvError::Disconnected) => Vec::new(),
+            };
+            self.read += chunk.len() as u64;
+            if let Some(h) = &mut self.hash {
+                h.update(&chunk);
+            }
+            (self.buf, self.at) = (chunk, 0);
+            if self.buf.is_empty() {
+                self.eof = true;
+                if let Some(h) = self.hash.take() {
+                    self.buf = h.finalize().to_vec();
+                }
+            }
+        }
     }
 }
 
@@ -332,6 +554,7 @@ mod tests {
         let offer = Offer {
             name: name.into(),
             size: content.len() as u64,
+            offset: 0,
             sha256: Sha256::digest(content).into(),
         };
         let mut s = offer.encode();
@@ -399,6 +622,117 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_transfer_keeps_the_first_bytes_and_checks_the_whole_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let out = dir.path().join("f");
+        let mut sink = FileSink::new(&out);
+        let s = stream(&content, "f");
+        sink.write(&s[..s.len() - 12_000]).unwrap();
+        let e = sink.finish().unwrap_err().to_string();
+        assert!(e.contains("8000 of 20000"), "{e}");
+        // Resume at the part's length: the offer says so, the stream carries the rest.
+        let resumed = |offset: u64| {
+            let mut o = Offer::decode(&s).unwrap().unwrap().0;
+            o.offset = offset;
+            let mut r = o.encode();
+            r.extend_from_slice(&content[offset as usize..]);
+            r
+        };
+        let mut sink = FileSink::new(&out);
+        let e = sink.write(&resumed(9000)).unwrap_err().to_string();
+        assert!(
+            e.contains("resumes at byte 9000") && e.contains("holds 8000 bytes (resume at 8000)"),
+            "{e}"
+        );
+        assert!(!out.exists());
+        // At an earlier offset than the part holds: cut back, hashed again, appended.
+        let mut sink = FileSink::new(&out);
+        sink.write(&resumed(6000)).unwrap();
+        assert_eq!(sink.written(), 20_000);
+        assert_eq!(sink.finish().unwrap(), out);
+        assert_eq!(std::fs::read(&out).unwrap(), content);
+        // A part whose kept bytes differ fails the whole hash.
+        std::fs::write(part_path(&out), vec![0u8; 8000]).unwrap();
+        let mut sink = FileSink::new(&out);
+        sink.write(&resumed(8000)).unwrap();
+        assert!(sink.finish().unwrap_err().to_string().contains("SHA-256"));
+    }
+
+    /// A source through an in-memory reliable stream (no loss) into a sink.
+    fn carry(src: &mut FileSource, sink: &mut FileSink) {
+        use aggrate_core::transport::reliable::{BulkConfig, BulkReceiver, BulkSender};
+        use aggrate_core::Ts;
+        let cfg = BulkConfig {
+            segment: 700,
+            window: 16,
+            ..BulkConfig::default()
+        };
+        let (mut tx, mut rx) = (BulkSender::new(cfg.clone()).unwrap(), BulkReceiver::new(cfg).unwrap());
+        let (mut frame, mut ack) = (Vec::new(), Vec::new());
+        for step in 0..100_000u64 {
+            let now = Ts::from_micros(step * 100);
+            src.feed(&mut tx).unwrap();
+            if tx.poll_frame(now, &mut frame).is_some() {
+                rx.handle_frame(now, &frame).unwrap();
+            } else {
+                // The reader runs on its own thread, in real time: give it the processor.
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+            while let Some(b) = rx.read() {
+                sink.write(b).unwrap();
+            }
+            if rx.poll_ack(now, &mut ack) {
+                tx.handle_ack(now, &ack).unwrap();
+            }
+            if tx.is_done() {
+                return;
+            }
+        }
+        panic!("the stream did not finish");
+    }
+
+    #[test]
+    fn a_stream_of_unknown_size_carries_its_hash_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..50_000u32).map(|i| (i * 31 % 256) as u8).collect();
+        let offer = Offer::of_stream("stdin").unwrap();
+        let mut src = FileSource::new(&offer, Box::new(std::io::Cursor::new(content.clone())), Path::new("-"));
+        let out = dir.path().join("got");
+        let mut sink = FileSink::new(&out);
+        carry(&mut src, &mut sink);
+        assert_eq!(src.read(), 50_000);
+        assert_eq!(sink.written(), 50_000);
+        sink.finish().unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), content);
+        // A known file the same way, and an empty stream.
+        let path = dir.path().join("known");
+        std::fs::write(&path, &content[..1234]).unwrap();
+        let offer = Offer::of_file(&path).unwrap();
+        let mut src = FileSource::new(&offer, Box::new(File::open(&path).unwrap()), &path);
+        let mut sink = FileSink::new(&dir.path().join("k2"));
+        carry(&mut src, &mut sink);
+        assert_eq!(std::fs::read(sink.finish().unwrap()).unwrap(), &content[..1234]);
+        let mut src = FileSource::new(
+            &Offer::of_stream("e").unwrap(),
+            Box::new(std::io::empty()),
+            Path::new("-"),
+        );
+        let mut sink = FileSink::new(&dir.path().join("e"));
+        carry(&mut src, &mut sink);
+        assert_eq!(std::fs::read(sink.finish().unwrap()).unwrap(), b"");
+        // A stream cut before its hash: no file under the output's name.
+        let mut s = offer.encode();
+        s[5..13].copy_from_slice(&UNKNOWN_SIZE.to_be_bytes());
+        s.extend_from_slice(&[1; 20]);
+        let out = dir.path().join("cut");
+        let mut sink = FileSink::new(&out);
+        sink.write(&s).unwrap();
+        assert!(sink.finish().unwrap_err().to_string().contains("without its hash"));
+        assert!(!out.exists());
+    }
+
+    #[test]
     fn offers_are_checked_by_field() {
         let good = stream(b"abc", "ok.txt");
         assert!(Offer::decode(&good[..10]).unwrap().is_none(), "needs more bytes");
@@ -419,8 +753,14 @@ mod tests {
             assert!(e.contains("not one plain path component"), "{name}: {e}");
         }
         let mut long = stream(b"", "n");
-        long[45..47].copy_from_slice(&300u16.to_be_bytes());
-        assert!(Offer::decode(&long).unwrap_err().to_string().contains("byte 45"));
+        long[53..55].copy_from_slice(&300u16.to_be_bytes());
+        assert!(Offer::decode(&long).unwrap_err().to_string().contains("byte 53"));
+        let mut far = stream(b"abc", "n");
+        far[13..21].copy_from_slice(&4u64.to_be_bytes());
+        assert!(Offer::decode(&far)
+            .unwrap_err()
+            .to_string()
+            .contains("byte 13: offset 4 beyond the size 3"));
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod impair;
 mod keys;
 mod loopback;
 mod send;
+mod transfer;
 mod watch;
 use csvlog::CsvLog;
 pub(crate) use keys::{keygen, load_key, KeygenArgs};
@@ -45,9 +46,10 @@ pub(crate) struct SessionArgs {
     /// There is no default key, and a key is never taken as an argument (it would show in `ps`).
     #[arg(long, env = "AGGRATE_KEY_FILE")]
     pub(crate) key_file: Option<PathBuf>,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 20.0)]
-    pub(crate) duration: f64,
+    /// Seconds to run (default 20; with `send --file` / `recv --out`, until the transfer ends,
+    /// at most a day).
+    #[arg(long)]
+    pub(crate) duration: Option<f64>,
     /// Report interval Δ (ms).
     #[arg(long, default_value_t = 500)]
     pub(crate) interval_ms: u64,
@@ -125,6 +127,16 @@ pub(crate) struct RecvArgs {
     /// estimator's upper bound. Only behind that AP.
     #[arg(long, conflicts_with_all = ["model", "self_calibrate"])]
     pub(crate) ap_marks: bool,
+    /// Receive a file (`send --file`) to this path (an existing directory: the sender's file
+    /// name inside it; `-`: standard output) and exit once it is whole. It is written under
+    /// PATH.aggrate-part and renamed to PATH only when its size and SHA-256 match the sender's;
+    /// an interrupted transfer leaves the part, to resume with `send --offset`. Without
+    /// --duration it runs until the transfer ends (at most a day).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) out: Option<PathBuf>,
+    /// With --out: the sender's UDP payload bytes per datagram (its --size).
+    #[arg(long, default_value_t = 1472, requires = "out")]
+    pub(crate) size: usize,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -154,6 +166,14 @@ pub(crate) fn self_calibrator(
 
 fn wlan(mcs: &[u8], n: usize) -> Result<aggrate::wlan::ValidWlanConfig> {
     Ok(WlanConfig::vht_stations(&super::mcs_per_station(mcs, n)?).check()?)
+}
+
+impl SessionArgs {
+    /// How long to run: --duration, else 20 s, or a day for a transfer (which ends the run
+    /// itself).
+    pub(crate) fn seconds(&self, transfer: bool) -> Result<Duration> {
+        secs(self.duration.unwrap_or(if transfer { 86_400.0 } else { 20.0 }))
+    }
 }
 
 fn secs(d: f64) -> Result<Duration> {
@@ -261,34 +281,39 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     };
     let sock = io::timestamped_socket_with(a.listen, a.ap_marks)?;
     let stop = AtomicBool::new(false);
+    let mut incoming = match &a.out {
+        Some(out) => {
+            rx.set_bulk(aggrate::transport::reliable::BulkReceiver::new(transfer::config(
+                a.size,
+            )?)?);
+            Some(transfer::Incoming::new(ui, out)?)
+        }
+        None => None,
+    };
     // What the windows since the last line came to: (windows, too far).
     let (mut logged, mut since) = (None, (0u64, 0u64));
-    let stats = io::run_receiver_with(
-        &sock,
-        &mut rx,
-        secs(a.session.duration)?,
-        &stop,
-        cal.as_mut(),
-        |r| {
-            if let Some(l) = log.as_mut() {
-                l.line(&aggrate::livelog::report_line(r));
-            }
+    let mut hooks = io::ReceiverHooks::new();
+    hooks.cal = cal.as_mut();
+    hooks.on_report = Box::new(|r| {
+        if let Some(l) = log.as_mut() {
+            l.line(&aggrate::livelog::report_line(r));
+        }
+        ui.info(format!(
+            "μ_N {:5.1} (frame count {:5.1})  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
+            r.level(),
+            r.mean_agg,
+            r.rx_rate_bps / 1e6,
+            r.owd_mean_ms.unwrap_or(f64::NAN),
+            r.lost
+        ))
+    });
+    hooks.on_step = Box::new(|s| {
+        // One line per SELF_CAL_LOG_EVERY at most (a window ends every 0.4 s at 500 Mb/s):
+        // the first window, then what the windows since came to.
+        since.0 += 1;
+        since.1 += u64::from(s.too_far);
+        if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
             ui.info(format!(
-                "μ_N {:5.1} (frame count {:5.1})  rx {:7.1} Mb/s  owd {:6.2} ms  lost {}",
-                r.level(),
-                r.mean_agg,
-                r.rx_rate_bps / 1e6,
-                r.owd_mean_ms.unwrap_or(f64::NAN),
-                r.lost
-            ))
-        },
-        |s| {
-            // One line per SELF_CAL_LOG_EVERY at most (a window ends every 0.4 s at 500 Mb/s):
-            // the first window, then what the windows since came to.
-            since.0 += 1;
-            since.1 += u64::from(s.too_far);
-            if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
-                ui.info(format!(
                     "self-calibration: {} window(s) ({} too far) up to window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
                     since.0,
                     since.1,
@@ -301,11 +326,15 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
                     s.load,
                     s.knots
                 ));
-                logged = Some(std::time::Instant::now());
-                since = (0, 0);
-            }
-        },
-    )?;
+            logged = Some(std::time::Instant::now());
+            since = (0, 0);
+        }
+    });
+    let duration = a.session.seconds(incoming.is_some())?;
+    if let Some(inc) = incoming.as_mut() {
+        hooks.each = Box::new(|rx| inc.poll(rx));
+    }
+    let stats = io::run_receiver_with(&sock, &mut rx, duration, &stop, hooks)?;
     if let Some(l) = log {
         l.finish()?;
     }
@@ -333,6 +362,20 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);
     }
-    outln!("{out}");
+    if let (Some(b), serde_json::Value::Object(o)) = (rx.bulk(), &mut out) {
+        o.insert("transfer".into(), serde_json::to_value(b.stats())?);
+    }
+    let Some(inc) = incoming else {
+        outln!("{out}");
+        return Ok(Exit::Ok);
+    };
+    // The file may be on standard output: the summary goes to standard error then.
+    if inc.to_stdout() {
+        ui.info(out.to_string());
+    } else {
+        outln!("{out}");
+    }
+    let path = inc.finish(&rx)?;
+    ui.info(format!("{} arrived whole", path.display()));
     Ok(Exit::Ok)
 }

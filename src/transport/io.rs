@@ -90,22 +90,62 @@ pub fn run_receiver(
     stop: &AtomicBool,
     on_report: impl FnMut(&AggReport),
 ) -> Result<ReceiverStats, IoError> {
-    run_receiver_with(sock, rx, duration, stop, None, on_report, |_| {})
+    let mut hooks = ReceiverHooks::new();
+    hooks.on_report = Box::new(on_report);
+    run_receiver_with(sock, rx, duration, stop, hooks)
 }
 
-/// [`run_receiver`], and with `cal` the receiver calibrates its model's operating point from its
-/// own receive times while it runs (`recv --self-calibrate`): every data packet the receiver
-/// accepts goes to the calibrator, and after each window it used the estimator takes the new
-/// offset; `on_step` sees each such window. Refused datagrams never reach the calibrator.
+/// What a receiver's driver does besides receiving ([`run_receiver_with`]); every part is
+/// optional ([`ReceiverHooks::new`] has none).
+pub struct ReceiverHooks<'a> {
+    /// Calibrate the model's operating point from the receiver's own receive times while it
+    /// runs (`recv --self-calibrate`).
+    pub cal: Option<&'a mut OnlineCalibrator>,
+    /// Sees every report sent.
+    pub on_report: Box<dyn FnMut(&AggReport) + 'a>,
+    /// Sees every self-calibration window used.
+    pub on_step: Box<dyn FnMut(&Step) + 'a>,
+    /// Runs after every datagram and every read timeout (e.g. drains a reliable stream);
+    /// `false` ends the run.
+    pub each: Box<dyn FnMut(&mut Receiver) -> bool + 'a>,
+}
+
+impl Default for ReceiverHooks<'_> {
+    fn default() -> Self {
+        ReceiverHooks {
+            cal: None,
+            on_report: Box::new(|_| {}),
+            on_step: Box::new(|_| {}),
+            each: Box::new(|_| true),
+        }
+    }
+}
+
+impl ReceiverHooks<'_> {
+    /// No hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// [`run_receiver`] with [`ReceiverHooks`]. With `hooks.cal` the receiver calibrates its model's
+/// operating point from its own receive times while it runs (`recv --self-calibrate`): every
+/// data packet the receiver accepts goes to the calibrator, and after each window it used the
+/// estimator takes the new offset; `hooks.on_step` sees each such window. Refused datagrams never
+/// reach the calibrator. The run ends at `stop`, after `duration`, or when `hooks.each` says so.
 pub fn run_receiver_with(
     sock: &UdpSocket,
     rx: &mut Receiver,
     duration: Duration,
     stop: &AtomicBool,
-    mut cal: Option<&mut OnlineCalibrator>,
-    mut on_report: impl FnMut(&AggReport),
-    mut on_step: impl FnMut(&Step),
+    hooks: ReceiverHooks<'_>,
 ) -> Result<ReceiverStats, IoError> {
+    let ReceiverHooks {
+        mut cal,
+        mut on_report,
+        mut on_step,
+        mut each,
+    } = hooks;
     sock.set_read_timeout(Some(Duration::from_millis(5)))
         .map_err(io("receiver timeout"))?;
     let deadline = Instant::now() + duration;
@@ -125,11 +165,14 @@ pub fn run_receiver_with(
         }
         while let Some((n, to)) = rx.poll_transmit(realtime()) {
             let _ = sock.send_to(&rx.buffer()[..n], to);
-            if n == super::wire::FEEDBACK_LEN {
+            if rx.sent_report() {
                 if let Some(r) = rx.last_report() {
                     on_report(r);
                 }
             }
+        }
+        if !each(rx) {
+            break;
         }
     }
     Ok(rx.stats())
@@ -144,13 +187,30 @@ pub fn run_sender(
     tx: &mut Sender,
     duration: Duration,
     stop: &AtomicBool,
+    on_tick: impl FnMut(Ts, &Sender),
+) -> Result<SenderStats, IoError> {
+    run_sender_with(sock, to, tx, duration, stop, on_tick, |_| true)
+}
+
+/// [`run_sender`], with `each` run on every turn of the loop before the sender sends (e.g. to
+/// offer a reliable stream more bytes); `false` ends the run.
+pub fn run_sender_with(
+    sock: &UdpSocket,
+    to: &[SocketAddr],
+    tx: &mut Sender,
+    duration: Duration,
+    stop: &AtomicBool,
     mut on_tick: impl FnMut(Ts, &Sender),
+    mut each: impl FnMut(&mut Sender) -> bool,
 ) -> Result<SenderStats, IoError> {
     sock.set_nonblocking(true).map_err(io("sender non-blocking"))?;
     let deadline = Instant::now() + duration;
     let mut buf = vec![0u8; 2048];
     let mut next_tick = Instant::now();
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        if !each(tx) {
+            break;
+        }
         let now = realtime();
         tx.handle_timeout(now);
         while let Some(t) = tx.poll_transmit(now) {

@@ -29,12 +29,16 @@
 pub mod reliable;
 pub mod wire;
 
+#[cfg(test)]
+mod bulk_tests;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::control::{AirtimeSplit, Controller as _, Pacer, PiParams, Rate};
 use crate::runtime::{AggReport, OnlineEstimator, RxPacket};
 use crate::time::Ts;
+use reliable::{BulkReceiver, BulkSender};
 use wire::{
     Cookie, Data, Feedback, Hello, HelloAck, Kind, Psk, ReplayWindow, SessionKeys, WireError, COOKIE_BYTES, NONCE_LEN,
 };
@@ -77,6 +81,8 @@ pub struct SenderStats {
     pub other_version: u64,
     /// The last such version seen.
     pub other_version_seen: Option<u8>,
+    /// Acks of the reliable layer accepted (refused ones count in `feedback_dropped`).
+    pub acks: u64,
 }
 
 /// One datagram to send.
@@ -127,6 +133,13 @@ struct Station {
     cookie: [u8; COOKIE_BYTES],
     bucket: Bucket,
     last_feedback: Ts,
+    /// The reliable stream to this station, if it carries one.
+    bulk: Option<Box<BulkSender>>,
+    /// The last ack number accepted in this session.
+    last_ack: Option<u32>,
+    /// Whether the station had something to send when last asked (a bulk station without a
+    /// frame does not spend pacing slots).
+    ready: bool,
 }
 
 /// The sans-IO sender.
@@ -146,6 +159,8 @@ pub struct Sender {
     last_feedback: Ts,
     next_silence_check: Ts,
     stats: SenderStats,
+    /// A reliable frame on its way into a datagram.
+    frame: Vec<u8>,
 }
 
 /// Nonces from a 32-byte seed: HMAC-SHA-256(seed, counter), truncated — a PRF in counter
@@ -211,6 +226,9 @@ impl Sender {
                     at: now,
                 },
                 last_feedback: now,
+                bulk: None,
+                last_ack: None,
+                ready: true,
             });
         }
         let mut sender = Sender {
@@ -227,6 +245,7 @@ impl Sender {
             last_feedback: now,
             next_silence_check: now + interval * 3,
             stats: SenderStats::default(),
+            frame: Vec::new(),
         };
         sender.set_cell_airtime(true);
         Ok(sender)
@@ -279,6 +298,31 @@ impl Sender {
         &self.buf
     }
 
+    /// Carry a reliable stream to station `i` from now on ([`reliable`]): its datagrams carry
+    /// the stream's frames — new data, repairs, parity — at the rate the controller sets (they
+    /// spend the same pacing slots as any datagram, never more), and a datagram goes only when
+    /// the stream has a frame to send. The station's acks go to it. Its segments must fit the
+    /// datagram size: `payload` ≥ [`BulkConfig::frame_len`](reliable::BulkConfig::frame_len).
+    pub fn set_bulk(&mut self, i: usize, bulk: BulkSender) {
+        if let Some(s) = self.stations.get_mut(i) {
+            s.bulk = Some(Box::new(bulk));
+            s.ready = true;
+        }
+    }
+
+    /// Station `i`'s reliable stream.
+    pub fn bulk(&self, i: usize) -> Option<&BulkSender> {
+        self.stations.get(i)?.bulk.as_deref()
+    }
+
+    /// Station `i`'s reliable stream, to offer it bytes.
+    pub fn bulk_mut(&mut self, i: usize) -> Option<&mut BulkSender> {
+        let s = self.stations.get_mut(i)?;
+        // Offered bytes may make a frame: ask again at the next poll.
+        s.ready = true;
+        s.bulk.as_deref_mut()
+    }
+
     /// Bytes per data datagram.
     pub fn datagram_len(&self) -> usize {
         wire::DATA_HEADER_LEN + self.payload
@@ -305,17 +349,30 @@ impl Sender {
                 }
             }
         }
+        for s in &mut self.stations {
+            s.ready = s.keys.is_some() && s.bulk.as_mut().is_none_or(|b| b.wants_to_send(now));
+        }
         let stations = &self.stations;
         let (at, i) = self
             .pacer
-            .next_due(now, &self.split, |i| stations[i].keys.is_some())
+            .next_due(now, &self.split, |i| stations[i].ready)
             .filter(|&(at, _)| at <= now)?;
-        let len = self.datagram_len();
         let rate = self.split.pacing_rate(i);
         let s = &mut self.stations[i];
         let keys = s.keys.as_ref()?;
-        s.seq = s.seq.checked_add(1)?;
-        wire::emit_data(&mut self.buf, keys, &Data { seq: s.seq, sent: now }, self.payload);
+        let d = Data {
+            seq: s.seq.checked_add(1)?,
+            sent: now,
+        };
+        match s.bulk.as_mut() {
+            Some(b) => {
+                b.poll_frame(now, &mut self.frame)?;
+                wire::emit_data_payload(&mut self.buf, keys, &d, &self.frame);
+            }
+            None => wire::emit_data(&mut self.buf, keys, &d, self.payload),
+        }
+        s.seq = d.seq;
+        let len = self.buf.len();
         // Paced from the scheduled time, so late wake-ups do not lower the rate; at most one
         // report interval of credit. Datagrams are not acknowledged: nothing stays in flight.
         self.pacer.sent(i, at, rate, (len + 28) as u32);
@@ -324,15 +381,18 @@ impl Sender {
         Some(Transmit { station: i, len })
     }
 
-    /// When to call again: the next send, hello or silence check.
+    /// When to call again: the next send, hello, silence check or reliable-layer timer.
     pub fn poll_timeout(&self) -> Ts {
         let mut t = self.next_silence_check;
         for (i, s) in self.stations.iter().enumerate() {
             if let Some((_, at)) = &s.hello {
                 t = t.min(*at);
             }
-            if s.keys.is_some() {
+            if s.keys.is_some() && s.ready {
                 t = t.min(self.pacer.next(i));
+            }
+            if let Some(d) = s.bulk.as_ref().and_then(|b| b.poll_timeout()) {
+                t = t.min(d);
             }
         }
         t
@@ -342,6 +402,12 @@ impl Sender {
     /// interval (the feedback path may be gone: do not hold or rise blind), and open a new
     /// session with each silent station (its receiver may have restarted).
     pub fn handle_timeout(&mut self, now: Ts) {
+        for s in &mut self.stations {
+            if let Some(b) = s.bulk.as_mut().filter(|b| b.poll_timeout().is_some_and(|d| d <= now)) {
+                b.handle_timeout(now);
+                s.ready = true;
+            }
+        }
         if now < self.next_silence_check {
             return;
         }
@@ -426,6 +492,7 @@ impl Sender {
                 ));
                 s.hello = None;
                 s.last_number = None;
+                s.last_ack = None;
                 // The new session's receiver may keep another clock: its intervals count afresh.
                 s.latest = None;
                 s.last_feedback = now;
@@ -473,6 +540,21 @@ impl Sender {
                 }
                 Ok(())
             }
+            Kind::Ack => {
+                let keys = s.keys.as_ref().ok_or(WireError::NoSession)?;
+                let (number, frame) = wire::parse_ack(bytes, keys)?;
+                if let Some(last) = s.last_ack.filter(|&l| number <= l) {
+                    return Err(WireError::Stale { got: number, last });
+                }
+                let b = s.bulk.as_mut().ok_or(WireError::Kind(6))?;
+                // Only now, verified and fresh, does the stream see it; a frame it refuses
+                // still used up its number (it was the receiver's).
+                s.last_ack = Some(number);
+                b.handle_ack(now, frame)?;
+                s.ready = true;
+                self.stats.acks += 1;
+                Ok(())
+            }
             _ => Err(WireError::Kind(bytes[3])),
         }
     }
@@ -506,6 +588,10 @@ pub struct ReceiverStats {
     pub sessions: u64,
     /// Feedback emitted.
     pub feedback: u64,
+    /// Acks of the reliable layer emitted.
+    pub acks: u64,
+    /// Verified data whose reliable frame the stream refused (malformed: a key holder's bug).
+    pub frames_refused: u64,
 }
 
 struct Peer {
@@ -589,6 +675,10 @@ pub struct Receiver {
     window: ReplayWindow,
     /// μ_R to report when packets carry none (b/s), e.g. from the OS or configuration.
     pub phy_rate_bps: Option<u64>,
+    /// The reliable stream the data carries, if any, and the last ack number sent.
+    bulk: Option<Box<BulkReceiver>>,
+    ack_number: u32,
+    frame: Vec<u8>,
 }
 
 impl Receiver {
@@ -619,7 +709,26 @@ impl Receiver {
             hellos: HelloLimiter::new(),
             window: ReplayWindow::default(),
             phy_rate_bps: None,
+            bulk: None,
+            ack_number: 0,
+            frame: Vec::new(),
         }
+    }
+
+    /// Take a reliable stream from the data ([`reliable`]): frames in verified, fresh data go
+    /// to it, and its acks go back to the session's peer (authenticated, numbered).
+    pub fn set_bulk(&mut self, bulk: BulkReceiver) {
+        self.bulk = Some(Box::new(bulk));
+    }
+
+    /// The reliable stream, to read what arrived in order.
+    pub fn bulk_mut(&mut self) -> Option<&mut BulkReceiver> {
+        self.bulk.as_deref_mut()
+    }
+
+    /// The reliable stream.
+    pub fn bulk(&self) -> Option<&BulkReceiver> {
+        self.bulk.as_deref()
     }
 
     /// Counters.
@@ -777,6 +886,7 @@ impl Receiver {
                         self.number = 0;
                         self.highest = 0;
                         self.window = ReplayWindow::default();
+                        self.ack_number = 0;
                         self.est.reset_sequence();
                         self.stats.sessions += 1;
                         x
@@ -801,6 +911,15 @@ impl Receiver {
                     tsft,
                     phy_rate_bps: self.phy_rate_bps,
                 });
+                // Zeros are padding; anything else is the reliable stream's frame.
+                if let (Some(b), Some(&k)) = (self.bulk.as_mut(), bytes.get(wire::DATA_HEADER_LEN)) {
+                    if k != 0 {
+                        if let Err(e) = b.handle_frame(host, &bytes[wire::DATA_HEADER_LEN..]) {
+                            self.stats.frames_refused += 1;
+                            return Err(e.into());
+                        }
+                    }
+                }
                 Ok(())
             }
             _ => Err(WireError::Kind(bytes[3])),
@@ -823,24 +942,40 @@ impl Receiver {
             wire::emit_hello_ack(&mut self.buf, &self.psk, &p.ack);
             return Some((self.buf.len(), to));
         }
-        let mut r = self.est.poll_report(now)?;
-        if r.phy_rate_bps.is_none() {
-            r.phy_rate_bps = self.phy_rate_bps.map(|v| v as f64);
+        if let Some(mut r) = self.est.poll_report(now) {
+            if r.phy_rate_bps.is_none() {
+                r.phy_rate_bps = self.phy_rate_bps.map(|v| v as f64);
+            }
+            self.last = Some(r);
+            if let Some(peer) = self.current.as_ref() {
+                self.number = self.number.checked_add(1)?;
+                wire::emit_feedback(
+                    &mut self.buf,
+                    &peer.keys,
+                    &Feedback {
+                        number: self.number,
+                        highest_seq: self.highest,
+                        report: r,
+                    },
+                );
+                self.stats.feedback += 1;
+                return Some((self.buf.len(), peer.addr));
+            }
         }
-        self.last = Some(r);
         let peer = self.current.as_ref()?;
-        self.number = self.number.checked_add(1)?;
-        wire::emit_feedback(
-            &mut self.buf,
-            &peer.keys,
-            &Feedback {
-                number: self.number,
-                highest_seq: self.highest,
-                report: r,
-            },
-        );
-        self.stats.feedback += 1;
+        let b = self.bulk.as_mut()?;
+        if !b.poll_ack(now, &mut self.frame) {
+            return None;
+        }
+        self.ack_number = self.ack_number.checked_add(1)?;
+        wire::emit_ack(&mut self.buf, &peer.keys, self.ack_number, &self.frame);
+        self.stats.acks += 1;
         Some((self.buf.len(), peer.addr))
+    }
+
+    /// Whether the last datagram from [`Receiver::poll_transmit`] was a report.
+    pub fn sent_report(&self) -> bool {
+        self.buf.len() == wire::FEEDBACK_LEN && self.buf.get(3) == Some(&2)
     }
 
     /// Bytes of the last datagram from [`Receiver::poll_transmit`].
@@ -851,7 +986,11 @@ impl Receiver {
     /// When a report can next be due.
     pub fn poll_timeout(&self, now: Ts) -> Ts {
         let step = self.est.interval().as_nanos().max(1) as u64;
-        Ts((now.as_nanos() / step).saturating_add(1).saturating_mul(step))
+        let report = Ts((now.as_nanos() / step).saturating_add(1).saturating_mul(step));
+        match self.bulk.as_ref().and_then(|b| b.poll_timeout()) {
+            Some(t) => report.min(t),
+            None => report,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use aggrate::transport::{io, Sender};
 
 use super::super::progress::Ui;
 use super::super::Exit;
-use super::{load_key, secs, CsvLog, SessionArgs};
+use super::{load_key, transfer, CsvLog, SessionArgs};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SendArgs {
@@ -38,6 +38,16 @@ pub(crate) struct SendArgs {
     /// default: the shipped ones).
     #[arg(long, value_name = "FILE")]
     pub(crate) bottleneck_weights: Option<PathBuf>,
+    /// Send this file whole (`-`: standard input) to one receiver (`recv --out`), and exit when
+    /// it has every byte: its name, size and SHA-256 go first, lost datagrams are asked for
+    /// again and repaired (NACK, SACK, timeout, parity), all within the rate the controller
+    /// sets. Without --duration it runs until the transfer ends (at most a day).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) file: Option<PathBuf>,
+    /// Resume an interrupted transfer at this byte: the length of the receiver's
+    /// NAME.aggrate-part.
+    #[arg(long, requires = "file", default_value_t = 0)]
+    pub(crate) offset: u64,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -70,6 +80,22 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     if let Some(p) = &a.bottleneck_weights {
         tx.set_bottleneck_weights(aggrate::bottleneck::read_weights(p)?);
     }
+    let mut file = match &a.file {
+        Some(path) => {
+            if a.to.len() != 1 {
+                bail!("--file goes to one receiver: give one --to (got {})", a.to.len());
+            }
+            let cfg = transfer::config(a.size)?;
+            let spin = ui.spinner(&format!("hashing {}", path.display()));
+            let (src, offer) = transfer::source(path, a.offset)?;
+            spin.finish_and_clear();
+            tx.set_bulk(0, aggrate::transport::reliable::BulkSender::new(cfg.clone())?);
+            Some(transfer::Outgoing::new(path, src, offer, cfg.segment))
+        }
+        None => None,
+    };
+    let mut bar = file.as_ref().map(|f| ui.bytes_bar(f.bytes_to_send(), "sent"));
+    let mut feed_error = None;
     let stop = AtomicBool::new(false);
     let mut last_print = aggrate::Ts::ZERO;
     let header = std::iter::once("t_ns,update,starting,bottleneck,level,driven".to_string())
@@ -79,33 +105,56 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         .collect::<String>();
     let mut log = a.log.as_deref().map(|p| CsvLog::create(p, &header)).transpose()?;
     let mut logged = 0u64;
-    let stats = io::run_sender(&sock, &a.to, &mut tx, secs(a.session.duration)?, &stop, |now, s| {
-        // One line per step of the loop (the ticks come every 100 ms; steps every interval).
-        let (c, driven) = s.control();
-        if let Some(l) = log.as_mut().filter(|_| c.updates() > logged) {
-            logged = c.updates();
-            let rates: String = (0..a.to.len()).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
-            let k = c.classifier();
-            let (start, end) = k.interval();
-            let features: String = k.features().iter().map(|f| format!(",{f:.5}")).collect();
-            l.line(&format!(
-                "{},{},{},{:?},{:.3},{driven}{rates},{:.5},{},{}{features}",
-                now.as_nanos(),
-                c.updates(),
-                u8::from(c.starting()),
-                c.bottleneck(),
-                c.last_level(),
-                k.probability(),
-                start.as_nanos(),
-                end.as_nanos()
-            ));
-        }
-        if now.saturating_since(last_print) >= Duration::from_secs(1) {
-            last_print = now;
-            let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
-            ui.info(format!("rates Mb/s: {}", rates.join(", ")));
-        }
-    })?;
+    let duration = a.session.seconds(file.is_some())?;
+    let (segment, head) = file.as_ref().map_or((1, 0), |f| (f.segment, f.head));
+    let each = |tx: &mut Sender| match (file.as_mut(), tx.bulk_mut(0)) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(f), Some(b)) => match f.src.feed(b) {
+            Ok(_) => !b.is_done(),
+            Err(e) => {
+                feed_error = Some(e);
+                false
+            }
+        },
+    };
+    let stats = io::run_sender_with(
+        &sock,
+        &a.to,
+        &mut tx,
+        duration,
+        &stop,
+        |now, s| {
+            // One line per step of the loop (the ticks come every 100 ms; steps every interval).
+            let (c, driven) = s.control();
+            if let Some(l) = log.as_mut().filter(|_| c.updates() > logged) {
+                logged = c.updates();
+                let rates: String = (0..a.to.len()).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
+                let k = c.classifier();
+                let (start, end) = k.interval();
+                let features: String = k.features().iter().map(|f| format!(",{f:.5}")).collect();
+                l.line(&format!(
+                    "{},{},{},{:?},{:.3},{driven}{rates},{:.5},{},{}{features}",
+                    now.as_nanos(),
+                    c.updates(),
+                    u8::from(c.starting()),
+                    c.bottleneck(),
+                    c.last_level(),
+                    k.probability(),
+                    start.as_nanos(),
+                    end.as_nanos()
+                ));
+            }
+            if let (Some(bar), Some(b)) = (bar.as_mut(), s.bulk(0)) {
+                bar.set(transfer::acked_bytes(b.acked(), segment, head));
+            } else if now.saturating_since(last_print) >= Duration::from_secs(1) {
+                last_print = now;
+                let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
+                ui.info(format!("rates Mb/s: {}", rates.join(", ")));
+            }
+        },
+        each,
+    )?;
     if let Some(l) = log {
         l.finish()?;
     }
@@ -115,6 +164,34 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
             stats.other_version,
             aggrate::transport::wire::VERSION
         ));
+    }
+    if let Some(e) = feed_error {
+        return Err(e.into());
+    }
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    if let (Some(f), Some(b)) = (&file, tx.bulk(0)) {
+        let acked = f.acked_bytes(b);
+        outln!(
+            "{}",
+            serde_json::json!({ "sender": stats, "transfer": b.stats(), "file_bytes_acknowledged": acked })
+        );
+        if !b.is_done() {
+            if stats.sessions == 0 {
+                bail!(
+                    "no receiver answered at {} (none listening, or one with another key or aggrate version): nothing was sent",
+                    a.to[0]
+                );
+            }
+            bail!(f.incomplete(acked));
+        }
+        ui.info(format!(
+            "{} arrived whole ({} bytes)",
+            f.offer.name,
+            f.offer.offset + acked
+        ));
+        return Ok(Exit::Ok);
     }
     outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)

@@ -531,13 +531,13 @@ impl BulkSender {
         Some(((1.0 / p).round() as usize).clamp(2, MAX_GROUP))
     }
 
-    fn poll_parity(&mut self, out: &mut Vec<u8>) -> Option<Sent> {
-        let k_want = self.parity_group()?;
-        let fin = self.fin;
+    /// The next parity group (first member, size), if a whole one is due.
+    fn parity_due(&self) -> Option<(u64, usize)> {
+        let k = self.parity_group()?;
         let mut first = self.parity_next.max(self.base);
         // Members: sent, not acknowledged, not the last segment (its flag is not in parity),
         // consecutive.
-        let end = self.next_new.min(fin.unwrap_or(u64::MAX));
+        let end = self.next_new.min(self.fin.unwrap_or(u64::MAX));
         while first < end {
             let m = self.meta[self.slot(first)];
             if !m.sacked && !m.parity {
@@ -546,10 +546,38 @@ impl BulkSender {
             first += 1;
         }
         // Whole groups only: a smaller one costs a segment as well and covers fewer losses.
-        let k = k_want;
-        if end.saturating_sub(first) < k as u64 {
-            return None;
+        (end.saturating_sub(first) >= k as u64).then_some((first, k))
+    }
+
+    /// Whether [`BulkSender::poll_frame`] would give a frame now (a repair, new data the
+    /// window lets go, or a parity group): a driver that paces datagrams asks before it spends
+    /// a pacing slot.
+    /// (Repairs that became needless — acknowledged since they were queued — are dropped from
+    /// the queue's front on the way, as `poll_frame` drops them.)
+    /// Blocked by the receiver's window alone, it starts the timer that probes it, as
+    /// `poll_frame` does.
+    pub fn wants_to_send(&mut self, now: Ts) -> bool {
+        while let Some(&seq) = self.repairs.front() {
+            let slot = self.slot(seq);
+            if seq < self.base || self.meta[slot].sacked || seq >= self.next_new {
+                self.meta[slot].queued = false;
+                self.repairs.pop_front();
+            } else {
+                return true;
+            }
         }
+        let open = self.next_new < self.peer_window_end || self.probe;
+        if self.next_new < self.formed && open {
+            return true;
+        }
+        if self.next_new < self.formed && self.deadline.is_none() {
+            self.deadline = Some(now + self.rto.rto);
+        }
+        self.parity_due().is_some()
+    }
+
+    fn poll_parity(&mut self, out: &mut Vec<u8>) -> Option<Sent> {
+        let (first, k) = self.parity_due()?;
         let seg = self.cfg.segment;
         out.push(KIND_PARITY);
         out.push(k as u8);

@@ -1,4 +1,4 @@
-//! The reference protocol's packets (version 3): checked parse and emit that never panic, every
+//! The reference protocol's packets (version 4): checked parse and emit that never panic, every
 //! packet authenticated.
 //!
 //! Every packet starts with a 12-byte header (big endian):
@@ -6,8 +6,8 @@
 //! | bytes | field |
 //! | --- | --- |
 //! | 0..2 | magic `0xA6 0x67` |
-//! | 2 | version (3) |
-//! | 3 | kind: 1 = data, 2 = feedback, 3 = hello, 4 = hello-ack, 5 = cookie |
+//! | 2 | version (4; a peer of another version is refused with [`WireError::Version`]) |
+//! | 3 | kind: 1 = data, 2 = feedback, 3 = hello, 4 = hello-ack, 5 = cookie, 6 = ack |
 //! | 4..8 | session id (chosen by the sender per handshake) |
 //! | 8..12 | station index |
 //!
@@ -34,7 +34,17 @@
 //!
 //! **Data** (kind 1): `12..20` sequence number (u64), `20..28` send time (ns on the sender's
 //! clock, u64), `28..44` tag over the whole datagram (with the tag bytes taken as zero) under the
-//! session's data key, then the payload (any length, may be empty).
+//! session's data key, then the payload (any length, may be empty). A payload whose first byte
+//! is not zero is a frame of the reliable layer ([`super::reliable`]: a data segment or a parity
+//! frame); zeros are padding. The frame is under the datagram's tag and behind its replay
+//! window like every other byte.
+//!
+//! **Ack** (kind 6, receiver → sender, version 4): `12..16` ack number (u32, rising within a
+//! session), `16..18` frame length L (u16), `18..18+L` the reliable layer's acknowledgement
+//! (cumulative point, window, SACK and NACK ranges), then the tag under the session's feedback
+//! key; exactly `18 + L + 16` bytes. A forged ack does not verify; a replayed one carries a
+//! number that is not above the last accepted and is refused ([`WireError::Stale`]) before the
+//! reliable layer sees it. Acks never reach the rate controller: only reports do.
 //!
 //! **Feedback** (kind 2), 128 bytes: `12..16` report number (u32), `16..24` highest sequence
 //! received (u64), then the report: start, end (ns, u64), frames, packets, lost (u64 each),
@@ -63,7 +73,7 @@ type HmacSha256 = Hmac<Sha256>;
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = [0xA6, 0x67];
 /// Protocol version.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Header bytes.
 pub const HEADER_LEN: usize = 12;
 /// Tag bytes.
@@ -188,6 +198,9 @@ pub enum WireError {
     /// A handshake is pending with another address and has not timed out.
     #[error("a handshake with another address is pending")]
     Pending,
+    /// A verified datagram whose reliable-layer frame the other end refused.
+    #[error("{0}")]
+    Frame(#[from] super::reliable::FrameError),
 }
 
 /// A pre-shared key is unusable.
@@ -242,7 +255,7 @@ impl Psk {
         }
         Ok(Psk {
             ikm: bytes.to_vec(),
-            handshake: hkdf_key(bytes, b"aggrate v3", &[b"handshake"]),
+            handshake: hkdf_key(bytes, b"aggrate v4", &[b"handshake"]),
         })
     }
 
@@ -302,8 +315,8 @@ impl SessionKeys {
         SessionKeys {
             session,
             station,
-            data: hkdf_key(&psk.ikm, &salt, &[b"aggrate v3 data", &s, &t]),
-            feedback: hkdf_key(&psk.ikm, &salt, &[b"aggrate v3 feedback", &s, &t]),
+            data: hkdf_key(&psk.ikm, &salt, &[b"aggrate v4 data", &s, &t]),
+            feedback: hkdf_key(&psk.ikm, &salt, &[b"aggrate v4 feedback", &s, &t]),
         }
     }
 }
@@ -370,6 +383,8 @@ pub enum Kind {
     HelloAck,
     /// Cookie (the receiver's answer to a hello without a valid one).
     Cookie,
+    /// An acknowledgement of the reliable layer.
+    Ack,
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -411,6 +426,7 @@ pub fn peek(b: &[u8]) -> Result<(Kind, u32, u32), WireError> {
         3 => Kind::Hello,
         4 => Kind::HelloAck,
         5 => Kind::Cookie,
+        6 => Kind::Ack,
         k => return Err(WireError::Kind(k)),
     };
     Ok((kind, u32_at(b, 4), u32_at(b, 8)))
@@ -550,7 +566,7 @@ pub fn handshake_id(b: &[u8]) -> Option<(Kind, Hello)> {
 /// A cookie for `h` from `from`, in `epoch`, under a receiver's `secret`.
 pub fn make_cookie(secret: &[u8; 32], epoch: u64, from: &std::net::SocketAddr, h: &Hello) -> [u8; COOKIE_BYTES] {
     let mut mac = keyed(secret);
-    mac.update(b"aggrate v3 cookie");
+    mac.update(b"aggrate v4 cookie");
     mac.update(&epoch.to_be_bytes());
     match from {
         std::net::SocketAddr::V4(a) => {
@@ -686,6 +702,54 @@ pub fn emit_data(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload_len: u
     out.resize(DATA_HEADER_LEN + payload_len, 0);
     let t = tag(&keys.data, out, 28);
     out[28..DATA_HEADER_LEN].copy_from_slice(&t);
+}
+
+/// Write a data packet carrying `payload` (a reliable-layer frame) to `out` (cleared first).
+pub fn emit_data_payload(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload: &[u8]) {
+    header(out, 1, keys.session, keys.station);
+    out.extend_from_slice(&d.seq.to_be_bytes());
+    out.extend_from_slice(&d.sent.as_nanos().to_be_bytes());
+    out.extend_from_slice(&[0u8; TAG_LEN]);
+    out.extend_from_slice(payload);
+    let t = tag(&keys.data, out, 28);
+    out[28..DATA_HEADER_LEN].copy_from_slice(&t);
+}
+
+/// Bytes of an ack before its frame: header, number, frame length.
+pub const ACK_HEADER_LEN: usize = HEADER_LEN + 4 + 2;
+/// Longest reliable-layer frame an ack carries.
+pub const MAX_ACK_FRAME: usize = 1200;
+
+/// Write an ack carrying the reliable layer's acknowledgement `frame` (at most
+/// [`MAX_ACK_FRAME`] bytes; longer is cut, and then fails to parse at the sender) to `out`
+/// (cleared first).
+pub fn emit_ack(out: &mut Vec<u8>, keys: &SessionKeys, number: u32, frame: &[u8]) {
+    let frame = &frame[..frame.len().min(MAX_ACK_FRAME)];
+    header(out, 6, keys.session, keys.station);
+    out.extend_from_slice(&number.to_be_bytes());
+    out.extend_from_slice(&(frame.len() as u16).to_be_bytes());
+    out.extend_from_slice(frame);
+    let at = out.len();
+    out.extend_from_slice(&[0u8; TAG_LEN]);
+    let t = tag(&keys.feedback, out, at);
+    out[at..].copy_from_slice(&t);
+}
+
+/// Parse and verify an ack of the session `keys`: its number and the frame it carries.
+pub fn parse_ack<'b>(b: &'b [u8], keys: &SessionKeys) -> Result<(u32, &'b [u8]), WireError> {
+    let (session, station) = expect(b, Kind::Ack, ACK_HEADER_LEN + TAG_LEN, false, "an ack")?;
+    same_session(keys, session, station)?;
+    let len = u16::from_be_bytes([b[16], b[17]]) as usize;
+    let need = ACK_HEADER_LEN + len + TAG_LEN;
+    if len > MAX_ACK_FRAME || b.len() != need {
+        return Err(WireError::Short {
+            len: b.len(),
+            need,
+            what: "an ack (exactly its frame length, at byte 16, and the tag)",
+        });
+    }
+    verify(&keys.feedback, b, need - TAG_LEN)?;
+    Ok((u32_at(b, 12), &b[ACK_HEADER_LEN..need - TAG_LEN]))
 }
 
 /// A data packet's sequence number and send time **without verifying its tag** (no key): for a
@@ -930,10 +994,10 @@ mod tests {
         assert_eq!(handshake_id(&b), Some((Kind::HelloAck, h)));
         // No answer is larger than the hello that asked for it.
         const { assert!(HELLO_ACK_LEN <= HELLO_LEN && COOKIE_LEN <= HELLO_LEN) };
-        // An earlier version is refused naming both versions.
-        b[2] = 2;
+        // An earlier version (3: before the reliable layer) is refused naming both versions.
+        b[2] = 3;
         let e = peek(&b).unwrap_err().to_string();
-        assert!(e.contains("version 2") && e.contains("version 3"), "{e}");
+        assert!(e.contains("version 3") && e.contains("version 4"), "{e}");
     }
 
     #[test]
@@ -1060,6 +1124,45 @@ mod tests {
     }
 
     #[test]
+    fn frames_ride_in_data_and_acks_verify_exactly() {
+        let k = keys(1);
+        let mut b = Vec::new();
+        let d = Data { seq: 77, sent: Ts(5) };
+        emit_data_payload(&mut b, &k, &d, &[1, 2, 3, 4]);
+        assert_eq!(parse_data(&b, &k).unwrap(), (d, 4));
+        assert_eq!(&b[DATA_HEADER_LEN..], &[1, 2, 3, 4]);
+        // The same bytes as the zero-payload writer when the payload is zeros.
+        let mut z = Vec::new();
+        emit_data(&mut z, &k, &d, 4);
+        emit_data_payload(&mut b, &k, &d, &[0; 4]);
+        assert_eq!(b, z);
+        let frame: Vec<u8> = (0..40).collect();
+        emit_ack(&mut b, &k, 9, &frame);
+        assert_eq!(b.len(), ACK_HEADER_LEN + frame.len() + TAG_LEN);
+        assert_eq!(parse_ack(&b, &k).unwrap(), (9, &frame[..]));
+        // Every changed byte, a cut, a byte more and another session's keys are refused; an ack
+        // is not feedback nor data.
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x04;
+            assert!(parse_ack(&c, &k).is_err(), "ack byte {i}");
+        }
+        assert!(matches!(parse_ack(&b[..b.len() - 1], &k), Err(WireError::Short { .. })));
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(matches!(parse_ack(&longer, &k), Err(WireError::Short { .. })));
+        assert_eq!(parse_ack(&b, &keys(3)), Err(WireError::Tag { at: b.len() - TAG_LEN }));
+        assert_eq!(parse_feedback(&b, &k), Err(WireError::Kind(6)));
+        assert_eq!(parse_data(&b, &k), Err(WireError::Kind(6)));
+        // Under the feedback key, not the data key: a data tag never makes an ack.
+        let mut swapped = b.clone();
+        let at = swapped.len() - TAG_LEN;
+        let t = tag(&k.data, &swapped, at);
+        swapped[at..].copy_from_slice(&t);
+        assert!(parse_ack(&swapped, &k).is_err());
+    }
+
+    #[test]
     fn reports_out_of_range_are_named() {
         let ok = report();
         assert_eq!(check_report(&ok, 64.0), Ok(()));
@@ -1105,6 +1208,7 @@ mod tests {
             let _ = parse_hello(&b, &p);
             let _ = parse_hello_ack(&b, &p);
             let _ = parse_cookie(&b, &p);
+            let _ = parse_ack(&b, &k);
             let _ = handshake_id(&b);
         }
 
@@ -1121,6 +1225,8 @@ mod tests {
             emit_cookie(&mut b, &p, &Cookie { hello: Hello { session: 1, station: 0, nonce_s: [1; 32] }, cookie: [2; 16] });
             let _ = parse_cookie(&b[..cut.min(b.len())], &p);
             let _ = handshake_id(&b[..cut.min(b.len())]);
+            emit_ack(&mut b, &k, 3, &[1; 30]);
+            let _ = parse_ack(&b[..cut.min(b.len())], &k);
         }
     }
 }

@@ -1,0 +1,241 @@
+//! The reliable stream through the whole transport: frames inside authenticated data, acks as
+//! authenticated, numbered datagrams, over a lossy path with an attacker on it.
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use super::reliable::{BulkConfig, BulkReceiver, BulkSender};
+use super::*;
+use crate::features::FeatureSpec;
+use crate::runtime::Mode;
+
+/// splitmix64 (the core crate has no RNG dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const SIZE: usize = 1472;
+
+fn cfg() -> BulkConfig {
+    BulkConfig {
+        segment: SIZE - wire::DATA_HEADER_LEN - reliable::DATA_HEADER_LEN,
+        window: 256,
+        ..BulkConfig::default()
+    }
+}
+
+fn ends() -> (Sender, Receiver) {
+    let psk = Psk::new(b"the test's pre-shared key").unwrap();
+    let mut s = Sender::new(
+        psk.clone(),
+        [1; 32],
+        1,
+        SIZE - wire::DATA_HEADER_LEN,
+        PiParams::default(),
+        Duration::from_millis(100),
+        Ts::ZERO,
+    )
+    .unwrap();
+    s.set_bulk(0, BulkSender::new(cfg()).unwrap());
+    let est = OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), Duration::from_millis(100)).unwrap();
+    let mut r = Receiver::new(psk, [2; 32], est);
+    r.set_bulk(BulkReceiver::new(cfg()).unwrap());
+    (s, r)
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    got: Vec<u8>,
+    done: bool,
+    acks_replayed: u64,
+    acks_forged: u64,
+    data_replayed: u64,
+}
+
+/// A one-way path of `delay` that loses a share `loss` of datagrams and copies a share `dup`.
+struct Link {
+    q: VecDeque<(Ts, Vec<u8>)>,
+    delay: Duration,
+}
+
+impl Link {
+    fn push(&mut self, now: Ts, b: &[u8], rng: &mut Rng, loss: f64, dup: f64) {
+        if rng.unit() < loss {
+            return;
+        }
+        self.q.push_back((now + self.delay, b.to_vec()));
+        if rng.unit() < dup {
+            self.q.push_back((now + self.delay * 2, b.to_vec()));
+        }
+    }
+    fn due(&mut self, now: Ts) -> Option<Vec<u8>> {
+        if self.q.front().is_some_and(|(t, _)| *t <= now) {
+            return self.q.pop_front().map(|(_, b)| b);
+        }
+        None
+    }
+}
+
+/// Carry `content` from sender to receiver; on the way an attacker replays acks and data it
+/// saw and forges acks (flipping bits of a real one), each refused without effect.
+fn transfer(seed: u64, loss: f64, dup: f64, content: &[u8]) -> Outcome {
+    let (mut s, mut r) = ends();
+    let mut rng = Rng(seed);
+    let (mut down, mut up) = (
+        Link {
+            q: VecDeque::new(),
+            delay: Duration::from_millis(5),
+        },
+        Link {
+            q: VecDeque::new(),
+            delay: Duration::from_millis(5),
+        },
+    );
+    let (mut seen_acks, mut seen_data) = (Vec::<Vec<u8>>::new(), Vec::<Vec<u8>>::new());
+    let mut out = Outcome::default();
+    let (mut offered, mut now) = (0usize, Ts::ZERO);
+    let from = SocketAddr::from(([127, 0, 0, 1], 1));
+    while now < Ts::from_millis(120_000) {
+        if let Some(b) = s.bulk_mut(0) {
+            offered += b.offer(&content[offered..]);
+            if offered == content.len() {
+                b.finish();
+            }
+        }
+        s.handle_timeout(now);
+        while let Some(t) = s.poll_transmit(now) {
+            let b = &s.buffer()[..t.len];
+            down.push(now, b, &mut rng, loss, dup);
+            if b[3] == 1 && seen_data.len() < 64 {
+                seen_data.push(b.to_vec());
+            }
+        }
+        while let Some(b) = down.due(now) {
+            let _ = r.handle_datagram(now, from, &b);
+        }
+        if let Some(b) = r.bulk_mut() {
+            while let Some(bytes) = b.read() {
+                out.got.extend_from_slice(bytes);
+            }
+        }
+        while let Some((n, _)) = r.poll_transmit(now) {
+            let b = &r.buffer()[..n];
+            up.push(now, b, &mut rng, loss, dup);
+        }
+        while let Some(b) = up.due(now) {
+            // The attacker keeps acks the sender took (a copy of one the path lost is the
+            // receiver's own word, late: taking it is right).
+            if s.handle_datagram(now, 0, &b).is_ok() && b[3] == 6 && seen_acks.len() < 64 {
+                seen_acks.push(b);
+            }
+        }
+        // The attacker, now and then.
+        if !seen_acks.is_empty() && rng.unit() < 0.05 {
+            let old = seen_acks[(rng.unit() * seen_acks.len() as f64) as usize].clone();
+            let (rate, acked) = (s.rate(0), s.bulk(0).map(|b| b.acked()));
+            let mut forged = old.clone();
+            let n = forged.len();
+            let at = wire::ACK_HEADER_LEN + (rng.unit() * (n - wire::ACK_HEADER_LEN) as f64) as usize;
+            forged[at.min(n - 1)] ^= 0x40;
+            // A copy of an ack already taken is stale.
+            let e = s.handle_datagram(now, 0, &old).unwrap_err();
+            assert!(matches!(e, WireError::Stale { .. }), "{e}");
+            out.acks_replayed += 1;
+            assert!(s.handle_datagram(now, 0, &forged).is_err(), "a forged ack verified");
+            out.acks_forged += 1;
+            assert_eq!((s.rate(0), s.bulk(0).map(|b| b.acked())), (rate, acked));
+        }
+        if !seen_data.is_empty() && rng.unit() < 0.05 {
+            let old = &seen_data[(rng.unit() * seen_data.len() as f64) as usize];
+            if r.handle_datagram(now, from, old).is_err() {
+                out.data_replayed += 1;
+            }
+        }
+        if s.bulk(0).is_some_and(|b| b.is_done()) && r.bulk().is_some_and(|b| b.is_done()) {
+            out.done = true;
+            break;
+        }
+        let next = s.poll_timeout().min(r.poll_timeout(now));
+        now = next.clamp(now + Duration::from_micros(10), now + Duration::from_millis(1));
+    }
+    out
+}
+
+#[test]
+fn a_stream_crosses_the_transport_whole_and_the_attacker_moves_nothing() {
+    let content: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let o = transfer(7, 0.05, 0.02, &content);
+    assert!(o.done, "not done: {} of {} bytes", o.got.len(), content.len());
+    assert!(o.got == content, "the bytes differ");
+    assert!(o.acks_replayed > 5 && o.acks_forged > 5 && o.data_replayed > 5, "{o:?}");
+}
+
+#[test]
+fn acks_never_reach_the_controller_and_numbers_only_rise() {
+    let (mut s, mut r) = ends();
+    let content = vec![9u8; 50_000];
+    let from = SocketAddr::from(([127, 0, 0, 1], 1));
+    let mut acks = Vec::new();
+    let mut now = Ts::ZERO;
+    let mut offered = 0;
+    while now < Ts::from_millis(5_000) && !s.bulk(0).is_some_and(|b| b.is_done()) {
+        if let Some(b) = s.bulk_mut(0) {
+            offered += b.offer(&content[offered..]);
+            if offered == content.len() {
+                b.finish();
+            }
+        }
+        s.handle_timeout(now);
+        while let Some(t) = s.poll_transmit(now) {
+            let d = s.buffer()[..t.len].to_vec();
+            let _ = r.handle_datagram(now, from, &d);
+        }
+        while let Some((n, _)) = r.poll_transmit(now) {
+            let b = r.buffer()[..n].to_vec();
+            if b[3] == 6 {
+                acks.push(b.clone());
+            }
+            s.handle_datagram(now, 0, &b).unwrap();
+        }
+        now = now + Duration::from_micros(200);
+    }
+    assert!(s.bulk(0).is_some_and(|b| b.is_done()) && acks.len() > 3);
+    assert_eq!(s.stats().acks, acks.len() as u64);
+    // Acks step nothing: the loop moved on reports alone (far fewer than acks).
+    let (updates, feedback) = (s.control().0.updates(), s.stats().feedback);
+    assert!(updates <= feedback && feedback < s.stats().acks, "{updates} {feedback}");
+    let rate = s.rate(0);
+    for a in &acks {
+        assert!(matches!(s.handle_datagram(now, 0, a), Err(WireError::Stale { .. })));
+    }
+    assert_eq!((s.rate(0), s.control().0.updates()), (rate, updates));
+    // A station without a stream refuses acks by kind.
+    let (mut plain, _) = ends();
+    plain.stations[0].bulk = None;
+    plain.stations[0].keys = s.stations[0].keys.clone();
+    assert_eq!(plain.handle_datagram(now, 0, &acks[0]), Err(WireError::Kind(6)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    /// Byte-exact through the transport at any loss up to 20 % both ways, with copies and an
+    /// attacker on the path.
+    #[test]
+    fn byte_exact_at_any_loss(seed in any::<u64>(), loss in 0.0f64..0.2, len in 1usize..120_000) {
+        let content: Vec<u8> = (0..len as u64).map(|i| (i.wrapping_mul(seed | 1) >> 7) as u8).collect();
+        let o = transfer(seed, loss, 0.01, &content);
+        prop_assert!(o.done, "not done at loss {loss}: {} of {len}", o.got.len());
+        prop_assert!(o.got == content);
+    }
+}

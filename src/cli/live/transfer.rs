@@ -1,0 +1,233 @@
+//! `send --file` / `recv --out`: a file (or standard input/output) as the reliable stream the
+//! data datagrams carry ([`aggrate::bulk::file`] holds the offer, source and sink; the transport
+//! carries the frames at the controller's rate). What is here is the glue: settings from the
+//! datagram size, progress, and what to tell the user when a transfer stops short.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use aggrate::bulk::file::{self, FileError, FileSink, FileSource, Offer};
+use aggrate::transport::Receiver;
+
+use super::super::progress::{Progress, Ui};
+use aggrate::transport::reliable::{self, BulkConfig, BulkSender};
+use aggrate::transport::wire;
+
+/// The reliable layer's settings for datagrams of `size` bytes (UDP payload): a segment fills a
+/// datagram after the transport's header and the frame's.
+pub(crate) fn config(size: usize) -> Result<BulkConfig> {
+    let over = wire::DATA_HEADER_LEN + reliable::DATA_HEADER_LEN;
+    if size <= over {
+        bail!("--size = {size}: a file transfer needs more than {over} bytes per datagram (headers)");
+    }
+    Ok(BulkConfig {
+        segment: size - over,
+        ..BulkConfig::default()
+    }
+    .check()?)
+}
+
+/// The source for `send --file PATH` (`-`: standard input) resumed at `offset`, and its offer.
+pub(crate) fn source(path: &Path, offset: u64) -> Result<(FileSource, Offer)> {
+    if file::is_stdout(path) {
+        if offset > 0 {
+            bail!("--offset {offset}: standard input cannot be resumed (send a file)");
+        }
+        let offer = Offer::of_stream("stdin")?;
+        let src = FileSource::new(&offer, Box::new(std::io::stdin()), Path::new("standard input"));
+        return Ok((src, offer));
+    }
+    let mut offer = Offer::of_file(path)?;
+    if offset > offer.size {
+        bail!(
+            "--offset {offset}: beyond the end of {} ({} bytes)",
+            path.display(),
+            offer.size
+        );
+    }
+    offer.offset = offset;
+    let mut f = File::open(path).with_context(|| format!("{}: opening", path.display()))?;
+    f.seek(SeekFrom::Start(offset))
+        .with_context(|| format!("{}: seeking to byte {offset}", path.display()))?;
+    Ok((FileSource::new(&offer, Box::new(f), path), offer))
+}
+
+/// File bytes the receiver acknowledged, of a stream of `segment`-byte segments whose first
+/// `head` bytes are the offer.
+pub(crate) fn acked_bytes(segments: u64, segment: usize, head: usize) -> u64 {
+    (segments.saturating_mul(segment as u64)).saturating_sub(head as u64)
+}
+
+/// A file on its way out.
+pub(crate) struct Outgoing {
+    pub(crate) path: PathBuf,
+    pub(crate) src: FileSource,
+    pub(crate) offer: Offer,
+    /// Segment bytes.
+    pub(crate) segment: usize,
+    /// Bytes of the offer at the stream's start.
+    pub(crate) head: usize,
+}
+
+impl Outgoing {
+    pub(crate) fn new(path: &Path, src: FileSource, offer: Offer, segment: usize) -> Outgoing {
+        Outgoing {
+            path: path.to_path_buf(),
+            head: offer.encode().len(),
+            src,
+            offer,
+            segment,
+        }
+    }
+
+    /// File bytes this run sends (0: unknown, standard input).
+    pub(crate) fn bytes_to_send(&self) -> u64 {
+        if self.offer.size == file::UNKNOWN_SIZE {
+            0
+        } else {
+            self.offer.size - self.offer.offset
+        }
+    }
+
+    /// File bytes `b` has had acknowledged.
+    pub(crate) fn acked_bytes(&self, b: &BulkSender) -> u64 {
+        // The last segment is short (and a stream's ends with its hash): clamp where known.
+        let n = acked_bytes(b.acked(), self.segment, self.head);
+        if self.offer.size == file::UNKNOWN_SIZE {
+            n
+        } else {
+            n.min(self.bytes_to_send())
+        }
+    }
+
+    /// What to say when the sender stopped before the receiver had everything.
+    pub(crate) fn incomplete(&self, acked: u64) -> String {
+        let have = self.offer.offset + acked;
+        let (path, offer) = (&self.path, &self.offer);
+        let size = if offer.size == file::UNKNOWN_SIZE {
+            "of a stream".to_string()
+        } else {
+            format!("of {} bytes", offer.size)
+        };
+        let resume = if file::is_stdout(path) {
+            String::new()
+        } else {
+            format!(
+                "; the receiver keeps the bytes so far under {}{}: resume with `aggrate send --file {} --offset <its length>` (at least {have})",
+                offer.name,
+                file::PART_SUFFIX,
+                path.display()
+            )
+        };
+        format!("the transfer stopped with {have} bytes {size} acknowledged{resume}")
+    }
+}
+
+/// How long `recv --out` keeps acknowledging after the file is whole, once nothing arrives
+/// (the sender ends when it hears the last ack; if that ack was lost it sends the last segment
+/// again, which is answered).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A file on its way in: the stream's bytes drained into a [`FileSink`] after every datagram.
+pub(crate) struct Incoming<'u> {
+    ui: &'u Ui,
+    out: PathBuf,
+    sink: FileSink,
+    bar: Option<Progress>,
+    error: Option<FileError>,
+    /// Data datagrams accepted, and when that count last moved.
+    last: (u64, Instant),
+}
+
+impl<'u> Incoming<'u> {
+    /// A transfer into `out`, whose directory must exist (checked now, not when the first
+    /// bytes arrive).
+    pub(crate) fn new(ui: &'u Ui, out: &Path) -> Result<Incoming<'u>> {
+        if !file::is_stdout(out) && !out.is_dir() {
+            let dir = match out.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            if !dir.is_dir() {
+                bail!(
+                    "--out {}: the directory {} does not exist",
+                    out.display(),
+                    dir.display()
+                );
+            }
+        }
+        Ok(Incoming {
+            ui,
+            out: out.to_path_buf(),
+            sink: FileSink::new(out),
+            bar: None,
+            error: None,
+            last: (0, Instant::now()),
+        })
+    }
+
+    /// Whether the file goes to standard output.
+    pub(crate) fn to_stdout(&self) -> bool {
+        file::is_stdout(&self.out)
+    }
+
+    /// After each datagram: write what arrived in order; `false` once the file is whole and the
+    /// sender has gone quiet, or on an error (kept for [`Incoming::finish`]).
+    pub(crate) fn poll(&mut self, rx: &mut Receiver) -> bool {
+        let Some(b) = rx.bulk_mut() else { return false };
+        while let Some(bytes) = b.read() {
+            if let Err(e) = self.sink.write(bytes) {
+                self.error = Some(e);
+                return false;
+            }
+        }
+        let done = b.is_done();
+        if let Some(o) = self.sink.offer().filter(|_| self.bar.is_none()) {
+            let len = if o.size == file::UNKNOWN_SIZE { 0 } else { o.size };
+            self.bar = Some(self.ui.bytes_bar(len, &format!("receiving {}", o.name)));
+        }
+        if let Some(bar) = &mut self.bar {
+            bar.set(self.sink.written());
+        }
+        let received = rx.stats().received;
+        if received != self.last.0 {
+            self.last = (received, Instant::now());
+        }
+        !(done && self.last.1.elapsed() >= LINGER)
+    }
+
+    /// The run ended: the file renamed into place if it is whole and matches the offer, else an
+    /// error naming what arrived and how to resume.
+    pub(crate) fn finish(self, rx: &Receiver) -> Result<PathBuf> {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+        let written = self.sink.written();
+        if let Some(e) = self.error {
+            return Err(anyhow::Error::new(e).context("receiving the file"));
+        }
+        let to_stdout = self.to_stdout();
+        let resume = move |e: FileError| {
+            let hint = if to_stdout {
+                String::new()
+            } else {
+                format!(": resume with `aggrate send --file FILE --offset {written}`")
+            };
+            anyhow::anyhow!("{e}{hint}")
+        };
+        if self.sink.offer().is_none() {
+            let heard = rx.stats().received;
+            bail!(
+                "no file arrived ({heard} data datagrams accepted: no sender, or one with another key, version or --size; \
+                 see the counters above)"
+            );
+        }
+        // Whole or not, the sink decides by size and hash: a stream cut short fails there and
+        // keeps its part.
+        self.sink.finish().map_err(resume)
+    }
+}
