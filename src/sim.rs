@@ -30,7 +30,7 @@ use crate::model::ModelFile;
 use crate::runtime::{AggReport, Mode, OnlineEstimator, RxPacket};
 use crate::time::Ts;
 use crate::train::online::{OnlineCalibrator, Summary};
-use crate::transport::{wire, Receiver, Sender, SenderStats};
+use crate::transport::{reliable, wire, Receiver, Sender, SenderStats};
 use crate::wlan::noise::{model_for, NoiseModel, Ppdu, ReceivePath};
 use crate::wlan::traffic::{Backhaul, BackhaulConfig};
 use crate::wlan::{Packet, StaId, WlanConfig, WlanSim};
@@ -100,6 +100,11 @@ pub struct SimConfig {
     /// gives: the medium's busy time less its own station's exchanges) and its airtime level
     /// counts that share of the channel as taken by others (`recv --others-share`).
     pub survey: bool,
+    /// Each station's data carries a reliable stream ([`crate::transport::reliable`]: an
+    /// endless seeded byte stream, delivered in order and checked byte by byte), at the rate the
+    /// controller sets; only with the aggregation-target sender. The result's
+    /// [`SimResult::bulk`] says what it delivered and spent.
+    pub bulk: bool,
 }
 
 /// What the aggregation-target sender steers by.
@@ -133,6 +138,7 @@ impl Default for SimConfig {
             self_calibrate: None,
             steer: Steer::Airtime,
             survey: false,
+            bulk: false,
         }
     }
 }
@@ -244,6 +250,40 @@ pub struct SimResult {
     /// start-up, labelled from the schedule.
     #[serde(skip)]
     pub bottleneck: Vec<crate::bottleneck::Row>,
+    /// With [`SimConfig::bulk`], per station: the reliable stream's delivery.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bulk: Vec<BulkResult>,
+}
+
+/// A station's reliable stream in a run ([`SimConfig::bulk`]).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct BulkResult {
+    /// Stream bytes delivered in order over the second half, as a rate (Mb/s).
+    pub goodput_mbps: f64,
+    /// Stream bytes delivered in all.
+    pub delivered_bytes: u64,
+    /// Every delivered byte was the one sent there.
+    pub exact: bool,
+    /// Data-frame and parity bytes sent ÷ new stream bytes sent − 1 (repairs and parity).
+    pub overhead: f64,
+    /// The sender's counters.
+    pub sender: crate::transport::reliable::BulkSenderStats,
+}
+
+/// Byte `pos` of a station's endless stream in [`SimConfig::bulk`] runs (one multiply per
+/// byte: checking 500 Mb/s of it costs the run little).
+fn stream_byte(pos: u64) -> u8 {
+    ((pos >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> ((pos & 7) * 8)) as u8
+}
+
+/// A station's endless stream: how far it was offered and delivered, and whether every byte
+/// was right.
+#[derive(Clone, Debug, Default)]
+struct Stream {
+    offered: u64,
+    delivered: u64,
+    delivered_half: u64,
+    exact: bool,
 }
 
 /// Station `sta`'s estimate (`pick`) against the truth over the report intervals of the second
@@ -287,6 +327,9 @@ struct Wire {
     down: VecDeque<(Ts, usize, Vec<u8>)>,
     /// Hello-acks and feedback on their way to the sender.
     up: VecDeque<(Ts, usize, Vec<u8>)>,
+    /// With [`SimConfig::bulk`]: each station's stream (empty without).
+    streams: Vec<Stream>,
+    chunk: Vec<u8>,
 }
 
 /// Where the virtual sender's datagrams come from (the receivers only answer this address).
@@ -325,7 +368,11 @@ impl Wire {
             sender.set_bottleneck_weights(w);
         }
         sender.set_cell_airtime(cfg.steer == Steer::Airtime);
-        let receivers = stations
+        let bulk = reliable::BulkConfig {
+            segment: payload.saturating_sub(reliable::DATA_HEADER_LEN).max(1),
+            ..reliable::BulkConfig::default()
+        };
+        let mut receivers: Vec<Receiver> = stations
             .iter()
             .enumerate()
             .map(|(i, st)| {
@@ -334,6 +381,26 @@ impl Wire {
                 r
             })
             .collect();
+        let mut streams = Vec::new();
+        if cfg.bulk {
+            for (i, r) in receivers.iter_mut().enumerate() {
+                let e = |e: reliable::FrameError| Error::Bad {
+                    field: "packet_len",
+                    value: cfg.packet_len as f64,
+                    allowed: if matches!(e, reliable::FrameError::Config { .. }) {
+                        "room for the reliable frame's header"
+                    } else {
+                        "a valid reliable setting"
+                    },
+                };
+                sender.set_bulk(i, reliable::BulkSender::new(bulk.clone()).map_err(e)?);
+                r.set_bulk(reliable::BulkReceiver::new(bulk.clone()).map_err(e)?);
+                streams.push(Stream {
+                    exact: true,
+                    ..Stream::default()
+                });
+            }
+        }
         Ok(Wire {
             sender,
             receivers,
@@ -341,12 +408,45 @@ impl Wire {
             sent: vec![0; n],
             down: VecDeque::new(),
             up: VecDeque::new(),
+            streams,
+            chunk: Vec::new(),
         })
+    }
+
+    /// Offer each station's stream what its window has room for.
+    fn feed(&mut self) {
+        for (i, st) in self.streams.iter_mut().enumerate() {
+            let Some(b) = self.sender.bulk_mut(i) else { continue };
+            let room = b.room().min(1 << 16);
+            if room == 0 {
+                continue;
+            }
+            self.chunk.clear();
+            self.chunk
+                .extend((st.offered..st.offered + room as u64).map(stream_byte));
+            st.offered += b.offer(&self.chunk) as u64;
+        }
+    }
+
+    /// Take what station `sta`'s stream delivered in order, checking every byte.
+    fn drain(&mut self, sta: usize, second_half: bool) {
+        let (Some(st), Some(b)) = (self.streams.get_mut(sta), self.receivers[sta].bulk_mut()) else {
+            return;
+        };
+        while let Some(bytes) = b.read() {
+            let at = st.delivered;
+            st.exact &= bytes.iter().zip(at..).all(|(&x, pos)| x == stream_byte(pos));
+            st.delivered += bytes.len() as u64;
+            if second_half {
+                st.delivered_half += bytes.len() as u64;
+            }
+        }
     }
 
     /// What the sender transmits at `now`: data into `out` as (station, WLAN packet), its bytes
     /// kept for the receiver; hellos onto the control path, like the feedback.
     fn transmit(&mut self, now: Ts, cfg: &SimConfig, out: &mut Vec<(usize, Packet)>) {
+        self.feed();
         self.sender.handle_timeout(now);
         while let Some(t) = self.sender.poll_transmit(now) {
             let b = self.sender.buffer()[..t.len].to_vec();
@@ -423,6 +523,8 @@ enum Event {
     Wlan,
     /// This station's receive path hands a packet up.
     Rx(usize),
+    /// This station's receiver has an acknowledgement due (its reliable stream's timers).
+    Answer(usize),
     /// A baseline acknowledgement reaches the sender.
     Ack,
 }
@@ -483,6 +585,11 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimResult, 
             Event::ToAp => l.on_to_ap(),
             Event::Wlan => l.sim.handle_timeout(now),
             Event::Rx(sta) => l.on_rx(now, sta),
+            Event::Answer(sta) => {
+                if let Side::Aggrate(w) = &mut l.side {
+                    w.answers(sta, now, cfg.feedback_delay);
+                }
+            }
             Event::Ack => {
                 if let Side::Cubic(b) = &mut l.side {
                     b.on_ack(now);
@@ -631,6 +738,17 @@ impl<'c> Loop<'c> {
         consider(self.sim.poll_timeout(), Event::Wlan);
         for (i, s) in self.stations.iter().enumerate() {
             consider(s.rx.front().map(|p| p.host), Event::Rx(i));
+        }
+        if let Side::Aggrate(w) = &self.side {
+            for (i, r) in w.receivers.iter().enumerate() {
+                // Never before now: an ack it cannot send yet (no session) waits for the next
+                // event rather than spinning.
+                let due = r.bulk().and_then(|b| b.poll_timeout());
+                consider(
+                    due.map(|t| t.max(self.clock + Duration::from_micros(1))),
+                    Event::Answer(i),
+                );
+            }
         }
         if let Side::Cubic(b) = &self.side {
             consider(b.next_ack(), Event::Ack);
@@ -818,6 +936,7 @@ impl<'c> Loop<'c> {
             Side::Aggrate(w) => {
                 if let Some(b) = p.seq.and_then(|q| w.in_wlan[who].remove(&(q as u32))) {
                     let _ = w.receivers[who].handle_calibrated(p.host, SENDER_ADDR, &b, p.tsft, self.cals.get_mut(who));
+                    w.drain(who, now >= self.half);
                     w.answers(who, now, cfg.feedback_delay);
                 }
             }
@@ -943,6 +1062,22 @@ impl<'c> Loop<'c> {
             self_calibration: self.cals.iter().map(OnlineCalibrator::summary).collect(),
             series,
             bottleneck: std::mem::take(&mut self.rows),
+            bulk: wire.map_or_else(Vec::new, |w| {
+                w.streams
+                    .iter()
+                    .enumerate()
+                    .map(|(i, st)| {
+                        let b = w.sender.bulk(i).map(|b| b.stats()).unwrap_or_default();
+                        BulkResult {
+                            goodput_mbps: st.delivered_half as f64 * 8.0 / secs / 1e6,
+                            delivered_bytes: st.delivered,
+                            exact: st.exact,
+                            overhead: (b.repair_bytes + b.parity_bytes) as f64 / b.new_bytes.max(1) as f64,
+                            sender: b,
+                        }
+                    })
+                    .collect()
+            }),
         }
     }
 }

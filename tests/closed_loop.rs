@@ -471,3 +471,43 @@ fn the_queue_guard_bounds_what_the_level_misses() {
     );
     assert!(a.rate_mbps > 0.9 * b.rate_mbps, "{a:?} vs {b:?}");
 }
+
+/// A reliable stream in every datagram (`SimConfig::bulk`) rides the loop at the controller's
+/// rate: every byte arrives in order and exact, nearly the whole rate is stream (what the WLAN
+/// lost is repaired), and the one-way delay stays where it was without it.
+#[test]
+fn a_reliable_stream_rides_the_loop_without_adding_delay() {
+    let base = SimConfig {
+        wlan: stations(&[9]),
+        duration_s: 20.0,
+        ..SimConfig::default()
+    };
+    let plain = go(&base);
+    let bulk = go(&SimConfig { bulk: true, ..base });
+    assert!(plain.bulk.is_empty() && bulk.bulk.len() == 1);
+    let (p, b, s) = (&plain.stations[0], &bulk.stations[0], &bulk.bulk[0]);
+    assert!(s.exact && s.delivered_bytes > 100_000_000, "{s:?}");
+    // Goodput: the rate less the headers (1,500-byte packets carry 1,412 stream bytes) and
+    // the repairs.
+    assert!(
+        s.goodput_mbps > 0.9 * b.rate_mbps * 1412.0 / 1500.0,
+        "{} of {} Mb/s",
+        s.goodput_mbps,
+        b.rate_mbps
+    );
+    assert!(s.overhead < 0.05, "{s:?}");
+    assert!(
+        (b.rate_mbps / p.rate_mbps - 1.0).abs() < 0.05,
+        "rate {} vs {} without",
+        b.rate_mbps,
+        p.rate_mbps
+    );
+    assert!(
+        b.delay_ms_mean < p.delay_ms_mean * 1.1 + 0.2 && b.delay_ms_p95 < p.delay_ms_p95 * 1.1 + 0.3,
+        "delay {} / {} ms vs {} / {} without",
+        b.delay_ms_mean,
+        b.delay_ms_p95,
+        p.delay_ms_mean,
+        p.delay_ms_p95
+    );
+}

@@ -239,6 +239,37 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// What a receiver's counters say the user should know.
+fn warn_about(ui: &Ui, stats: &aggrate::transport::ReceiverStats) {
+    if let Some(v) = stats.other_version_seen {
+        ui.warn(format!(
+        "{} datagrams of protocol version {v}: the sender runs another aggrate (this one speaks version {}); run the same version at both ends",
+        stats.other_version,
+        aggrate::transport::wire::VERSION
+    ));
+    }
+    if stats.clock_skewed > 0 {
+        ui.warn(format!(
+            "{} packets carried a send time more than an hour from their receive time: the sender's and this \
+         host's clocks disagree, so the reports carried no one-way delay for them (sync the clocks, e.g. NTP)",
+            stats.clock_skewed
+        ));
+    }
+    if stats.replayed > 0 || stats.hellos_limited > 0 || stats.hellos_refused > 0 {
+        ui.warn(format!(
+        "refused {} replayed data datagrams, {} hellos over the rate, {} hellos while another address's handshake was pending",
+        stats.replayed, stats.hellos_limited, stats.hellos_refused
+    ));
+    }
+    if stats.frames_refused > 0 {
+        ui.warn(format!(
+            "{} verified datagrams carried reliable frames this receiver refused: does the sender use another --size? \
+         (give recv --size the sender's)",
+            stats.frames_refused
+        ));
+    }
+}
+
 pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let model = a.model.as_deref().map(ModelFile::load).transpose()?;
     let interval = Duration::from_millis(a.session.interval_ms);
@@ -281,15 +312,11 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     };
     let sock = io::timestamped_socket_with(a.listen, a.ap_marks)?;
     let stop = AtomicBool::new(false);
-    let mut incoming = match &a.out {
-        Some(out) => {
-            rx.set_bulk(aggrate::transport::reliable::BulkReceiver::new(transfer::config(
-                a.size,
-            )?)?);
-            Some(transfer::Incoming::new(ui, out)?)
-        }
-        None => None,
-    };
+    let mut incoming = a
+        .out
+        .as_deref()
+        .map(|out| transfer::Incoming::new(ui, out, a.size, &mut rx))
+        .transpose()?;
     // What the windows since the last line came to: (windows, too far).
     let (mut logged, mut since) = (None, (0u64, 0u64));
     let mut hooks = io::ReceiverHooks::new();
@@ -338,26 +365,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     if let Some(l) = log {
         l.finish()?;
     }
-    if let Some(v) = stats.other_version_seen {
-        ui.warn(format!(
-            "{} datagrams of protocol version {v}: the sender runs another aggrate (this one speaks version {}); run the same version at both ends",
-            stats.other_version,
-            aggrate::transport::wire::VERSION
-        ));
-    }
-    if stats.clock_skewed > 0 {
-        ui.warn(format!(
-            "{} packets carried a send time more than an hour from their receive time: the sender's and this \
-             host's clocks disagree, so the reports carried no one-way delay for them (sync the clocks, e.g. NTP)",
-            stats.clock_skewed
-        ));
-    }
-    if stats.replayed > 0 || stats.hellos_limited > 0 || stats.hellos_refused > 0 {
-        ui.warn(format!(
-            "refused {} replayed data datagrams, {} hellos over the rate, {} hellos while another address's handshake was pending",
-            stats.replayed, stats.hellos_limited, stats.hellos_refused
-        ));
-    }
+    warn_about(ui, &stats);
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);

@@ -90,6 +90,11 @@ pub(crate) struct SimArgs {
     /// cell) or `frame-count` (packets ÷ the model's predicted starts, the study's estimator).
     #[arg(long, value_enum, default_value_t = SteerArg::Airtime)]
     pub(crate) steer: SteerArg,
+    /// The aggregation-target sender's data carries a reliable stream to each station (an
+    /// endless seeded one, checked byte by byte): what reliable delivery costs the loop in rate
+    /// and delay, and what it delivers.
+    #[arg(long)]
+    pub(crate) bulk: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -172,6 +177,7 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
             SteerArg::Airtime => aggrate::sim::Steer::Airtime,
             SteerArg::FrameCount => aggrate::sim::Steer::FrameCount,
         },
+        bulk: a.bulk,
         ..SimConfig::default()
     };
     cfg.control.target = a.target;
@@ -242,6 +248,18 @@ pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
                 );
             }
             outln!("| {:?} | total | | | {:.1} | | | | | | | | |", r.sender, r.total_mbps);
+            for (i, b) in r.bulk.iter().enumerate() {
+                outln!(
+                    "\nstation {i}'s reliable stream: {:.1} Mb/s delivered in order (second half), {} bytes in all, {}, overhead {:.2} % ({} NACK and {} timer repairs, {} parity frames)",
+                    b.goodput_mbps,
+                    b.delivered_bytes,
+                    if b.exact { "every byte exact" } else { "BYTES DIFFER" },
+                    b.overhead * 100.0,
+                    b.sender.nack_repairs,
+                    b.sender.rto_repairs,
+                    b.sender.parity_frames
+                );
+            }
             for (i, c) in r.self_calibration.iter().enumerate() {
                 let near = c.last.as_ref().map_or("none yet".to_string(), |s| {
                     format!(

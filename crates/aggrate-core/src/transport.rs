@@ -864,66 +864,76 @@ impl Receiver {
                 self.stats.hellos += 1;
                 Ok(())
             }
-            Kind::Data => {
-                let on_current = self
-                    .current
-                    .as_ref()
-                    .filter(|c| c.addr == from)
-                    .map(|c| wire::parse_data(bytes, &c.keys));
-                let (d, payload) = match on_current {
-                    Some(Ok(x)) => x,
-                    other => {
-                        let Some(p) = self.pending.as_ref().filter(|p| p.addr == from) else {
-                            return Err(match other {
-                                Some(Err(e)) => e,
-                                _ if self.current.is_none() && self.pending.is_none() => WireError::NoSession,
-                                _ => WireError::Peer,
-                            });
-                        };
-                        let x = wire::parse_data(bytes, &p.keys)?;
-                        // A new session: sequence numbers and report numbers start again.
-                        self.current = self.pending.take();
-                        self.number = 0;
-                        self.highest = 0;
-                        self.window = ReplayWindow::default();
-                        self.ack_number = 0;
-                        self.est.reset_sequence();
-                        self.stats.sessions += 1;
-                        x
-                    }
-                };
-                // Verified, but seen before (or too old): a replay, dropped before the estimator
-                // and every counter.
-                if !self.window.accept(d.seq) {
-                    self.stats.replayed += 1;
-                    return Err(WireError::Replay {
-                        seq: d.seq,
-                        highest: self.window.highest().unwrap_or(0),
-                    });
-                }
-                self.stats.received += 1;
-                self.highest = self.highest.max(d.seq);
-                self.est.push(&RxPacket {
-                    host,
-                    seq: Some(d.seq),
-                    sent: Some(d.sent),
-                    len: (payload + wire::DATA_HEADER_LEN).min(u32::MAX as usize) as u32,
-                    tsft,
-                    phy_rate_bps: self.phy_rate_bps,
-                });
-                // Zeros are padding; anything else is the reliable stream's frame.
-                if let (Some(b), Some(&k)) = (self.bulk.as_mut(), bytes.get(wire::DATA_HEADER_LEN)) {
-                    if k != 0 {
-                        if let Err(e) = b.handle_frame(host, &bytes[wire::DATA_HEADER_LEN..]) {
-                            self.stats.frames_refused += 1;
-                            return Err(e.into());
-                        }
-                    }
-                }
-                Ok(())
-            }
+            Kind::Data => self.data(host, from, bytes, tsft),
             _ => Err(WireError::Kind(bytes[3])),
         }
+    }
+
+    /// A data datagram: verified under the current (or the pending) session, fresh, then to
+    /// the estimator and, if it carries one, its frame to the reliable stream.
+    fn data(
+        &mut self,
+        host: Ts,
+        from: SocketAddr,
+        bytes: &[u8],
+        tsft: Option<crate::time::Tsft>,
+    ) -> Result<(), WireError> {
+        let on_current = self
+            .current
+            .as_ref()
+            .filter(|c| c.addr == from)
+            .map(|c| wire::parse_data(bytes, &c.keys));
+        let (d, payload) = match on_current {
+            Some(Ok(x)) => x,
+            other => {
+                let Some(p) = self.pending.as_ref().filter(|p| p.addr == from) else {
+                    return Err(match other {
+                        Some(Err(e)) => e,
+                        _ if self.current.is_none() && self.pending.is_none() => WireError::NoSession,
+                        _ => WireError::Peer,
+                    });
+                };
+                let x = wire::parse_data(bytes, &p.keys)?;
+                // A new session: sequence numbers and report numbers start again.
+                self.current = self.pending.take();
+                self.number = 0;
+                self.highest = 0;
+                self.window = ReplayWindow::default();
+                self.ack_number = 0;
+                self.est.reset_sequence();
+                self.stats.sessions += 1;
+                x
+            }
+        };
+        // Verified, but seen before (or too old): a replay, dropped before the estimator
+        // and every counter.
+        if !self.window.accept(d.seq) {
+            self.stats.replayed += 1;
+            return Err(WireError::Replay {
+                seq: d.seq,
+                highest: self.window.highest().unwrap_or(0),
+            });
+        }
+        self.stats.received += 1;
+        self.highest = self.highest.max(d.seq);
+        self.est.push(&RxPacket {
+            host,
+            seq: Some(d.seq),
+            sent: Some(d.sent),
+            len: (payload + wire::DATA_HEADER_LEN).min(u32::MAX as usize) as u32,
+            tsft,
+            phy_rate_bps: self.phy_rate_bps,
+        });
+        // Zeros are padding; anything else is the reliable stream's frame.
+        if let (Some(b), Some(&k)) = (self.bulk.as_mut(), bytes.get(wire::DATA_HEADER_LEN)) {
+            if k != 0 {
+                if let Err(e) = b.handle_frame(host, &bytes[wire::DATA_HEADER_LEN..]) {
+                    self.stats.frames_refused += 1;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A datagram due at `now` — a hello-ack or a feedback — in [`Receiver::buffer`], with its

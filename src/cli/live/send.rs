@@ -52,6 +52,35 @@ pub(crate) struct SendArgs {
     pub(crate) session: SessionArgs,
 }
 
+/// The `--log` CSV's header for `n` stations.
+fn log_header(n: usize) -> String {
+    std::iter::once("t_ns,update,starting,bottleneck,level,driven".to_string())
+        .chain((0..n).map(|i| format!(",rate_mbps_{i}")))
+        .chain(std::iter::once(",p_backhaul,report_start_ns,report_end_ns".to_string()))
+        .chain((0..aggrate::control::BOTTLENECK_FEATURES).map(|i| format!(",f{i}")))
+        .collect()
+}
+
+/// One `--log` line: the loop's last step.
+fn log_line(now: aggrate::Ts, s: &Sender, n: usize) -> String {
+    let (c, driven) = s.control();
+    let rates: String = (0..n).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
+    let k = c.classifier();
+    let (start, end) = k.interval();
+    let features: String = k.features().iter().map(|f| format!(",{f:.5}")).collect();
+    format!(
+        "{},{},{},{:?},{:.3},{driven}{rates},{:.5},{},{}{features}",
+        now.as_nanos(),
+        c.updates(),
+        u8::from(c.starting()),
+        c.bottleneck(),
+        c.last_level(),
+        k.probability(),
+        start.as_nanos(),
+        end.as_nanos()
+    )
+}
+
 pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     let min = aggrate::transport::wire::DATA_HEADER_LEN;
     if !(min..=65_000).contains(&a.size) {
@@ -81,28 +110,21 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         tx.set_bottleneck_weights(aggrate::bottleneck::read_weights(p)?);
     }
     let mut file = match &a.file {
-        Some(path) => {
-            if a.to.len() != 1 {
-                bail!("--file goes to one receiver: give one --to (got {})", a.to.len());
-            }
-            let cfg = transfer::config(a.size)?;
-            let spin = ui.spinner(&format!("hashing {}", path.display()));
-            let (src, offer) = transfer::source(path, a.offset)?;
-            spin.finish_and_clear();
-            tx.set_bulk(0, aggrate::transport::reliable::BulkSender::new(cfg.clone())?);
-            Some(transfer::Outgoing::new(path, src, offer, cfg.segment))
-        }
+        Some(path) => Some(transfer::Outgoing::open(
+            ui,
+            path,
+            a.offset,
+            a.size,
+            a.to.len(),
+            &mut tx,
+        )?),
         None => None,
     };
     let mut bar = file.as_ref().map(|f| ui.bytes_bar(f.bytes_to_send(), "sent"));
     let mut feed_error = None;
     let stop = AtomicBool::new(false);
     let mut last_print = aggrate::Ts::ZERO;
-    let header = std::iter::once("t_ns,update,starting,bottleneck,level,driven".to_string())
-        .chain((0..a.to.len()).map(|i| format!(",rate_mbps_{i}")))
-        .chain(std::iter::once(",p_backhaul,report_start_ns,report_end_ns".to_string()))
-        .chain((0..aggrate::control::BOTTLENECK_FEATURES).map(|i| format!(",f{i}")))
-        .collect::<String>();
+    let header = log_header(a.to.len());
     let mut log = a.log.as_deref().map(|p| CsvLog::create(p, &header)).transpose()?;
     let mut logged = 0u64;
     let duration = a.session.seconds(file.is_some())?;
@@ -126,24 +148,9 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         &stop,
         |now, s| {
             // One line per step of the loop (the ticks come every 100 ms; steps every interval).
-            let (c, driven) = s.control();
-            if let Some(l) = log.as_mut().filter(|_| c.updates() > logged) {
-                logged = c.updates();
-                let rates: String = (0..a.to.len()).map(|i| format!(",{:.3}", s.rate(i).mbps)).collect();
-                let k = c.classifier();
-                let (start, end) = k.interval();
-                let features: String = k.features().iter().map(|f| format!(",{f:.5}")).collect();
-                l.line(&format!(
-                    "{},{},{},{:?},{:.3},{driven}{rates},{:.5},{},{}{features}",
-                    now.as_nanos(),
-                    c.updates(),
-                    u8::from(c.starting()),
-                    c.bottleneck(),
-                    c.last_level(),
-                    k.probability(),
-                    start.as_nanos(),
-                    end.as_nanos()
-                ));
+            if let Some(l) = log.as_mut().filter(|_| s.control().0.updates() > logged) {
+                logged = s.control().0.updates();
+                l.line(&log_line(now, s, a.to.len()));
             }
             if let (Some(bar), Some(b)) = (bar.as_mut(), s.bulk(0)) {
                 bar.set(transfer::acked_bytes(b.acked(), segment, head));
@@ -172,26 +179,7 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         bar.finish();
     }
     if let (Some(f), Some(b)) = (&file, tx.bulk(0)) {
-        let acked = f.acked_bytes(b);
-        outln!(
-            "{}",
-            serde_json::json!({ "sender": stats, "transfer": b.stats(), "file_bytes_acknowledged": acked })
-        );
-        if !b.is_done() {
-            if stats.sessions == 0 {
-                bail!(
-                    "no receiver answered at {} (none listening, or one with another key or aggrate version): nothing was sent",
-                    a.to[0]
-                );
-            }
-            bail!(f.incomplete(acked));
-        }
-        ui.info(format!(
-            "{} arrived whole ({} bytes)",
-            f.offer.name,
-            f.offer.offset + acked
-        ));
-        return Ok(Exit::Ok);
+        return f.report(ui, b, &stats, a.to[0]);
     }
     outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)

@@ -14,7 +14,8 @@ use aggrate::bulk::file::{self, FileError, FileSink, FileSource, Offer};
 use aggrate::transport::Receiver;
 
 use super::super::progress::{Progress, Ui};
-use aggrate::transport::reliable::{self, BulkConfig, BulkSender};
+use super::super::Exit;
+use aggrate::transport::reliable::{self, BulkConfig, BulkReceiver, BulkSender};
 use aggrate::transport::wire;
 
 /// The reliable layer's settings for datagrams of `size` bytes (UDP payload): a segment fills a
@@ -74,14 +75,61 @@ pub(crate) struct Outgoing {
 }
 
 impl Outgoing {
-    pub(crate) fn new(path: &Path, src: FileSource, offer: Offer, segment: usize) -> Outgoing {
-        Outgoing {
+    /// `send --file PATH --offset N` with datagrams of `size` bytes to `receivers` receivers
+    /// (one): the file hashed, the stream set on `tx`'s station 0.
+    pub(crate) fn open(
+        ui: &Ui,
+        path: &Path,
+        offset: u64,
+        size: usize,
+        receivers: usize,
+        tx: &mut aggrate::transport::Sender,
+    ) -> Result<Outgoing> {
+        if receivers != 1 {
+            bail!("--file goes to one receiver: give one --to (got {receivers})");
+        }
+        let cfg = config(size)?;
+        let spin = ui.spinner(&format!("hashing {}", path.display()));
+        let (src, offer) = source(path, offset)?;
+        spin.finish_and_clear();
+        tx.set_bulk(0, BulkSender::new(cfg.clone())?);
+        Ok(Outgoing {
             path: path.to_path_buf(),
             head: offer.encode().len(),
             src,
             offer,
-            segment,
+            segment: cfg.segment,
+        })
+    }
+
+    /// The run ended: the counters on standard output, and success only if the receiver
+    /// acknowledged every byte (else why not, and how to resume).
+    pub(crate) fn report(
+        &self,
+        ui: &Ui,
+        b: &BulkSender,
+        stats: &aggrate::transport::SenderStats,
+        to: std::net::SocketAddr,
+    ) -> Result<Exit> {
+        let acked = self.acked_bytes(b);
+        outln!(
+            "{}",
+            serde_json::json!({ "sender": stats, "transfer": b.stats(), "file_bytes_acknowledged": acked })
+        );
+        if !b.is_done() {
+            if stats.sessions == 0 {
+                bail!(
+                    "no receiver answered at {to} (none listening, or one with another key or aggrate version): nothing was sent"
+                );
+            }
+            bail!(self.incomplete(acked));
         }
+        ui.info(format!(
+            "{} arrived whole ({} bytes)",
+            self.offer.name,
+            self.offer.offset + acked
+        ));
+        Ok(Exit::Ok)
     }
 
     /// File bytes this run sends (0: unknown, standard input).
@@ -145,8 +193,9 @@ pub(crate) struct Incoming<'u> {
 
 impl<'u> Incoming<'u> {
     /// A transfer into `out`, whose directory must exist (checked now, not when the first
-    /// bytes arrive).
-    pub(crate) fn new(ui: &'u Ui, out: &Path) -> Result<Incoming<'u>> {
+    /// bytes arrive),
+    /// with datagrams of `size` bytes: the stream set on `rx`.
+    pub(crate) fn new(ui: &'u Ui, out: &Path, size: usize, rx: &mut Receiver) -> Result<Incoming<'u>> {
         if !file::is_stdout(out) && !out.is_dir() {
             let dir = match out.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p,
@@ -160,6 +209,7 @@ impl<'u> Incoming<'u> {
                 );
             }
         }
+        rx.set_bulk(BulkReceiver::new(config(size)?)?);
         Ok(Incoming {
             ui,
             out: out.to_path_buf(),

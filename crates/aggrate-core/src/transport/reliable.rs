@@ -409,6 +409,15 @@ impl BulkSender {
         (seq % self.cfg.window as u64) as usize
     }
 
+    /// Stream bytes [`BulkSender::offer`] would take now (none once finished).
+    pub fn room(&self) -> usize {
+        if self.finished {
+            return 0;
+        }
+        let free = self.cfg.window as u64 - (self.formed - self.base).min(self.cfg.window as u64);
+        (free as usize * self.cfg.segment).saturating_sub(self.partial)
+    }
+
     /// Take stream bytes: returns how many fit (the rest must be offered again once
     /// acknowledgements free room). Nothing is taken after [`BulkSender::finish`].
     pub fn offer(&mut self, mut data: &[u8]) -> usize {
