@@ -388,7 +388,9 @@ impl Sender {
             if let Some((_, at)) = &s.hello {
                 t = t.min(*at);
             }
-            if s.keys.is_some() && s.ready {
+            // A station without a stream is always ready once it has keys; one with a stream
+            // when it last had a frame (or was told of news since: an ack, bytes, a timer).
+            if s.keys.is_some() && (s.bulk.is_none() || s.ready) {
                 t = t.min(self.pacer.next(i));
             }
             if let Some(d) = s.bulk.as_ref().and_then(|b| b.poll_timeout()) {
@@ -493,6 +495,7 @@ impl Sender {
                 s.hello = None;
                 s.last_number = None;
                 s.last_ack = None;
+                s.ready = true;
                 // The new session's receiver may keep another clock: its intervals count afresh.
                 s.latest = None;
                 s.last_feedback = now;
