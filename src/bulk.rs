@@ -70,7 +70,7 @@ impl LabSetting {
 
     /// Bytes a datagram adds to a segment.
     pub fn per_datagram() -> usize {
-        wire::DATA_HEADER_LEN + reliable::DATA_HEADER_LEN
+        aggrate_core::transport::BULK_OVERHEAD
     }
 }
 

@@ -368,10 +368,11 @@ impl Wire {
             sender.set_bottleneck_weights(w);
         }
         sender.set_cell_airtime(cfg.steer == Steer::Airtime);
-        let bulk = reliable::BulkConfig {
-            segment: payload.saturating_sub(reliable::DATA_HEADER_LEN).max(1),
-            ..reliable::BulkConfig::default()
-        };
+        let bulk = crate::transport::bulk_config(payload + wire::DATA_HEADER_LEN, 1).map_err(|_| Error::Bad {
+            field: "packet_len",
+            value: cfg.packet_len as f64,
+            allowed: "room for the reliable frame's header",
+        });
         let mut receivers: Vec<Receiver> = stations
             .iter()
             .enumerate()
@@ -383,15 +384,12 @@ impl Wire {
             .collect();
         let mut streams = Vec::new();
         if cfg.bulk {
+            let bulk = bulk?;
             for (i, r) in receivers.iter_mut().enumerate() {
-                let e = |e: reliable::FrameError| Error::Bad {
+                let e = |_| Error::Bad {
                     field: "packet_len",
                     value: cfg.packet_len as f64,
-                    allowed: if matches!(e, reliable::FrameError::Config { .. }) {
-                        "room for the reliable frame's header"
-                    } else {
-                        "a valid reliable setting"
-                    },
+                    allowed: "room for the reliable frame's header",
                 };
                 sender.set_bulk(i, reliable::BulkSender::new(bulk.clone()).map_err(e)?);
                 r.set_bulk(reliable::BulkReceiver::new(bulk.clone()).map_err(e)?);

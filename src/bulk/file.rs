@@ -245,12 +245,14 @@ struct Open {
     offer: Offer,
     out: PathBuf,
     /// The temporary file and its path (none: standard output).
-    part: Option<(PathBuf, File)>,
+    part: Option<(PathBuf, std::io::BufWriter<File>)>,
     /// File bytes written, counting those a resumed transfer kept.
     written: u64,
     hash: Sha256,
     /// A stream of unknown size: its last bytes, held back (the trailer hash is among them).
     tail: Vec<u8>,
+    /// Standard output, buffered (its own writer flushes at every newline of binary data).
+    stdout: std::io::BufWriter<std::io::Stdout>,
 }
 
 /// Whether `out` means standard output.
@@ -325,6 +327,7 @@ impl FileSink {
                 written: 0,
                 hash,
                 tail: Vec::new(),
+                stdout: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout()),
             });
         }
         let out = if self.out.is_dir() {
@@ -342,9 +345,10 @@ impl FileSink {
             written: offer.offset,
             offer,
             out,
-            part: Some((part, file)),
+            part: Some((part, std::io::BufWriter::with_capacity(1 << 20, file))),
             hash,
             tail: Vec::new(),
+            stdout: std::io::BufWriter::with_capacity(0, std::io::stdout()),
         })
     }
 
@@ -354,11 +358,18 @@ impl FileSink {
             return Ok(());
         }
         if o.offer.size == UNKNOWN_SIZE {
-            // Hold the last 32 bytes back: they may be the trailer.
-            o.tail.extend_from_slice(bytes);
-            let keep = o.tail.len().saturating_sub(32);
-            let body: Vec<u8> = o.tail.drain(..keep).collect();
-            return o.put(&body);
+            // Hold the last 32 bytes back: they may be the trailer. What goes out is the held
+            // bytes then all but the new last 32 (no allocation per write).
+            let out = (o.tail.len() + bytes.len()).saturating_sub(32);
+            let from_tail = out.min(o.tail.len());
+            let head: Vec<u8> = std::mem::take(&mut o.tail);
+            o.put(&head[..from_tail])?;
+            let from_new = out - from_tail;
+            o.put(&bytes[..from_new])?;
+            o.tail = head;
+            o.tail.drain(..from_tail);
+            o.tail.extend_from_slice(&bytes[from_new..]);
+            return Ok(());
         }
         let room = o.offer.size - o.written;
         if bytes.len() as u64 > room {
@@ -402,12 +413,11 @@ impl FileSink {
         }
         match o.part.take() {
             Some((part, file)) => {
+                let file = file.into_inner().map_err(|e| io(&part, "writing")(e.into_error()))?;
                 file.sync_all().map_err(io(&part, "syncing"))?;
                 std::fs::rename(&part, &o.out).map_err(io(&o.out, "renaming the finished file to"))?;
             }
-            None => std::io::stdout()
-                .flush()
-                .map_err(io(Path::new("standard output"), "flushing"))?,
+            None => o.stdout.flush().map_err(io(Path::new("standard output"), "flushing"))?,
         }
         Ok(o.out)
     }
@@ -417,7 +427,8 @@ impl Open {
     fn put(&mut self, bytes: &[u8]) -> Result<(), FileError> {
         match &mut self.part {
             Some((path, f)) => f.write_all(bytes).map_err(io(path, "writing"))?,
-            None => std::io::stdout()
+            None => self
+                .stdout
                 .write_all(bytes)
                 .map_err(io(Path::new("standard output"), "writing"))?,
         }
@@ -485,7 +496,13 @@ impl FileSource {
         let (tx, chunks) = std::sync::mpsc::sync_channel(SOURCE_CHUNKS);
         std::thread::spawn(move || loop {
             let mut b = vec![0u8; 1 << 16];
-            let r = reader.read(&mut b).map(|n| {
+            let r = loop {
+                match reader.read(&mut b) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r,
+                }
+            };
+            let r = r.map(|n| {
                 b.truncate(n);
                 b
             });
@@ -528,8 +545,13 @@ impl FileSource {
             let chunk = match self.chunks.try_recv() {
                 Ok(r) => r.map_err(io(&self.name, "reading"))?,
                 Err(TryRecvError::Empty) => return Ok(false),
-                // The thread ends only after sending the end or an error.
-                Err(TryRecvError::Disconnected) => Vec::new(),
+                // The thread sends the end or an error before it ends: gone without either, it
+                // died, and the stream must not end as if whole.
+                Err(TryRecvError::Disconnected) => {
+                    return Err(io(&self.name, "reading")(std::io::Error::other(
+                        "the reader stopped before the end",
+                    )))
+                }
             };
             self.read += chunk.len() as u64;
             if let Some(h) = &mut self.hash {

@@ -698,6 +698,20 @@ impl AirtimeSplit {
         self.spread();
     }
 
+    /// The loop's rate (Mb/s, before the split).
+    pub fn loop_rate(&self) -> f64 {
+        self.loop_.x
+    }
+
+    /// Hold the loop's rate at `mbps` at most (an application-limited sender may let the loop
+    /// lower its rate, never raise it).
+    pub fn cap_loop_rate(&mut self, mbps: f64) {
+        if self.loop_.x > mbps {
+            self.loop_.set(mbps);
+            self.spread();
+        }
+    }
+
     /// Feedback lost for every station.
     pub fn on_silence(&mut self, now: Ts, silent: Duration) {
         self.loop_.on_silence(now, silent);
@@ -829,6 +843,12 @@ impl Pacer {
     /// When station `i` is next due.
     pub fn next(&self, i: usize) -> Ts {
         self.next[i]
+    }
+
+    /// Station `i` has nothing to send at `now`: its next send is not before now (a station idle
+    /// for a while starts afresh, no burst to make up the idle time).
+    pub fn idle(&mut self, i: usize, now: Ts) {
+        self.next[i] = self.next[i].max(now);
     }
 
     /// One of station `i`'s packets left the flight (acknowledged).

@@ -43,6 +43,35 @@ use wire::{
     Cookie, Data, Feedback, Hello, HelloAck, Kind, Psk, ReplayWindow, SessionKeys, WireError, COOKIE_BYTES, NONCE_LEN,
 };
 
+/// Bytes a data datagram adds to a reliable segment: the transport's data header and the
+/// frame's.
+pub const BULK_OVERHEAD: usize = wire::DATA_HEADER_LEN + reliable::DATA_HEADER_LEN;
+
+/// Most bytes a reliable stream's window holds at each end (the window in segments is cut to
+/// it for large datagrams: 4,096 segments of 65,000 bytes would be 266 MB).
+pub const BULK_WINDOW_BYTES: usize = 64 << 20;
+
+/// The reliable layer's settings for data datagrams of `datagram` bytes (UDP payload): a
+/// segment fills a datagram after [`BULK_OVERHEAD`], the window the default or
+/// [`BULK_WINDOW_BYTES`] of segments, whichever is less; the transfer is `stream`.
+pub fn bulk_config(datagram: usize, stream: u32) -> Result<reliable::BulkConfig, reliable::FrameError> {
+    let segment = datagram
+        .checked_sub(BULK_OVERHEAD)
+        .filter(|&s| s > 0)
+        .ok_or(reliable::FrameError::Config {
+            field: "datagram",
+            what: format!("{datagram} bytes: more than {BULK_OVERHEAD} (headers) needed"),
+        })?;
+    let d = reliable::BulkConfig::default();
+    reliable::BulkConfig {
+        segment,
+        window: d.window.min(BULK_WINDOW_BYTES / segment).max(2),
+        stream,
+        ..d
+    }
+    .check()
+}
+
 /// Reports accepted per station per report interval at most (a burst allowance; the bucket
 /// refills at this many per interval).
 pub const REPORT_BURST: u32 = 3;
@@ -140,6 +169,8 @@ struct Station {
     /// Whether the station had something to send when last asked (a bulk station without a
     /// frame does not spend pacing slots).
     ready: bool,
+    /// Datagram bytes sent since the loop last stepped (to tell an application-limited stream).
+    sent_bytes: u64,
 }
 
 /// The sans-IO sender.
@@ -229,6 +260,7 @@ impl Sender {
                 bulk: None,
                 last_ack: None,
                 ready: true,
+                sent_bytes: 0,
             });
         }
         let mut sender = Sender {
@@ -349,8 +381,12 @@ impl Sender {
                 }
             }
         }
-        for s in &mut self.stations {
+        for (i, s) in self.stations.iter_mut().enumerate() {
             s.ready = s.keys.is_some() && s.bulk.as_mut().is_none_or(|b| b.wants_to_send(now));
+            if s.keys.is_some() && !s.ready {
+                // Nothing to send: no credit builds up for a burst when the stream resumes.
+                self.pacer.idle(i, now);
+            }
         }
         let stations = &self.stations;
         let (at, i) = self
@@ -373,6 +409,7 @@ impl Sender {
         }
         s.seq = d.seq;
         let len = self.buf.len();
+        s.sent_bytes += (len + 28) as u64;
         // Paced from the scheduled time, so late wake-ups do not lower the rate; at most one
         // report interval of credit. Datagrams are not acknowledged: nothing stays in flight.
         self.pacer.sent(i, at, rate, (len + 28) as u32);
@@ -434,6 +471,42 @@ impl Sender {
                 self.stations[i].cookie = [0; COOKIE_BYTES];
             }
         }
+    }
+
+    /// An ack of station `station`'s reliable stream: fresh (its number above the last, checked
+    /// before the tag), verified, then to the stream.
+    fn ack(&mut self, now: Ts, station: usize, bytes: &[u8]) -> Result<(), WireError> {
+        let Some(s) = self.stations.get_mut(station) else {
+            return Err(WireError::Peer);
+        };
+        let keys = s.keys.as_ref().ok_or(WireError::NoSession)?;
+        // A stale number is refused before the tag is computed (a replay costs no HMAC);
+        // a fresh one must still verify.
+        let claimed = bytes.get(12..16).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        if let (Some(n), Some(last)) = (claimed, s.last_ack) {
+            if n <= last {
+                return Err(WireError::Stale { got: n, last });
+            }
+        }
+        let (number, frame) = wire::parse_ack(bytes, keys)?;
+        let b = s.bulk.as_mut().ok_or(WireError::Kind(6))?;
+        // Only now, verified and fresh, does the stream see it; a frame it refuses
+        // still used up its number (it was the receiver's).
+        s.last_ack = Some(number);
+        b.handle_ack(now, frame)?;
+        s.ready = true;
+        self.stats.acks += 1;
+        Ok(())
+    }
+
+    /// Whether station `i` carries a stream that sent under 90 % of what its rate allowed over
+    /// `span` (the last report's interval).
+    fn app_limited(&self, i: usize, span: Duration) -> bool {
+        let Some(s) = self.stations.get(i).filter(|s| s.bulk.is_some()) else {
+            return false;
+        };
+        let allowed = self.split.rate(i).mbps * 1e6 / 8.0 * span.as_secs_f64();
+        (s.sent_bytes as f64) < 0.9 * allowed
     }
 
     /// A datagram from station `station`'s address (a hello-ack or feedback). Anything that does
@@ -539,25 +612,22 @@ impl Sender {
                 if fresh && (complete || overdue || self.stations[driven].latest.is_none()) {
                     self.stepped = Some(start);
                     let reports: Vec<AggReport> = self.stations.iter().map(|s| s.latest.unwrap_or_default()).collect();
+                    // A stream that had less to send than the rate allowed (a slow producer)
+                    // says nothing about the rate's headroom: the loop may lower the rate then,
+                    // not raise it (RFC 7661's rule for application-limited senders).
+                    let limited = self.app_limited(driven, f.report.end.saturating_since(f.report.start));
+                    let before = self.split.loop_rate();
                     self.split.on_reports(now, &reports);
+                    if limited {
+                        self.split.cap_loop_rate(before);
+                    }
+                    for s in &mut self.stations {
+                        s.sent_bytes = 0;
+                    }
                 }
                 Ok(())
             }
-            Kind::Ack => {
-                let keys = s.keys.as_ref().ok_or(WireError::NoSession)?;
-                let (number, frame) = wire::parse_ack(bytes, keys)?;
-                if let Some(last) = s.last_ack.filter(|&l| number <= l) {
-                    return Err(WireError::Stale { got: number, last });
-                }
-                let b = s.bulk.as_mut().ok_or(WireError::Kind(6))?;
-                // Only now, verified and fresh, does the stream see it; a frame it refuses
-                // still used up its number (it was the receiver's).
-                s.last_ack = Some(number);
-                b.handle_ack(now, frame)?;
-                s.ready = true;
-                self.stats.acks += 1;
-                Ok(())
-            }
+            Kind::Ack => self.ack(now, station, bytes),
             _ => Err(WireError::Kind(bytes[3])),
         }
     }
@@ -595,6 +665,9 @@ pub struct ReceiverStats {
     pub acks: u64,
     /// Verified data whose reliable frame the stream refused (malformed: a key holder's bug).
     pub frames_refused: u64,
+    /// Of those, frames of another transfer (a sender restarted while this receiver kept the
+    /// first one's stream).
+    pub other_stream: u64,
 }
 
 struct Peer {
@@ -932,6 +1005,9 @@ impl Receiver {
             if k != 0 {
                 if let Err(e) = b.handle_frame(host, &bytes[wire::DATA_HEADER_LEN..]) {
                     self.stats.frames_refused += 1;
+                    if matches!(e, reliable::FrameError::Stream { .. }) {
+                        self.stats.other_stream += 1;
+                    }
                     return Err(e.into());
                 }
             }
@@ -977,10 +1053,14 @@ impl Receiver {
         }
         let peer = self.current.as_ref()?;
         let b = self.bulk.as_mut()?;
+        // Checked first: an acknowledgement taken from the stream is never lost for want of a
+        // number (after 2^32 − 1 acks in one session, about 12 TB, the stream waits for the
+        // next session).
+        let number = self.ack_number.checked_add(1)?;
         if !b.poll_ack(now, &mut self.frame) {
             return None;
         }
-        self.ack_number = self.ack_number.checked_add(1)?;
+        self.ack_number = number;
         wire::emit_ack(&mut self.buf, &peer.keys, self.ack_number, &self.frame);
         self.stats.acks += 1;
         Some((self.buf.len(), peer.addr))

@@ -129,16 +129,26 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     let mut logged = 0u64;
     let duration = a.session.seconds(file.is_some())?;
     let (segment, head) = file.as_ref().map_or((1, 0), |f| (f.segment, f.head));
-    let each = |tx: &mut Sender| match (file.as_mut(), tx.bulk_mut(0)) {
-        (None, _) => true,
-        (Some(_), None) => false,
-        (Some(f), Some(b)) => match f.src.feed(b) {
-            Ok(_) => !b.is_done(),
-            Err(e) => {
-                feed_error = Some(e);
-                false
-            }
-        },
+    // The receiver's acks, and when they last moved the transfer (a receiver that left ends
+    // the run after transfer::IDLE, not after --duration).
+    let mut heard = (0u64, std::time::Instant::now());
+    let mut quiet = false;
+    let each = |tx: &mut Sender| {
+        let acks = tx.stats().acks;
+        if acks != heard.0 {
+            heard = (acks, std::time::Instant::now());
+        }
+        let Some(f) = file.as_mut() else { return true };
+        let Some(b) = tx.bulk_mut(0) else { return false };
+        if let Err(e) = f.src.feed(b) {
+            feed_error = Some(e);
+            return false;
+        }
+        if heard.1.elapsed() >= transfer::IDLE && !b.is_done() {
+            quiet = true;
+            return false;
+        }
+        !b.is_done()
     };
     let stats = io::run_sender_with(
         &sock,
@@ -179,7 +189,7 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         bar.finish();
     }
     if let (Some(f), Some(b)) = (&file, tx.bulk(0)) {
-        return f.report(ui, b, &stats, a.to[0]);
+        return f.report(ui, b, &stats, a.to[0], quiet);
     }
     outln!("{}", serde_json::to_string(&stats)?);
     Ok(Exit::Ok)

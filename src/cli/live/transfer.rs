@@ -15,21 +15,12 @@ use aggrate::transport::Receiver;
 
 use super::super::progress::{Progress, Ui};
 use super::super::Exit;
-use aggrate::transport::reliable::{self, BulkConfig, BulkReceiver, BulkSender};
-use aggrate::transport::wire;
+use aggrate::transport::reliable::{BulkConfig, BulkReceiver, BulkSender};
 
-/// The reliable layer's settings for datagrams of `size` bytes (UDP payload): a segment fills a
-/// datagram after the transport's header and the frame's.
-pub(crate) fn config(size: usize) -> Result<BulkConfig> {
-    let over = wire::DATA_HEADER_LEN + reliable::DATA_HEADER_LEN;
-    if size <= over {
-        bail!("--size = {size}: a file transfer needs more than {over} bytes per datagram (headers)");
-    }
-    Ok(BulkConfig {
-        segment: size - over,
-        ..BulkConfig::default()
-    }
-    .check()?)
+/// The reliable layer's settings for datagrams of `size` bytes (UDP payload) and transfer
+/// `stream`.
+pub(crate) fn config(size: usize, stream: u32) -> Result<BulkConfig> {
+    aggrate::transport::bulk_config(size, stream).with_context(|| format!("--size {size}"))
 }
 
 /// The source for `send --file PATH` (`-`: standard input) resumed at `offset`, and its offer.
@@ -88,7 +79,10 @@ impl Outgoing {
         if receivers != 1 {
             bail!("--file goes to one receiver: give one --to (got {receivers})");
         }
-        let cfg = config(size)?;
+        // A stream id per transfer, so a receiver never mixes this one into an earlier one's
+        // state (nonzero: a receiver's "take the first").
+        let id = aggrate::transport::io::entropy()?;
+        let cfg = config(size, u32::from_be_bytes([id[0], id[1], id[2], id[3]]) | 1)?;
         let spin = ui.spinner(&format!("hashing {}", path.display()));
         let (src, offer) = source(path, offset)?;
         spin.finish_and_clear();
@@ -102,15 +96,29 @@ impl Outgoing {
         })
     }
 
-    /// The run ended: the counters on standard output, and success only if the receiver
-    /// acknowledged every byte (else why not, and how to resume).
+    /// The run ended (`quiet`: because the receiver stopped answering): the counters on
+    /// standard output, and success only if the receiver acknowledged every byte (else why
+    /// not, and how to resume).
     pub(crate) fn report(
         &self,
         ui: &Ui,
         b: &BulkSender,
         stats: &aggrate::transport::SenderStats,
         to: std::net::SocketAddr,
+        quiet: bool,
     ) -> Result<Exit> {
+        if quiet {
+            let last_out = b.stats().new_bytes >= self.bytes_to_send() && self.bytes_to_send() > 0;
+            ui.warn(format!(
+                "no acknowledgement for {} s: the receiver stopped answering{}",
+                IDLE.as_secs(),
+                if last_out {
+                    " after the last segment went out (it may well have the whole file: check it)"
+                } else {
+                    ""
+                }
+            ));
+        }
         let acked = self.acked_bytes(b);
         outln!(
             "{}",
@@ -177,8 +185,12 @@ impl Outgoing {
 
 /// How long `recv --out` keeps acknowledging after the file is whole, once nothing arrives
 /// (the sender ends when it hears the last ack; if that ack was lost it sends the last segment
-/// again, which is answered).
-const LINGER: Duration = Duration::from_secs(1);
+/// again after its timeout, which is answered: three seconds ride out a few lost acks).
+const LINGER: Duration = Duration::from_secs(3);
+
+/// A transfer under way ends when the other end has been silent this long (a sender that
+/// died, a receiver that left): it does not wait for --duration.
+pub(crate) const IDLE: Duration = Duration::from_secs(30);
 
 /// A file on its way in: the stream's bytes drained into a [`FileSink`] after every datagram.
 pub(crate) struct Incoming<'u> {
@@ -189,6 +201,8 @@ pub(crate) struct Incoming<'u> {
     error: Option<FileError>,
     /// Data datagrams accepted, and when that count last moved.
     last: (u64, Instant),
+    /// Why the run stopped short, if it did on its own.
+    stopped: Option<String>,
 }
 
 impl<'u> Incoming<'u> {
@@ -209,7 +223,7 @@ impl<'u> Incoming<'u> {
                 );
             }
         }
-        rx.set_bulk(BulkReceiver::new(config(size)?)?);
+        rx.set_bulk(BulkReceiver::new(config(size, 0)?)?);
         Ok(Incoming {
             ui,
             out: out.to_path_buf(),
@@ -217,6 +231,7 @@ impl<'u> Incoming<'u> {
             bar: None,
             error: None,
             last: (0, Instant::now()),
+            stopped: None,
         })
     }
 
@@ -243,11 +258,23 @@ impl<'u> Incoming<'u> {
         if let Some(bar) = &mut self.bar {
             bar.set(self.sink.written());
         }
-        let received = rx.stats().received;
+        let (received, other) = (rx.stats().received, rx.stats().other_stream);
         if received != self.last.0 {
             self.last = (received, Instant::now());
         }
-        !(done && self.last.1.elapsed() >= LINGER)
+        let quiet = self.last.1.elapsed();
+        if other > 0 && !done {
+            self.stopped = Some(format!(
+                "another transfer began ({other} frames of another stream: a restarted sender) while this one was \
+                 under way; it was not mixed in"
+            ));
+            return false;
+        }
+        if !done && self.sink.offer().is_some() && quiet >= IDLE {
+            self.stopped = Some(format!("the sender went quiet for {} s", IDLE.as_secs()));
+            return false;
+        }
+        !(done && quiet >= LINGER)
     }
 
     /// The run ended: the file renamed into place if it is whole and matches the offer, else an
@@ -260,15 +287,19 @@ impl<'u> Incoming<'u> {
         if let Some(e) = self.error {
             return Err(anyhow::Error::new(e).context("receiving the file"));
         }
-        let to_stdout = self.to_stdout();
-        let resume = move |e: FileError| {
-            let hint = if to_stdout {
-                String::new()
-            } else {
-                format!(": resume with `aggrate send --file FILE --offset {written}`")
-            };
-            anyhow::anyhow!("{e}{hint}")
+        let stream = self.sink.offer().is_some_and(|o| o.size == file::UNKNOWN_SIZE);
+        let whole = self.sink.offer().is_some_and(|o| o.size == written);
+        let hint = if self.to_stdout() || stream {
+            // Standard output, or a stream of unknown size: nothing to resume from.
+            String::new()
+        } else if whole {
+            // Every byte came and the hash differs: the part is bad, not short.
+            ": the part holds the whole size with other bytes; delete it and send again (--offset 0)".to_string()
+        } else {
+            format!(": resume with `aggrate send --file FILE --offset {written}` (restart recv first)")
         };
+        let why = self.stopped.map(|w| format!("{w}; ")).unwrap_or_default();
+        let resume = move |e: FileError| anyhow::anyhow!("{why}{e}{hint}");
         if self.sink.offer().is_none() {
             let heard = rx.stats().received;
             bail!(

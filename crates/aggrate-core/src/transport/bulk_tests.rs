@@ -27,9 +27,8 @@ const SIZE: usize = 1472;
 
 fn cfg() -> BulkConfig {
     BulkConfig {
-        segment: SIZE - wire::DATA_HEADER_LEN - reliable::DATA_HEADER_LEN,
         window: 256,
-        ..BulkConfig::default()
+        ..super::bulk_config(SIZE, 0x5eed).unwrap()
     }
 }
 
@@ -52,7 +51,7 @@ fn ends() -> (Sender, Receiver) {
     (s, r)
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Outcome {
     got: Vec<u8>,
     done: bool,
@@ -139,25 +138,34 @@ fn transfer(seed: u64, loss: f64, dup: f64, content: &[u8]) -> Outcome {
             }
         }
         // The attacker, now and then.
-        if !seen_acks.is_empty() && rng.unit() < 0.05 {
+        if !seen_acks.is_empty() && rng.unit() < 0.1 {
             let old = seen_acks[(rng.unit() * seen_acks.len() as f64) as usize].clone();
             let (rate, acked) = (s.rate(0), s.bulk(0).map(|b| b.acked()));
+            // A forgery with a fresh number (so that only the tag can refuse it), the frame's
+            // bytes changed too or not.
             let mut forged = old.clone();
             let n = forged.len();
-            let at = wire::ACK_HEADER_LEN + (rng.unit() * (n - wire::ACK_HEADER_LEN) as f64) as usize;
-            forged[at.min(n - 1)] ^= 0x40;
+            forged[12..16].copy_from_slice(&(s.stats().acks as u32 + 1_000).to_be_bytes());
+            if rng.unit() < 0.5 {
+                let at = wire::ACK_HEADER_LEN + (rng.unit() * (n - wire::ACK_HEADER_LEN) as f64) as usize;
+                forged[at.min(n - 1)] ^= 0x40;
+            }
             // A copy of an ack already taken is stale.
             let e = s.handle_datagram(now, 0, &old).unwrap_err();
             assert!(matches!(e, WireError::Stale { .. }), "{e}");
             out.acks_replayed += 1;
-            assert!(s.handle_datagram(now, 0, &forged).is_err(), "a forged ack verified");
+            let e = s.handle_datagram(now, 0, &forged).unwrap_err();
+            assert!(matches!(e, WireError::Tag { .. }), "a forged ack: {e}");
             out.acks_forged += 1;
             assert_eq!((s.rate(0), s.bulk(0).map(|b| b.acked())), (rate, acked));
         }
-        if !seen_data.is_empty() && rng.unit() < 0.05 {
+        if !seen_data.is_empty() && rng.unit() < 0.1 {
             let old = &seen_data[(rng.unit() * seen_data.len() as f64) as usize];
+            let before = r.bulk().map(|b| (b.stats(), b.is_done()));
             if r.handle_datagram(now, from, old).is_err() {
                 out.data_replayed += 1;
+                // Refused before the stream: nothing in it moved.
+                assert_eq!(r.bulk().map(|b| (b.stats(), b.is_done())), before);
             }
         }
         if s.bulk(0).is_some_and(|b| b.is_done()) && r.bulk().is_some_and(|b| b.is_done()) {
@@ -178,7 +186,8 @@ fn a_stream_crosses_the_transport_whole_and_the_attacker_moves_nothing() {
     let o = transfer(7, 0.05, 0.02, &content);
     assert!(o.done, "not done: {} of {} bytes", o.got.len(), content.len());
     assert!(o.got == content, "the bytes differ");
-    assert!(o.acks_replayed > 5 && o.acks_forged > 5 && o.data_replayed > 5, "{o:?}");
+    let counts = (o.acks_replayed, o.acks_forged, o.data_replayed);
+    assert!(counts.0 > 5 && counts.1 > 5 && counts.2 > 5, "{counts:?}");
 }
 
 #[test]
@@ -238,4 +247,94 @@ proptest! {
         prop_assert!(o.done, "not done at loss {loss}: {} of {len}", o.got.len());
         prop_assert!(o.got == content);
     }
+}
+
+/// A new session in the middle of a transfer (feedback lost for three intervals: the sender
+/// opens one) carries the same stream on; a restarted sender's new transfer (another stream id)
+/// is refused by the receiver, which keeps the first one's state.
+#[test]
+fn a_new_session_carries_the_stream_on_and_a_restarted_sender_is_not_mixed_in() {
+    let (mut s, mut r) = ends();
+    let content: Vec<u8> = (0..2_000_000u32).map(|i| (i.wrapping_mul(7919) >> 5) as u8).collect();
+    let from = SocketAddr::from(([127, 0, 0, 1], 1));
+    let (mut got, mut offered, mut now) = (Vec::new(), 0usize, Ts::ZERO);
+    let mut silent_from = None;
+    while now < Ts::from_millis(20_000) && !s.bulk(0).is_some_and(|b| b.is_done()) {
+        if let Some(b) = s.bulk_mut(0) {
+            offered += b.offer(&content[offered..]);
+            if offered == content.len() {
+                b.finish();
+            }
+        }
+        s.handle_timeout(now);
+        while let Some(t) = s.poll_transmit(now) {
+            let d = s.buffer()[..t.len].to_vec();
+            let _ = r.handle_datagram(now, from, &d);
+        }
+        if let Some(b) = r.bulk_mut() {
+            while let Some(bytes) = b.read() {
+                got.extend_from_slice(bytes);
+            }
+        }
+        // Half way, everything back to the sender is lost for 1.6 s (three intervals and more).
+        if silent_from.is_none() && got.len() > content.len() / 2 {
+            silent_from = Some(now);
+        }
+        let silent = silent_from.is_some_and(|t| now >= t && now < t + Duration::from_millis(1600));
+        while let Some((n, _)) = r.poll_transmit(now) {
+            let b = r.buffer()[..n].to_vec();
+            if !silent {
+                let _ = s.handle_datagram(now, 0, &b);
+            }
+        }
+        now = now + Duration::from_micros(500);
+    }
+    assert!(
+        s.stats().sessions >= 2,
+        "the silence opened a new session: {:?}",
+        s.stats()
+    );
+    assert!(
+        s.bulk(0).is_some_and(|b| b.is_done()) && got == content,
+        "{} of {}",
+        got.len(),
+        content.len()
+    );
+    // Another sender (a restart: new session, new stream id) to the same receiver.
+    let psk = Psk::new(b"the test's pre-shared key").unwrap();
+    let mut s2 = Sender::new(
+        psk,
+        [9; 32],
+        1,
+        SIZE - wire::DATA_HEADER_LEN,
+        PiParams::default(),
+        Duration::from_millis(100),
+        now,
+    )
+    .unwrap();
+    s2.set_bulk(0, BulkSender::new(BulkConfig { stream: 0xbad, ..cfg() }).unwrap());
+    let b2 = s2.bulk_mut(0).unwrap();
+    b2.offer(b"another file");
+    assert!(b2.finish());
+    let before = r.bulk().map(|b| b.stats());
+    let from2 = SocketAddr::from(([127, 0, 0, 1], 2));
+    for _ in 0..300 {
+        s2.handle_timeout(now);
+        while let Some(t) = s2.poll_transmit(now) {
+            let d = s2.buffer()[..t.len].to_vec();
+            let _ = r.handle_datagram(now, from2, &d);
+        }
+        while let Some((n, _)) = r.poll_transmit(now) {
+            let b = r.buffer()[..n].to_vec();
+            let _ = s2.handle_datagram(now, 0, &b);
+        }
+        now = now + Duration::from_millis(1);
+    }
+    assert!(r.stats().other_stream > 0, "{:?} {:?}", r.stats(), s2.stats());
+    assert_eq!(r.bulk().map(|b| b.stats().segments), before.map(|b| b.segments));
+    assert_eq!(
+        s2.bulk(0).map(|b| b.acked()),
+        Some(0),
+        "the old stream's acks move nothing"
+    );
 }

@@ -38,11 +38,14 @@ use std::time::Duration;
 
 use crate::time::Ts;
 
-/// A data frame: kind, flags, segment number, the sender's SRTT (µs, saturating), payload
-/// length, payload (every frame's length is exact: a truncated frame never parses).
-pub const DATA_HEADER_LEN: usize = 1 + 1 + 8 + 4 + 2;
-/// A parity frame's header: kind, k, first segment, XOR of the member lengths.
-pub const PARITY_HEADER_LEN: usize = 1 + 1 + 8 + 2;
+/// A data frame: kind, stream, flags, segment number, the sender's SRTT (µs, saturating),
+/// payload length, payload (every frame's length is exact: a truncated frame never parses).
+pub const DATA_HEADER_LEN: usize = 1 + 4 + 1 + 8 + 4 + 2;
+/// A parity frame's header: kind, stream, k, first segment, XOR of the member lengths.
+pub const PARITY_HEADER_LEN: usize = 1 + 4 + 1 + 8 + 2;
+/// Bytes of the largest acknowledgement (kind, stream, cumulative point, window end, both range
+/// lists full).
+pub const MAX_ACK_LEN: usize = 1 + 4 + 8 + 8 + 2 * (1 + MAX_RANGES * 16);
 /// SACK and NACK ranges an acknowledgement carries at most (each).
 pub const MAX_RANGES: usize = 16;
 /// Longest retransmission timeout.
@@ -84,6 +87,11 @@ pub struct BulkConfig {
     pub ack_every: u32,
     /// See `ack_every`.
     pub ack_delay: Duration,
+    /// The transfer's identity, in every frame and acknowledgement: a frame or ack of another
+    /// stream is refused, so a restarted sender's new transfer is never mixed into an old one's
+    /// state. Drawn at random per transfer by a sender; a receiver with 0 takes the first
+    /// frame's.
+    pub stream: u32,
 }
 
 impl Default for BulkConfig {
@@ -98,6 +106,7 @@ impl Default for BulkConfig {
             reorder_wait: Duration::from_millis(5),
             ack_every: 2,
             ack_delay: Duration::from_millis(10),
+            stream: 0,
         }
     }
 }
@@ -150,6 +159,14 @@ pub enum FrameError {
         field: &'static str,
         /// What is wrong.
         what: String,
+    },
+    /// A frame or ack of another transfer.
+    #[error("reliable frame of stream {got:#010x}, this transfer is stream {want:#010x} (another transfer: a restarted sender?)")]
+    Stream {
+        /// In the frame.
+        got: u32,
+        /// This end's.
+        want: u32,
     },
     /// A setting out of range.
     #[error("reliable transfer setting {field}: {what}")]
@@ -513,6 +530,7 @@ impl BulkSender {
         }
         let srtt_us = self.rto.srtt.map_or(0, |s| s.as_micros().min(u32::MAX as u128) as u32);
         out.push(KIND_DATA);
+        out.extend_from_slice(&self.cfg.stream.to_be_bytes());
         out.push(flags);
         out.extend_from_slice(&seq.to_be_bytes());
         out.extend_from_slice(&srtt_us.to_be_bytes());
@@ -589,6 +607,7 @@ impl BulkSender {
         let (first, k) = self.parity_due()?;
         let seg = self.cfg.segment;
         out.push(KIND_PARITY);
+        out.extend_from_slice(&self.cfg.stream.to_be_bytes());
         out.push(k as u8);
         out.extend_from_slice(&first.to_be_bytes());
         let mut len_xor = 0u16;
@@ -695,6 +714,13 @@ impl BulkSender {
     /// segments never sent: nothing changes then.
     pub fn handle_ack(&mut self, now: Ts, frame: &[u8]) -> Result<(), FrameError> {
         let ack = match Ack::parse(frame) {
+            Ok(a) if a.stream != self.cfg.stream => Err(FrameError::Stream {
+                got: a.stream,
+                want: self.cfg.stream,
+            }),
+            other => other,
+        };
+        let ack = match ack {
             Ok(a) => a,
             Err(e) => {
                 self.stats.acks_refused += 1;
@@ -787,6 +813,8 @@ impl BulkSender {
 /// An acknowledgement's content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ack {
+    /// The transfer it acknowledges ([`BulkConfig::stream`]).
+    pub stream: u32,
     /// Next segment expected (all before it received).
     pub cum: u64,
     /// Segments below this may be sent (flow control).
@@ -802,6 +830,7 @@ impl Ack {
     pub fn emit(&self, out: &mut Vec<u8>) {
         out.clear();
         out.push(KIND_ACK);
+        out.extend_from_slice(&self.stream.to_be_bytes());
         out.extend_from_slice(&self.cum.to_be_bytes());
         out.extend_from_slice(&self.window_end.to_be_bytes());
         for list in [&self.sack, &self.nack] {
@@ -821,6 +850,7 @@ impl Ack {
         if kind != KIND_ACK {
             return Err(FrameError::Kind(kind));
         }
+        let stream = r.u32("stream")?;
         let cum = r.u64("cum")?;
         let window_end = r.u64("window_end")?;
         let mut lists = [Vec::new(), Vec::new()];
@@ -851,6 +881,7 @@ impl Ack {
         }
         let [sack, nack] = lists;
         Ok(Ack {
+            stream,
             cum,
             window_end,
             sack,
@@ -904,6 +935,8 @@ struct Parity {
 #[derive(Clone, Debug)]
 pub struct BulkReceiver {
     cfg: BulkConfig,
+    /// The transfer taken ([`BulkConfig::stream`], or the first frame's).
+    stream: Option<u32>,
     buf: Vec<u8>,
     lens: Vec<u32>,
     /// Which segment each slot holds (`u64::MAX`: none).
@@ -937,6 +970,7 @@ impl BulkReceiver {
     pub fn new(cfg: BulkConfig) -> Result<BulkReceiver, FrameError> {
         let cfg = cfg.check()?;
         Ok(BulkReceiver {
+            stream: (cfg.stream != 0).then_some(cfg.stream),
             buf: vec![0; cfg.window * cfg.segment],
             lens: vec![0; cfg.window],
             holds: vec![u64::MAX; cfg.window],
@@ -997,7 +1031,14 @@ impl BulkReceiver {
 
     fn parse_frame(&mut self, now: Ts, frame: &[u8]) -> Result<(), FrameError> {
         let mut r = Reader { b: frame, at: 0 };
-        match r.u8("kind")? {
+        let kind = r.u8("kind")?;
+        let stream = r.u32("stream")?;
+        match self.stream {
+            Some(want) if want != stream => return Err(FrameError::Stream { got: stream, want }),
+            _ if matches!(kind, KIND_DATA | KIND_PARITY) => self.stream = Some(stream),
+            _ => {}
+        }
+        match kind {
             KIND_DATA => {
                 let flags = r.u8("flags")?;
                 let seq = r.u64("segment")?;
@@ -1274,6 +1315,7 @@ impl BulkReceiver {
             return false;
         }
         let mut ack = Ack {
+            stream: self.stream.unwrap_or(0),
             cum: self.cum,
             window_end: self.delivered + self.cfg.window as u64,
             ..Ack::default()

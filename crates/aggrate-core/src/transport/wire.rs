@@ -718,7 +718,7 @@ pub fn emit_data_payload(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payloa
 /// Bytes of an ack before its frame: header, number, frame length.
 pub const ACK_HEADER_LEN: usize = HEADER_LEN + 4 + 2;
 /// Longest reliable-layer frame an ack carries.
-pub const MAX_ACK_FRAME: usize = 1200;
+pub const MAX_ACK_FRAME: usize = super::reliable::MAX_ACK_LEN;
 
 /// Write an ack carrying the reliable layer's acknowledgement `frame` (at most
 /// [`MAX_ACK_FRAME`] bytes; longer is cut, and then fails to parse at the sender) to `out`

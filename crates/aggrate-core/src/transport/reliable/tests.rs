@@ -398,6 +398,7 @@ fn every_truncation_of_every_frame_is_refused_by_name() {
     }
     let mut ack = Vec::new();
     Ack {
+        stream: 0,
         cum: 1,
         window_end: 9,
         sack: vec![(2, 3)],
@@ -504,7 +505,7 @@ fn a_forged_ack_cannot_open_the_window_past_one_window_or_cost_a_scan_of_the_str
 #[test]
 fn parity_groups_beyond_the_window_are_refused() {
     let mut rx = BulkReceiver::new(small()).unwrap();
-    let mut f = vec![KIND_PARITY, 4];
+    let mut f = vec![KIND_PARITY, 0, 0, 0, 0, 4];
     f.extend_from_slice(&(u64::MAX - 1).to_be_bytes());
     f.extend_from_slice(&0u16.to_be_bytes());
     f.extend_from_slice(&[0; 200]);
@@ -513,11 +514,41 @@ fn parity_groups_beyond_the_window_are_refused() {
         Err(FrameError::Field { field: "first", .. })
     ));
     // A last segment far beyond the window does not fix the stream's end.
-    let mut d = vec![KIND_DATA, FLAG_FIN];
+    let mut d = vec![KIND_DATA, 0, 0, 0, 0, FLAG_FIN];
     d.extend_from_slice(&1_000_000u64.to_be_bytes());
     d.extend_from_slice(&0u32.to_be_bytes());
     d.extend_from_slice(&0u16.to_be_bytes());
     rx.handle_frame(Ts::ZERO, &d).unwrap();
     assert_eq!(rx.fin, None);
     assert_eq!(rx.stats().beyond_window, 1);
+}
+
+#[test]
+fn frames_and_acks_of_another_stream_are_refused() {
+    let cfg = |stream| BulkConfig { stream, ..small() };
+    let mut tx = BulkSender::new(cfg(7)).unwrap();
+    let mut out = Vec::new();
+    tx.offer(&[3; 300]);
+    tx.poll_frame(Ts::ZERO, &mut out);
+    // A receiver with 0 takes the first frame's stream, then refuses another's.
+    let mut rx = BulkReceiver::new(cfg(0)).unwrap();
+    rx.handle_frame(Ts::ZERO, &out).unwrap();
+    let mut other = BulkSender::new(cfg(8)).unwrap();
+    let mut o2 = Vec::new();
+    other.offer(&[4; 300]);
+    other.poll_frame(Ts::ZERO, &mut o2);
+    assert_eq!(
+        rx.handle_frame(Ts::ZERO, &o2),
+        Err(FrameError::Stream { got: 8, want: 7 })
+    );
+    // Its acks name its stream; the other sender refuses them.
+    let mut ack = Vec::new();
+    assert!(rx.poll_ack(Ts::from_millis(100), &mut ack));
+    assert_eq!(Ack::parse(&ack).unwrap().stream, 7);
+    assert!(matches!(
+        other.handle_ack(Ts::ZERO, &ack),
+        Err(FrameError::Stream { got: 7, want: 8 })
+    ));
+    tx.handle_ack(Ts::from_millis(1), &ack).unwrap();
+    assert_eq!(tx.acked(), 1);
 }
