@@ -2,7 +2,7 @@
 # Peak RSS of a 1 GB reliable transfer at 5 % loss each way (the lab's link at 1 Gb/s, virtual
 # clock: `aggrate tool bulk-lab`, all mechanisms, one run): sender and receiver live in one
 # process here, so the figure bounds both together. The file is made and hashed chunk by chunk
-# as the sender takes it; what the transfer holds is the two windows (4,096 segments of 1,396
+# as the sender takes it; what the transfer holds is the two windows (4,096 segments of 1,408
 # bytes each end) and the path's queue. Fails above 64 MB.
 #   benches/bulk_rss.sh [BYTES]   (default 1000000000; needs /usr/bin/time)
 set -euo pipefail
