@@ -20,6 +20,7 @@
 
 #![allow(clippy::disallowed_methods)]
 
+pub mod classifier;
 pub mod compare;
 pub mod downlink;
 pub mod emulated;
@@ -262,6 +263,22 @@ pub enum Error {
         /// What to install or do.
         fix: String,
     },
+    /// A run's log could not be read back.
+    #[error(transparent)]
+    Log(#[from] crate::bottleneck::Error),
+    /// A plan setting out of range (named as its command-line flag).
+    #[error("{flag} {value}: {allowed}")]
+    Plan {
+        /// The flag.
+        flag: &'static str,
+        /// Value.
+        value: String,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// Ctrl-C or SIGTERM during a run.
+    #[error("interrupted: the testbed was removed")]
+    Interrupted,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {

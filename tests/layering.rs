@@ -65,6 +65,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "metrics",
             "livelog",
             "bottleneck",
+            "transport::io",
         ],
     ),
     ("sim", &["metrics", "wlan", "train", "bottleneck"]),

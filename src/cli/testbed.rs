@@ -316,7 +316,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
             ui.warn(format!(
                 "{name}: the AP released bursts up to {:.0} µs late (p99): the host, not the WLAN, set the timing{}",
                 r.release_p99_us,
-                steal_note(&r)
+                steal_note(r.ap_core_steal)
             ));
         }
         runs.push(r);
@@ -334,9 +334,9 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The hypervisor's share of the AP's core, when it took any.
-fn steal_note(r: &SenderRun) -> String {
-    match r.ap_core_steal {
+/// The hypervisor's share of the AP's core (`steal`), when it took any.
+fn steal_note(steal: Option<f64>) -> String {
+    match steal {
         Some(s) if s >= 0.005 => format!(
             " (the hypervisor took {:.1}% of the AP's core: a virtual machine's vCPU is not always running)",
             s * 100.0
@@ -346,38 +346,61 @@ fn steal_note(r: &SenderRun) -> String {
 }
 
 fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
-    use aggrate::bottleneck as bn;
+    use aggrate::testbed::classifier::{bottleneck_runs, BottleneckPlan};
     if a.bed.backhaul_mbps.is_some() {
         bail!("--backhaul-mbps: the runs switch the backhaul themselves (--backhaul-range)");
     }
-    if !(1..=100).contains(&a.runs) || a.train >= a.runs {
-        bail!(
-            "--runs {} --train {}: 1..=100 runs, fewer training runs than runs",
-            a.runs,
-            a.train
-        );
-    }
-    if !(10..=3600).contains(&a.duration) {
-        bail!("--duration {}: 10..=3600 s", a.duration);
-    }
-    if !(20..=1000).contains(&a.interval_ms) {
-        bail!("--interval-ms {}: 20..=1000", a.interval_ms);
-    }
-    let [lo, hi] = a.backhaul_range[..] else {
-        bail!("--backhaul-range: two rates, LOW,HIGH (Mb/s)");
+    let (&[lo, hi], &[d0, d1]) = (&a.backhaul_range[..], &a.dwell[..]) else {
+        bail!("--backhaul-range LOW,HIGH (Mb/s) and --dwell SHORTEST,LONGEST (s): two values each");
     };
-    if !(1.0..=10_000.0).contains(&lo) || hi < lo || hi > 10_000.0 {
-        bail!("--backhaul-range {lo},{hi}: 1 <= low <= high <= 10000 Mb/s");
-    }
-    let [d0, d1] = a.dwell[..] else {
-        bail!("--dwell: two durations, SHORTEST,LONGEST (s)");
+    let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
+    let plan = BottleneckPlan {
+        runs: a.runs,
+        train: a.train,
+        duration_s: a.duration,
+        interval: Duration::from_millis(a.interval_ms),
+        backhaul_mbps: (lo, hi),
+        dwell_s: (d0, d1),
+        seed: a.bed.seed,
+        weights: a.weights.as_deref(),
+        exe: &exe,
+        dir: &a.output,
     };
-    if !(d0 >= 0.2 && d1 >= d0 && d1 <= 600.0) {
-        bail!("--dwell {d0},{d1}: 0.2 <= shortest <= longest <= 600 s");
-    }
     // Refused before anything is set up.
-    a.weights.as_deref().map(bn::read_weights).transpose()?;
-    let runs = bottleneck_runs(ui, &a, (lo, hi), (d0, d1))?;
+    plan.check()?;
+    a.weights
+        .as_deref()
+        .map(aggrate::bottleneck::read_weights)
+        .transpose()?;
+    let wlan = a.bed.wlan()?;
+    let stop = super::common::stop_on_signals()?;
+    let d = a.bed.up()?;
+    let runs = bottleneck_runs(
+        &d,
+        &wlan,
+        &plan,
+        &stop,
+        |k, sched| {
+            let role = if k < a.train { "training" } else { "held out" };
+            ui.info(format!(
+                "run {}/{} ({role}): {} s, {} switches of the backhaul…",
+                k + 1,
+                a.runs,
+                a.duration,
+                sched.switches.len()
+            ))
+        },
+        |k, r| {
+            if let Some(us) = r.late_us {
+                ui.warn(format!(
+                    "run {k}: the AP released bursts up to {us:.0} µs late (p99){}",
+                    steal_note(r.ap_core_steal)
+                ));
+            }
+        },
+    )?;
+    drop(d);
+    let runs: Vec<BottleneckRun> = runs.into_iter().map(|r| (r.rows, r.applied, r.t0_ns)).collect();
     let setting = aggrate::report::bottleneck::Setting {
         testbed: a.bed.describe(),
         runs: a.runs,
@@ -394,58 +417,4 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
     print!("{md}");
     ui.info(format!("wrote {}", a.output.display()));
     Ok(Exit::Ok)
-}
-
-/// The runs of `testbed bottleneck`, one after the other on one downlink.
-fn bottleneck_runs(
-    ui: &Ui,
-    a: &BottleneckArgs,
-    (lo, hi): (f64, f64),
-    (d0, d1): (f64, f64),
-) -> Result<Vec<BottleneckRun>> {
-    use aggrate::bottleneck::{self as bn, Schedule};
-    let wlan = a.bed.wlan()?;
-    let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
-    let stop = super::common::stop_on_signals()?;
-    let d = a.bed.up()?;
-    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
-    let interval = Duration::from_millis(a.interval_ms);
-    let mut runs: Vec<(Vec<bn::Row>, Schedule, u64)> = Vec::new();
-    for k in 0..a.runs {
-        if stop.load(Ordering::Relaxed) {
-            bail!("interrupted: the testbed was removed");
-        }
-        let sched = Schedule::seeded(a.bed.seed + k as u64, a.duration as f64, 4.0, (d0, d1), (lo, hi));
-        let role = if k < a.train { "training" } else { "held out" };
-        ui.info(format!(
-            "run {}/{} ({role}): {} s, {} switches of the backhaul…",
-            k + 1,
-            a.runs,
-            a.duration,
-            sched.switches.len()
-        ));
-        let dir = a.output.join(format!("run_{k}"));
-        let run = AggrateRun {
-            schedule: Some(&sched),
-            weights: a.weights.as_deref(),
-            ..AggrateRun::new(&exe, a.duration, interval, a.bed.seed + k as u64, &dir)
-        };
-        let (r, switched) = aggrate_run(&d, &wlan, &run).with_context(|| format!("run {k}"))?;
-        if r.cpu_bound {
-            ui.warn(format!(
-                "run {k}: the AP released bursts up to {:.0} µs late (p99){}",
-                r.release_p99_us,
-                steal_note(&r)
-            ));
-        }
-        let switched = switched.context("the backhaul's switches")?;
-        std::fs::write(
-            dir.join("backhaul.json"),
-            serde_json::to_string_pretty(&switched.applied)? + "\n",
-        )?;
-        let rows = bn::rows_from_send_log(&dir.join("send.csv"), k, switched.t0_ns, &switched.applied)?;
-        runs.push((rows, switched.applied, switched.t0_ns));
-    }
-    drop(d);
-    Ok(runs)
 }

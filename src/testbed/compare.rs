@@ -520,10 +520,7 @@ pub struct Switched {
 
 /// `CLOCK_REALTIME` now (ns): the clock `send --log` writes.
 fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as u64
+    crate::transport::io::realtime().as_nanos()
 }
 
 /// Switch the backhaul on `sched` until it ends or `done` is set.
