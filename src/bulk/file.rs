@@ -111,16 +111,7 @@ impl Offer {
         check_name(&name, 0)?;
         let mut f = File::open(path).map_err(io(path, "opening"))?;
         let mut hash = Sha256::new();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut size = 0u64;
-        loop {
-            let n = f.read(&mut buf).map_err(io(path, "reading"))?;
-            if n == 0 {
-                break;
-            }
-            hash.update(&buf[..n]);
-            size += n as u64;
-        }
+        let size = hash_from(&mut f, u64::MAX, &mut hash).map_err(io(path, "reading"))?;
         Ok(Offer {
             name,
             size,
@@ -457,15 +448,29 @@ fn resume(part: &Path, offset: u64, hash: &mut Sha256) -> Result<File, FileError
         });
     }
     f.set_len(offset).map_err(io(part, "cutting to the resume offset"))?;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut left = offset;
-    while left > 0 {
-        let n = (buf.len() as u64).min(left) as usize;
-        f.read_exact(&mut buf[..n]).map_err(io(part, "reading back"))?;
-        hash.update(&buf[..n]);
-        left -= n as u64;
+    let n = hash_from(&mut f, offset, hash).map_err(io(part, "reading back"))?;
+    if n < offset {
+        return Err(io(part, "reading back")(std::io::ErrorKind::UnexpectedEof.into()));
     }
     Ok(f)
+}
+
+/// Hash up to `limit` bytes of `r` into `hash` (until its end, if sooner); the bytes read.
+fn hash_from(r: &mut impl Read, limit: u64, hash: &mut Sha256) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut done = 0u64;
+    while done < limit {
+        let want = (buf.len() as u64).min(limit - done) as usize;
+        let n = match r.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hash.update(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(done)
 }
 
 /// The sending end: an offer and a reader's bytes (from the offer's offset on), offered to a

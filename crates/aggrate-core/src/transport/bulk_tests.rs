@@ -5,23 +5,11 @@ use std::collections::VecDeque;
 
 use proptest::prelude::*;
 
+use super::reliable::tests::Rng;
 use super::reliable::{BulkConfig, BulkReceiver, BulkSender};
 use super::*;
 use crate::features::FeatureSpec;
 use crate::runtime::Mode;
-
-/// splitmix64 (the core crate has no RNG dependency).
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 const SIZE: usize = 1472;
 

@@ -1362,4 +1362,4 @@ impl BulkReceiver {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -696,23 +696,30 @@ pub fn parse_hello_ack(b: &[u8], psk: &Psk) -> Result<HelloAck, WireError> {
 
 /// Write a data packet with `payload_len` zero bytes of payload to `out` (cleared first).
 pub fn emit_data(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload_len: usize) {
+    data_head(out, keys, d);
+    out.resize(DATA_HEADER_LEN + payload_len, 0);
+    seal_data(out, keys);
+}
+
+/// A data packet's header (the tag's bytes zero) into `out` (cleared first).
+fn data_head(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data) {
     header(out, 1, keys.session, keys.station);
     out.extend_from_slice(&d.seq.to_be_bytes());
     out.extend_from_slice(&d.sent.as_nanos().to_be_bytes());
-    out.resize(DATA_HEADER_LEN + payload_len, 0);
+    out.extend_from_slice(&[0u8; TAG_LEN]);
+}
+
+/// Tag a whole data packet under the data key.
+fn seal_data(out: &mut [u8], keys: &SessionKeys) {
     let t = tag(&keys.data, out, 28);
     out[28..DATA_HEADER_LEN].copy_from_slice(&t);
 }
 
 /// Write a data packet carrying `payload` (a reliable-layer frame) to `out` (cleared first).
 pub fn emit_data_payload(out: &mut Vec<u8>, keys: &SessionKeys, d: &Data, payload: &[u8]) {
-    header(out, 1, keys.session, keys.station);
-    out.extend_from_slice(&d.seq.to_be_bytes());
-    out.extend_from_slice(&d.sent.as_nanos().to_be_bytes());
-    out.extend_from_slice(&[0u8; TAG_LEN]);
+    data_head(out, keys, d);
     out.extend_from_slice(payload);
-    let t = tag(&keys.data, out, 28);
-    out[28..DATA_HEADER_LEN].copy_from_slice(&t);
+    seal_data(out, keys);
 }
 
 /// Bytes of an ack before its frame: header, number, frame length.
