@@ -39,6 +39,25 @@ fn ends() -> (Sender, Receiver) {
     (s, r)
 }
 
+/// Offer station 0's stream the rest of `content` it has room for (the end once all is in).
+fn feed(s: &mut Sender, content: &[u8], offered: &mut usize) {
+    if let Some(b) = s.bulk_mut(0) {
+        *offered += b.offer(&content[*offered..]);
+        if *offered == content.len() {
+            b.finish();
+        }
+    }
+}
+
+/// What the sender sends at `now`, straight to the receiver (from `from`).
+fn send(s: &mut Sender, r: &mut Receiver, now: Ts, from: SocketAddr) {
+    s.handle_timeout(now);
+    while let Some(t) = s.poll_transmit(now) {
+        let d = s.buffer()[..t.len].to_vec();
+        let _ = r.handle_datagram(now, from, &d);
+    }
+}
+
 #[derive(Default)]
 struct Outcome {
     got: Vec<u8>,
@@ -92,12 +111,7 @@ fn transfer(seed: u64, loss: f64, dup: f64, content: &[u8]) -> Outcome {
     let (mut offered, mut now) = (0usize, Ts::ZERO);
     let from = SocketAddr::from(([127, 0, 0, 1], 1));
     while now < Ts::from_millis(120_000) {
-        if let Some(b) = s.bulk_mut(0) {
-            offered += b.offer(&content[offered..]);
-            if offered == content.len() {
-                b.finish();
-            }
-        }
+        feed(&mut s, content, &mut offered);
         s.handle_timeout(now);
         while let Some(t) = s.poll_transmit(now) {
             let b = &s.buffer()[..t.len];
@@ -187,17 +201,8 @@ fn acks_never_reach_the_controller_and_numbers_only_rise() {
     let mut now = Ts::ZERO;
     let mut offered = 0;
     while now < Ts::from_millis(5_000) && !s.bulk(0).is_some_and(|b| b.is_done()) {
-        if let Some(b) = s.bulk_mut(0) {
-            offered += b.offer(&content[offered..]);
-            if offered == content.len() {
-                b.finish();
-            }
-        }
-        s.handle_timeout(now);
-        while let Some(t) = s.poll_transmit(now) {
-            let d = s.buffer()[..t.len].to_vec();
-            let _ = r.handle_datagram(now, from, &d);
-        }
+        feed(&mut s, &content, &mut offered);
+        send(&mut s, &mut r, now, from);
         while let Some((n, _)) = r.poll_transmit(now) {
             let b = r.buffer()[..n].to_vec();
             if b[3] == 6 {
@@ -248,17 +253,8 @@ fn a_new_session_carries_the_stream_on_and_a_restarted_sender_is_not_mixed_in() 
     let (mut got, mut offered, mut now) = (Vec::new(), 0usize, Ts::ZERO);
     let mut silent_from = None;
     while now < Ts::from_millis(20_000) && !s.bulk(0).is_some_and(|b| b.is_done()) {
-        if let Some(b) = s.bulk_mut(0) {
-            offered += b.offer(&content[offered..]);
-            if offered == content.len() {
-                b.finish();
-            }
-        }
-        s.handle_timeout(now);
-        while let Some(t) = s.poll_transmit(now) {
-            let d = s.buffer()[..t.len].to_vec();
-            let _ = r.handle_datagram(now, from, &d);
-        }
+        feed(&mut s, &content, &mut offered);
+        send(&mut s, &mut r, now, from);
         if let Some(b) = r.bulk_mut() {
             while let Some(bytes) = b.read() {
                 got.extend_from_slice(bytes);
