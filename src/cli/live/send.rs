@@ -128,7 +128,11 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     let mut log = a.log.as_deref().map(|p| CsvLog::create(p, &header)).transpose()?;
     let mut logged = 0u64;
     let duration = a.session.seconds(file.is_some())?;
-    let (segment, head) = file.as_ref().map_or((1, 0), |f| (f.segment, f.head));
+    // What the bar shows: acknowledged file bytes, at most the file's (the last segment is
+    // short; a stream of unknown size has no total).
+    let (segment, head, total) = file
+        .as_ref()
+        .map_or((1, 0, 0), |f| (f.segment, f.head, f.bytes_to_send()));
     // The receiver's acks, and when they last moved the transfer (a receiver that left ends
     // the run after transfer::IDLE, not after --duration).
     let mut heard = (0u64, std::time::Instant::now());
@@ -163,7 +167,8 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
                 l.line(&log_line(now, s, a.to.len()));
             }
             if let (Some(bar), Some(b)) = (bar.as_mut(), s.bulk(0)) {
-                bar.set(transfer::acked_bytes(b.acked(), segment, head));
+                let n = transfer::acked_bytes(b.acked(), segment, head);
+                bar.set(if total > 0 { n.min(total) } else { n });
             } else if now.saturating_since(last_print) >= Duration::from_secs(1) {
                 last_print = now;
                 let rates: Vec<String> = (0..a.to.len()).map(|i| format!("{:.1}", s.rate(i).mbps)).collect();
