@@ -11,7 +11,7 @@
 //! stream ends.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -244,6 +244,11 @@ struct Open {
     tail: Vec<u8>,
     /// Standard output, buffered (its own writer flushes at every newline of binary data).
     stdout: std::io::BufWriter<std::io::Stdout>,
+    /// A resume's hash of the kept bytes, made on its own thread (a multi-GB part takes
+    /// seconds: the receive loop goes on acknowledging meanwhile), and the bytes that came
+    /// before it was done.
+    rehash: Option<std::thread::JoinHandle<std::io::Result<Sha256>>>,
+    held: Vec<u8>,
 }
 
 /// Whether `out` means standard output.
@@ -270,7 +275,7 @@ impl FileSink {
 
     /// File bytes written so far (with those a resumed transfer kept).
     pub fn written(&self) -> u64 {
-        self.open.as_ref().map_or(0, |o| o.written)
+        self.open.as_ref().map_or(0, |o| o.written + o.held.len() as u64)
     }
 
     /// The next in-order bytes of the stream.
@@ -300,7 +305,7 @@ impl FileSink {
     }
 
     fn create(&self, offer: Offer) -> Result<Open, FileError> {
-        let mut hash = Sha256::new();
+        let hash = Sha256::new();
         if is_stdout(&self.out) {
             if offer.offset > 0 {
                 return Err(FileError::Offer {
@@ -319,6 +324,8 @@ impl FileSink {
                 hash,
                 tail: Vec::new(),
                 stdout: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout()),
+                rehash: None,
+                held: Vec::new(),
             });
         }
         let out = if self.out.is_dir() {
@@ -327,10 +334,21 @@ impl FileSink {
             self.out.clone()
         };
         let part = part_path(&out);
-        let file = if offer.offset == 0 {
-            File::create(&part).map_err(io(&part, "creating"))?
+        let (file, rehash) = if offer.offset == 0 {
+            (File::create(&part).map_err(io(&part, "creating"))?, None)
         } else {
-            resume(&part, offer.offset, &mut hash)?
+            let (file, reader) = resume(&part, offer.offset)?;
+            let offset = offer.offset;
+            let rehash = std::thread::spawn(move || {
+                let mut reader = reader;
+                let mut h = Sha256::new();
+                let n = hash_from(&mut reader, offset, &mut h)?;
+                if n < offset {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                Ok(h)
+            });
+            (file, Some(rehash))
         };
         Ok(Open {
             written: offer.offset,
@@ -340,6 +358,8 @@ impl FileSink {
             hash,
             tail: Vec::new(),
             stdout: std::io::BufWriter::with_capacity(0, std::io::stdout()),
+            rehash,
+            held: Vec::new(),
         })
     }
 
@@ -362,7 +382,7 @@ impl FileSink {
             o.tail.extend_from_slice(&bytes[from_new..]);
             return Ok(());
         }
-        let room = o.offer.size - o.written;
+        let room = o.offer.size - o.written - o.held.len() as u64;
         if bytes.len() as u64 > room {
             return Err(FileError::TooLong {
                 path: o.part.as_ref().map_or(o.out.clone(), |p| p.0.clone()),
@@ -370,7 +390,22 @@ impl FileSink {
                 extra: bytes.len() as u64 - room,
             });
         }
+        if o.rehash.is_some() {
+            o.held.extend_from_slice(bytes);
+            return Ok(());
+        }
         o.put(bytes)
+    }
+
+    /// Whether a resume is still hashing the bytes it kept (then [`FileSink::write`] holds what
+    /// it is given: a driver stops reading the stream meanwhile, and the stream's window stops
+    /// the sender). Once done, the held bytes are written.
+    pub fn busy(&mut self) -> Result<bool, FileError> {
+        match self.open.as_mut() {
+            Some(o) if o.rehash.as_ref().is_some_and(|h| !h.is_finished()) => Ok(true),
+            Some(o) => o.settle().map(|_| false),
+            None => Ok(false),
+        }
     }
 
     /// The stream ended: the file is synced and renamed to the output if its size and hash are
@@ -383,6 +418,7 @@ impl FileSink {
                 what: "the stream ended before its file offer".into(),
             });
         };
+        o.settle()?;
         let part_name = o.part.as_ref().map_or(o.out.clone(), |p| p.0.clone());
         let mismatch = |what: String| FileError::Mismatch {
             out: o.out.clone(),
@@ -415,6 +451,18 @@ impl FileSink {
 }
 
 impl Open {
+    /// Wait for a resume's hash of the kept bytes, then write what came meanwhile.
+    fn settle(&mut self) -> Result<(), FileError> {
+        let Some(h) = self.rehash.take() else { return Ok(()) };
+        let path = self.part.as_ref().map_or(self.out.clone(), |p| p.0.clone());
+        let joined = h
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the hashing thread panicked")));
+        self.hash = joined.map_err(io(&path, "reading back"))?;
+        let held = std::mem::take(&mut self.held);
+        self.put(&held)
+    }
+
     fn put(&mut self, bytes: &[u8]) -> Result<(), FileError> {
         match &mut self.part {
             Some((path, f)) => f.write_all(bytes).map_err(io(path, "writing"))?,
@@ -429,9 +477,9 @@ impl Open {
     }
 }
 
-/// The part file of an interrupted transfer, kept to `offset` bytes (hashed into `hash`) and
-/// opened to append.
-fn resume(part: &Path, offset: u64, hash: &mut Sha256) -> Result<File, FileError> {
+/// The part file of an interrupted transfer, kept to `offset` bytes, opened to append, and a
+/// reader of it for the hash of those bytes.
+fn resume(part: &Path, offset: u64) -> Result<(File, File), FileError> {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -448,11 +496,11 @@ fn resume(part: &Path, offset: u64, hash: &mut Sha256) -> Result<File, FileError
         });
     }
     f.set_len(offset).map_err(io(part, "cutting to the resume offset"))?;
-    let n = hash_from(&mut f, offset, hash).map_err(io(part, "reading back"))?;
-    if n < offset {
-        return Err(io(part, "reading back")(std::io::ErrorKind::UnexpectedEof.into()));
-    }
-    Ok(f)
+    // The reader shares the file's position: it ends at `offset`, where writing goes on (nothing
+    // is written until it is done).
+    let reader = f.try_clone().map_err(io(part, "opening the partial file to resume"))?;
+    f.seek(std::io::SeekFrom::Start(0)).map_err(io(part, "reading back"))?;
+    Ok((f, reader))
 }
 
 /// Hash up to `limit` bytes of `r` into `hash` (until its end, if sooner); the bytes read.
@@ -675,7 +723,14 @@ mod tests {
         assert!(!out.exists());
         // At an earlier offset than the part holds: cut back, hashed again, appended.
         let mut sink = FileSink::new(&out);
-        sink.write(&resumed(6000)).unwrap();
+        let r = resumed(6000);
+        // The offer and a first chunk: the kept bytes are hashed on a thread, what comes
+        // meanwhile is held, then written in order.
+        sink.write(&r[..r.len() - 9000]).unwrap();
+        while sink.busy().unwrap() {
+            std::thread::yield_now();
+        }
+        sink.write(&r[r.len() - 9000..]).unwrap();
         assert_eq!(sink.written(), 20_000);
         assert_eq!(sink.finish().unwrap(), out);
         assert_eq!(std::fs::read(&out).unwrap(), content);

@@ -244,7 +244,18 @@ impl<'u> Incoming<'u> {
     /// sender has gone quiet, or on an error (kept for [`Incoming::finish`]).
     pub(crate) fn poll(&mut self, rx: &mut Receiver) -> bool {
         let Some(b) = rx.bulk_mut() else { return false };
-        while let Some(bytes) = b.read() {
+        // A resume hashing the part it kept: leave the stream unread meanwhile (its window
+        // holds the sender; acks and reports go on). At most one read is held by the sink.
+        loop {
+            match self.sink.busy() {
+                Ok(false) => {}
+                Ok(true) => break,
+                Err(e) => {
+                    self.error = Some(e);
+                    return false;
+                }
+            }
+            let Some(bytes) = b.read() else { break };
             if let Err(e) = self.sink.write(bytes) {
                 self.error = Some(e);
                 return false;
