@@ -491,10 +491,13 @@ fn files_cross_a_lossy_relay_whole_and_resume_after_a_cut() {
     let relay_addr = relay();
     let r = recv("-", "30", "key");
     settle();
-    let mut s = cmd(&["-q", "send", "--to", &relay_addr, "--file", "-"], "key")
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut s = cmd(
+        &["-q", "send", "--to", &relay_addr, "--file", "-", "--window-mb", "0.2"],
+        "key",
+    )
+    .stdin(Stdio::piped())
+    .spawn()
+    .unwrap();
     {
         use std::io::Write;
         let mut stdin = s.stdin.take().unwrap();
@@ -572,6 +575,27 @@ fn files_cross_a_lossy_relay_whole_and_resume_after_a_cut() {
     );
     assert!(
         !o.status.success() && text(&o).1.contains("no/such/dir"),
+        "{:?}",
+        text(&o)
+    );
+    // A window of nothing.
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--key-file",
+            "key",
+            "--file",
+            "model.bin",
+            "--window-mb",
+            "0",
+        ],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("--window-mb 0"),
         "{:?}",
         text(&o)
     );

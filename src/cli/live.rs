@@ -137,6 +137,10 @@ pub(crate) struct RecvArgs {
     /// With --out: the sender's UDP payload bytes per datagram (its --size).
     #[arg(long, default_value_t = 1472, requires = "out")]
     pub(crate) size: usize,
+    /// With --out: megabytes of segments held past the delivered point (the sender's
+    /// --window-mb or more).
+    #[arg(long, requires = "out")]
+    pub(crate) window_mb: Option<f64>,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -315,7 +319,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let mut incoming = a
         .out
         .as_deref()
-        .map(|out| transfer::Incoming::new(ui, out, a.size, &mut rx))
+        .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), &mut rx))
         .transpose()?;
     // What the windows since the last line came to: (windows, too far).
     let (mut logged, mut since) = (None, (0u64, 0u64));

@@ -19,8 +19,18 @@ use aggrate::transport::reliable::{BulkConfig, BulkReceiver, BulkSender};
 
 /// The reliable layer's settings for datagrams of `size` bytes (UDP payload) and transfer
 /// `stream`.
-pub(crate) fn config(size: usize, stream: u32) -> Result<BulkConfig> {
-    aggrate::transport::bulk_config(size, stream).with_context(|| format!("--size {size}"))
+/// With `window_mb`, the window holds that many megabytes of segments (a path whose
+/// bandwidth-delay product is larger than the default 4,096 segments needs more).
+pub(crate) fn config(size: usize, stream: u32, window_mb: Option<f64>) -> Result<BulkConfig> {
+    let mut cfg = aggrate::transport::bulk_config(size, stream).with_context(|| format!("--size {size}"))?;
+    if let Some(mb) = window_mb {
+        if !(mb.is_finite() && (0.01..=4096.0).contains(&mb)) {
+            bail!("--window-mb {mb}: 0.01..=4096 (megabytes each end holds)");
+        }
+        cfg.window = ((mb * 1e6) as usize / cfg.segment).max(2);
+    }
+    cfg.check()
+        .with_context(|| format!("--window-mb {}", window_mb.unwrap_or(0.0)))
 }
 
 /// The source for `send --file PATH` (`-`: standard input) resumed at `offset`, and its offer.
@@ -72,7 +82,7 @@ impl Outgoing {
         ui: &Ui,
         path: &Path,
         offset: u64,
-        size: usize,
+        (size, window_mb): (usize, Option<f64>),
         receivers: usize,
         tx: &mut aggrate::transport::Sender,
     ) -> Result<Outgoing> {
@@ -82,7 +92,7 @@ impl Outgoing {
         // A stream id per transfer, so a receiver never mixes this one into an earlier one's
         // state (nonzero: a receiver's "take the first").
         let id = aggrate::transport::io::entropy()?;
-        let cfg = config(size, u32::from_be_bytes([id[0], id[1], id[2], id[3]]) | 1)?;
+        let cfg = config(size, u32::from_be_bytes([id[0], id[1], id[2], id[3]]) | 1, window_mb)?;
         let spin = ui.spinner(&format!("hashing {}", path.display()));
         let (src, offer) = source(path, offset)?;
         spin.finish_and_clear();
@@ -209,7 +219,12 @@ impl<'u> Incoming<'u> {
     /// A transfer into `out`, whose directory must exist (checked now, not when the first
     /// bytes arrive),
     /// with datagrams of `size` bytes: the stream set on `rx`.
-    pub(crate) fn new(ui: &'u Ui, out: &Path, size: usize, rx: &mut Receiver) -> Result<Incoming<'u>> {
+    pub(crate) fn new(
+        ui: &'u Ui,
+        out: &Path,
+        (size, window_mb): (usize, Option<f64>),
+        rx: &mut Receiver,
+    ) -> Result<Incoming<'u>> {
         if !file::is_stdout(out) && !out.is_dir() {
             let dir = match out.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p,
@@ -223,7 +238,7 @@ impl<'u> Incoming<'u> {
                 );
             }
         }
-        rx.set_bulk(BulkReceiver::new(config(size, 0)?)?);
+        rx.set_bulk(BulkReceiver::new(config(size, 0, window_mb)?)?);
         Ok(Incoming {
             ui,
             out: out.to_path_buf(),
