@@ -276,6 +276,14 @@ pub enum Error {
         /// What is allowed.
         allowed: &'static str,
     },
+    /// One run of several failed.
+    #[error("run {run}: {source}")]
+    Run {
+        /// Which run.
+        run: u32,
+        /// Why.
+        source: Box<Error>,
+    },
     /// Ctrl-C or SIGTERM during a run.
     #[error("interrupted: the testbed was removed")]
     Interrupted,

@@ -134,7 +134,10 @@ pub fn bottleneck_runs(
             weights: plan.weights,
             ..AggrateRun::new(plan.exe, plan.duration_s, plan.interval, plan.seed + k as u64, &dir)
         };
-        let (r, switched) = aggrate_run(d, wlan, &run)?;
+        let (r, switched) = aggrate_run(d, wlan, &run).map_err(|e| Error::Run {
+            run: k,
+            source: Box::new(e),
+        })?;
         let switched = switched.ok_or(Error::Setting {
             field: "schedule",
             value: format!("run {k}"),

@@ -171,7 +171,15 @@ struct Station {
     ready: bool,
     /// Datagram bytes sent since the loop last stepped (to tell an application-limited stream).
     sent_bytes: u64,
+    /// When the last datagram went (a stream waiting for its producer sends a padding datagram
+    /// every [`BULK_KEEPALIVE`], so its receiver knows the sender is there).
+    last_sent: Ts,
+    /// Whether the station was idle (nothing to send) at the last poll.
+    was_idle: bool,
 }
+
+/// How often a bulk station with nothing to send sends an empty data datagram.
+pub const BULK_KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// The sans-IO sender.
 pub struct Sender {
@@ -192,6 +200,8 @@ pub struct Sender {
     stats: SenderStats,
     /// A reliable frame on its way into a datagram.
     frame: Vec<u8>,
+    /// Since when `sent_bytes` counts.
+    sent_since: Ts,
 }
 
 /// Nonces from a 32-byte seed: HMAC-SHA-256(seed, counter), truncated — a PRF in counter
@@ -261,6 +271,8 @@ impl Sender {
                 last_ack: None,
                 ready: true,
                 sent_bytes: 0,
+                last_sent: now,
+                was_idle: false,
             });
         }
         let mut sender = Sender {
@@ -278,6 +290,7 @@ impl Sender {
             next_silence_check: now + interval * 3,
             stats: SenderStats::default(),
             frame: Vec::new(),
+            sent_since: now,
         };
         sender.set_cell_airtime(true);
         Ok(sender)
@@ -382,11 +395,14 @@ impl Sender {
             }
         }
         for (i, s) in self.stations.iter_mut().enumerate() {
-            s.ready = s.keys.is_some() && s.bulk.as_mut().is_none_or(|b| b.wants_to_send(now));
-            if s.keys.is_some() && !s.ready {
-                // Nothing to send: no credit builds up for a burst when the stream resumes.
+            let keepalive = now.saturating_since(s.last_sent) >= BULK_KEEPALIVE;
+            s.ready = s.keys.is_some() && (keepalive || s.bulk.as_mut().is_none_or(|b| b.wants_to_send(now)));
+            if s.keys.is_some() && (!s.ready || s.was_idle) {
+                // Nothing to send, or the first send after nothing: no credit built up for a
+                // burst when the stream resumes.
                 self.pacer.idle(i, now);
             }
+            s.was_idle = s.keys.is_some() && !s.ready;
         }
         let stations = &self.stations;
         let (at, i) = self
@@ -400,13 +416,13 @@ impl Sender {
             seq: s.seq.checked_add(1)?,
             sent: now,
         };
-        match s.bulk.as_mut() {
-            Some(b) => {
-                b.poll_frame(now, &mut self.frame)?;
-                wire::emit_data_payload(&mut self.buf, keys, &d, &self.frame);
-            }
+        match s.bulk.as_mut().map(|b| b.poll_frame(now, &mut self.frame)) {
+            Some(Some(_)) => wire::emit_data_payload(&mut self.buf, keys, &d, &self.frame),
+            // A keepalive: an empty datagram (no frame, nothing for the stream).
+            Some(None) => wire::emit_data(&mut self.buf, keys, &d, 0),
             None => wire::emit_data(&mut self.buf, keys, &d, self.payload),
         }
+        s.last_sent = now;
         s.seq = d.seq;
         let len = self.buf.len();
         s.sent_bytes += (len + 28) as u64;
@@ -429,6 +445,9 @@ impl Sender {
             // when it last had a frame (or was told of news since: an ack, bytes, a timer).
             if s.keys.is_some() && (s.bulk.is_none() || s.ready) {
                 t = t.min(self.pacer.next(i));
+            }
+            if s.keys.is_some() && s.bulk.is_some() {
+                t = t.min(s.last_sent + BULK_KEEPALIVE);
             }
             if let Some(d) = s.bulk.as_ref().and_then(|b| b.poll_timeout()) {
                 t = t.min(d);
@@ -500,7 +519,7 @@ impl Sender {
     }
 
     /// Whether station `i` carries a stream that sent under 90 % of what its rate allowed over
-    /// `span` (the last report's interval).
+    /// `span` (since the loop last stepped).
     fn app_limited(&self, i: usize, span: Duration) -> bool {
         let Some(s) = self.stations.get(i).filter(|s| s.bulk.is_some()) else {
             return false;
@@ -615,7 +634,7 @@ impl Sender {
                     // A stream that had less to send than the rate allowed (a slow producer)
                     // says nothing about the rate's headroom: the loop may lower the rate then,
                     // not raise it (RFC 7661's rule for application-limited senders).
-                    let limited = self.app_limited(driven, f.report.end.saturating_since(f.report.start));
+                    let limited = self.app_limited(driven, now.saturating_since(self.sent_since));
                     let before = self.split.loop_rate();
                     self.split.on_reports(now, &reports);
                     if limited {
@@ -624,6 +643,7 @@ impl Sender {
                     for s in &mut self.stations {
                         s.sent_bytes = 0;
                     }
+                    self.sent_since = now;
                 }
                 Ok(())
             }

@@ -140,15 +140,17 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
         .map_or((1, 0, 0), |f| (f.segment, f.head, f.bytes_to_send()));
     // The receiver's acks, and when they last moved the transfer (a receiver that left ends
     // the run after transfer::IDLE, not after --duration).
+    // When the transfer last moved (the receiver acknowledged more), or had nothing waiting
+    // for the receiver (its producer was slow): a receiver that stops moving it ends the run
+    // after transfer::IDLE, not after --duration.
     let mut heard = (0u64, std::time::Instant::now());
     let mut quiet = false;
     let each = |tx: &mut Sender| {
-        let acks = tx.stats().acks;
-        if acks != heard.0 {
-            heard = (acks, std::time::Instant::now());
-        }
         let Some(f) = file.as_mut() else { return true };
         let Some(b) = tx.bulk_mut(0) else { return false };
+        if b.acked() != heard.0 || !b.outstanding() {
+            heard = (b.acked(), std::time::Instant::now());
+        }
         if let Err(e) = f.src.feed(b) {
             feed_error = Some(e);
             return false;

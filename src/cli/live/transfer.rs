@@ -24,8 +24,10 @@ use aggrate::transport::reliable::{BulkConfig, BulkReceiver, BulkSender};
 pub(crate) fn config(size: usize, stream: u32, window_mb: Option<f64>) -> Result<BulkConfig> {
     let mut cfg = aggrate::transport::bulk_config(size, stream).with_context(|| format!("--size {size}"))?;
     if let Some(mb) = window_mb {
-        if !(mb.is_finite() && (0.01..=4096.0).contains(&mb)) {
-            bail!("--window-mb {mb}: 0.01..=4096 (megabytes each end holds)");
+        let max = (aggrate::transport::reliable::MAX_WINDOW * cfg.segment) as f64 / 1e6;
+        let max = max.min(4096.0);
+        if !(mb.is_finite() && mb >= 0.01 && mb <= max) {
+            bail!("--window-mb {mb}: 0.01..={max:.0} at --size {size} (megabytes each end holds)");
         }
         cfg.window = ((mb * 1e6) as usize / cfg.segment).max(2);
     }
@@ -117,8 +119,9 @@ impl Outgoing {
         to: std::net::SocketAddr,
         quiet: bool,
     ) -> Result<Exit> {
-        if quiet {
-            let last_out = b.stats().new_bytes >= self.bytes_to_send() && self.bytes_to_send() > 0;
+        if quiet && stats.sessions > 0 {
+            let sent = b.stats().new_bytes.saturating_sub(self.head as u64);
+            let last_out = sent >= self.bytes_to_send() && self.offer.size != file::UNKNOWN_SIZE;
             ui.warn(format!(
                 "no acknowledgement for {} s: the receiver stopped answering{}",
                 IDLE.as_secs(),
@@ -213,6 +216,8 @@ pub(crate) struct Incoming<'u> {
     last: (u64, Instant),
     /// Why the run stopped short, if it did on its own.
     stopped: Option<String>,
+    /// When the first data came.
+    first_data: Option<Instant>,
 }
 
 impl<'u> Incoming<'u> {
@@ -247,6 +252,7 @@ impl<'u> Incoming<'u> {
             error: None,
             last: (0, Instant::now()),
             stopped: None,
+            first_data: None,
         })
     }
 
@@ -296,9 +302,22 @@ impl<'u> Incoming<'u> {
             ));
             return false;
         }
-        if !done && self.sink.offer().is_some() && quiet >= IDLE {
+        if !done && received > 0 && quiet >= IDLE {
             self.stopped = Some(format!("the sender went quiet for {} s", IDLE.as_secs()));
             return false;
+        }
+        // Data that never brings the stream's start: a transfer already under way when this
+        // receiver started (the sender does not send again what an earlier receiver took).
+        if self.sink.offer().is_none() && received > 0 {
+            let first = *self.first_data.get_or_insert_with(Instant::now);
+            if first.elapsed() >= IDLE {
+                self.stopped = Some(
+                    "the data never brought the transfer's start: it was under way before this receiver \
+                     started (restart the sender too)"
+                        .into(),
+                );
+                return false;
+            }
         }
         !(done && quiet >= LINGER)
     }
@@ -324,10 +343,13 @@ impl<'u> Incoming<'u> {
         } else {
             format!(": resume with `aggrate send --file FILE --offset {written}` (restart recv first)")
         };
-        let why = self.stopped.map(|w| format!("{w}; ")).unwrap_or_default();
+        let why = self.stopped.as_ref().map(|w| format!("{w}; ")).unwrap_or_default();
         let resume = move |e: FileError| anyhow::anyhow!("{why}{e}{hint}");
         if self.sink.offer().is_none() {
             let heard = rx.stats().received;
+            if let Some(why) = &self.stopped {
+                bail!("no file arrived: {why}");
+            }
             bail!(
                 "no file arrived ({heard} data datagrams accepted: no sender, or one with another key, version or --size; \
                  see the counters above)"

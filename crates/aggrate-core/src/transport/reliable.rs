@@ -50,6 +50,8 @@ pub const MAX_ACK_LEN: usize = 1 + 4 + 8 + 8 + 2 * (1 + MAX_RANGES * 16);
 pub const MAX_RANGES: usize = 16;
 /// Longest retransmission timeout.
 pub const MAX_RTO: Duration = Duration::from_secs(60);
+/// Longest wait between window probes.
+pub const MAX_PROBE: Duration = Duration::from_secs(5);
 /// Largest segment.
 pub const MAX_SEGMENT: usize = 65_000;
 /// Largest window (segments).
@@ -417,6 +419,12 @@ impl BulkSender {
         self.base
     }
 
+    /// Whether stream bytes it took wait for acknowledgement (sent or not): `false` while it
+    /// waits for its producer.
+    pub fn outstanding(&self) -> bool {
+        self.base < self.formed || (self.finished && !self.is_done())
+    }
+
     /// Whether every segment, the last included, is acknowledged.
     pub fn is_done(&self) -> bool {
         self.fin.is_some_and(|f| self.base > f)
@@ -649,7 +657,9 @@ impl BulkSender {
             if self.next_new < self.formed && self.next_new >= self.peer_window_end {
                 self.probe = true;
                 self.rto.back_off();
-                self.deadline = Some(now + self.rto.rto);
+                // A window held closed (a receiver hashing a large part before it reads on)
+                // is asked again at least this often: the ends' idle limits never see silence.
+                self.deadline = Some(now + self.rto.rto.min(MAX_PROBE));
             } else {
                 self.deadline = None;
             }
@@ -1033,11 +1043,18 @@ impl BulkReceiver {
         let mut r = Reader { b: frame, at: 0 };
         let kind = r.u8("kind")?;
         let stream = r.u32("stream")?;
-        match self.stream {
-            Some(want) if want != stream => return Err(FrameError::Stream { got: stream, want }),
-            _ if matches!(kind, KIND_DATA | KIND_PARITY) => self.stream = Some(stream),
-            _ => {}
+        if let Some(want) = self.stream.filter(|&w| w != stream) {
+            return Err(FrameError::Stream { got: stream, want });
         }
+        // The stream is learnt only from a frame that parsed whole.
+        let r = self.parse_body(now, kind, r);
+        if r.is_ok() && self.stream.is_none() {
+            self.stream = Some(stream);
+        }
+        r
+    }
+
+    fn parse_body(&mut self, now: Ts, kind: u8, mut r: Reader<'_>) -> Result<(), FrameError> {
         match kind {
             KIND_DATA => {
                 let flags = r.u8("flags")?;
