@@ -291,6 +291,9 @@ impl<'u> Incoming<'u> {
             bar.set(self.sink.written());
         }
         let (received, other) = (rx.stats().received, rx.stats().other_stream);
+        // Segments of the stream (keepalives, empty datagrams of a sender waiting for its
+        // producer, carry none).
+        let segments = rx.bulk().map_or(0, |b| b.stats().segments);
         if received != self.last.0 {
             self.last = (received, Instant::now());
         }
@@ -308,7 +311,7 @@ impl<'u> Incoming<'u> {
         }
         // Data that never brings the stream's start: a transfer already under way when this
         // receiver started (the sender does not send again what an earlier receiver took).
-        if self.sink.offer().is_none() && received > 0 {
+        if self.sink.offer().is_none() && segments > 0 {
             let first = *self.first_data.get_or_insert_with(Instant::now);
             if first.elapsed() >= IDLE {
                 self.stopped = Some(
