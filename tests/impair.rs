@@ -541,62 +541,23 @@ fn files_cross_a_lossy_relay_whole_and_resume_after_a_cut() {
     assert!(!d.join("nokey.bin").exists() && !d.join("nokey.bin.aggrate-part").exists());
     drop(relays);
 
-    // A missing file and an output directory that does not exist.
-    let o = aggrate(
-        d,
-        &[
-            "-q",
-            "send",
-            "--to",
-            "127.0.0.1:9",
-            "--key-file",
-            "key",
-            "--file",
-            "nope.bin",
-        ],
-    );
-    assert!(
-        !o.status.success() && text(&o).1.contains("nope.bin: opening"),
-        "{:?}",
-        text(&o)
-    );
-    let o = aggrate(
-        d,
-        &[
-            "-q",
-            "recv",
-            "--key-file",
-            "key",
-            "--out",
-            "no/such/dir/f",
-            "--duration",
-            "1",
-        ],
-    );
-    assert!(
-        !o.status.success() && text(&o).1.contains("no/such/dir"),
-        "{:?}",
-        text(&o)
-    );
-    // A window of nothing.
-    let o = aggrate(
-        d,
-        &[
-            "-q",
-            "send",
-            "--to",
-            "127.0.0.1:9",
-            "--key-file",
-            "key",
-            "--file",
-            "model.bin",
-            "--window-mb",
-            "0",
-        ],
-    );
-    assert!(
-        !o.status.success() && text(&o).1.contains("--window-mb 0"),
-        "{:?}",
-        text(&o)
-    );
+    // A missing file, an output directory that does not exist, a window of nothing: refused
+    // by name.
+    let send = ["-q", "send", "--to", "127.0.0.1:9", "--key-file", "key", "--file"];
+    let recv = ["-q", "recv", "--key-file", "key", "--duration", "1", "--out"];
+    for (args, says) in [
+        ([&send[..], &["nope.bin"]].concat(), "nope.bin: opening"),
+        ([&recv[..], &["no/such/dir/f"]].concat(), "no/such/dir"),
+        (
+            [&send[..], &["model.bin", "--window-mb", "0"]].concat(),
+            "--window-mb 0",
+        ),
+    ] {
+        let o = aggrate(d, &args);
+        assert!(
+            !o.status.success() && text(&o).1.contains(says),
+            "{args:?}: {:?}",
+            text(&o)
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aggrate::report::bottleneck::Run as BottleneckRun;
 use anyhow::{bail, Context, Result};
 
-use aggrate::testbed::compare::{aggrate_run, tcp_run, AggrateRun, SenderRun};
+use aggrate::testbed::compare::{aggrate_run, steal_note, tcp_run, AggrateRun, SenderRun, SenderSpec};
 use aggrate::testbed::downlink::Downlink;
 use aggrate::wlan::codel::Aqm;
 use aggrate::wlan::config::StationConfig;
@@ -258,24 +258,14 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     }
     let mut plan = Vec::new();
     for spec in &a.senders {
-        let (cc, aqm) = match spec.split_once('@') {
-            None => (spec.as_str(), None),
-            Some((cc, "fifo")) => (cc, Some(QueueKind::Fifo)),
-            Some((cc, "codel")) => (cc, Some(QueueKind::Codel)),
-            Some((_, q)) => bail!("--senders {spec}: the AP's queue after @ is fifo or codel, not {q:?}"),
+        let spec = SenderSpec::parse(spec)?;
+        let queue = match spec.codel {
+            Some(true) => QueueKind::Codel,
+            Some(false) => QueueKind::Fifo,
+            None => a.bed.aqm,
         };
-        if !cc.starts_with("aggrate") {
-            aggrate::testbed::compare::check_tcp(cc)?;
-        } else if cc != "aggrate" && cc != "aggrate-mac" {
-            bail!("--senders {spec}: aggrate's senders are aggrate and aggrate-mac");
-        }
-        let wlan = a.bed.wlan_with(aqm.unwrap_or(a.bed.aqm))?;
-        let label = match aqm {
-            Some(QueueKind::Codel) => " @codel",
-            Some(QueueKind::Fifo) => " @fifo",
-            None => "",
-        };
-        plan.push((cc.to_string(), label, wlan));
+        let wlan = a.bed.wlan_with(queue)?;
+        plan.push((spec, wlan));
     }
     if !(50..=5000).contains(&a.interval_ms) {
         bail!("--interval-ms {}: 50..=5000", a.interval_ms);
@@ -284,22 +274,17 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     let stop = super::common::stop_on_signals()?;
     let d = a.bed.up()?;
     let mut runs: Vec<SenderRun> = Vec::new();
-    for (cc, label, wlan) in &plan {
+    for (spec, wlan) in &plan {
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted: the testbed was removed");
         }
-        let ours = cc.starts_with("aggrate");
-        let name = if ours {
-            format!("{cc}{label}")
-        } else {
-            format!("tcp-{cc}{label}")
-        };
+        let name = spec.name();
         ui.info(format!("{name}: {} s through {}…", a.duration, a.bed.describe()));
-        let mut r = if ours {
-            let dir = a.output.join(format!("{cc}{}", label.replace(" @", "-")));
+        let mut r = if spec.is_aggrate() {
+            let dir = a.output.join(spec.dir_name());
             let interval = Duration::from_millis(a.interval_ms);
             // aggrate-mac: the AP marks each A-MPDU and the receivers read the marks, not a model.
-            d.set_ampdu_marks(cc == "aggrate-mac");
+            d.set_ampdu_marks(spec.cc == "aggrate-mac");
             let run = AggrateRun::new(&exe, a.duration, interval, a.bed.seed, &dir);
             let r = aggrate_run(&d, wlan, &run)
                 .map(|(r, _)| r)
@@ -307,7 +292,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
             d.set_ampdu_marks(false);
             r?
         } else {
-            tcp_run(&d, wlan, cc, a.duration, a.bed.seed).with_context(|| name.clone())?
+            tcp_run(&d, wlan, &spec.cc, a.duration, a.bed.seed).with_context(|| name.clone())?
         };
         for f in &mut r.flows {
             f.sender = name.clone();
@@ -332,17 +317,6 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
     ui.info(format!("wrote {}", names.join(", ")));
     Ok(Exit::Ok)
-}
-
-/// The hypervisor's share of the AP's core (`steal`), when it took any.
-fn steal_note(steal: Option<f64>) -> String {
-    match steal {
-        Some(s) if s >= 0.005 => format!(
-            " (the hypervisor took {:.1}% of the AP's core: a virtual machine's vCPU is not always running)",
-            s * 100.0
-        ),
-        _ => String::new(),
-    }
 }
 
 fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {

@@ -192,6 +192,80 @@ impl Drop for Reaped {
     }
 }
 
+/// One entry of `testbed run --senders`: a kernel TCP congestion control (`cubic`, `bbr`, …) or
+/// aggrate's sender (`aggrate`, `aggrate-mac`: with MAC-level marks), and the AP's queue after
+/// `@` (`fifo` or `codel`; none: the testbed's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SenderSpec {
+    /// The congestion control, or `aggrate` / `aggrate-mac`.
+    pub cc: String,
+    /// The AP's queue for this run: `Some(true)` CoDel, `Some(false)` FIFO.
+    pub codel: Option<bool>,
+}
+
+impl SenderSpec {
+    /// Parse `spec`; a kernel congestion control is checked with [`check_tcp`].
+    pub fn parse(spec: &str) -> Result<SenderSpec, Error> {
+        let bad = |allowed| Error::Plan {
+            flag: "--senders",
+            value: spec.to_string(),
+            allowed,
+        };
+        let (cc, codel) = match spec.split_once('@') {
+            None => (spec, None),
+            Some((cc, "fifo")) => (cc, Some(false)),
+            Some((cc, "codel")) => (cc, Some(true)),
+            Some(_) => return Err(bad("the AP's queue after @ is fifo or codel")),
+        };
+        if !cc.starts_with("aggrate") {
+            check_tcp(cc)?;
+        } else if cc != "aggrate" && cc != "aggrate-mac" {
+            return Err(bad("aggrate's senders are aggrate and aggrate-mac"));
+        }
+        Ok(SenderSpec {
+            cc: cc.to_string(),
+            codel,
+        })
+    }
+
+    /// Whether it is aggrate's sender.
+    pub fn is_aggrate(&self) -> bool {
+        self.cc.starts_with("aggrate")
+    }
+
+    /// Its name in the table: `tcp-cubic`, `aggrate @codel`, ….
+    pub fn name(&self) -> String {
+        let label = match self.codel {
+            Some(true) => " @codel",
+            Some(false) => " @fifo",
+            None => "",
+        };
+        let tcp = if self.is_aggrate() { "" } else { "tcp-" };
+        format!("{tcp}{}{label}", self.cc)
+    }
+
+    /// The folder of an aggrate run's logs: `aggrate`, `aggrate-codel`, ….
+    pub fn dir_name(&self) -> String {
+        match self.codel {
+            Some(true) => format!("{}-codel", self.cc),
+            Some(false) => format!("{}-fifo", self.cc),
+            None => self.cc.clone(),
+        }
+    }
+}
+
+/// What to add to a warning about a late AP: the hypervisor's share of the AP's core (`steal`),
+/// when it took any.
+pub fn steal_note(steal: Option<f64>) -> String {
+    match steal {
+        Some(s) if s >= 0.005 => format!(
+            " (the hypervisor took {:.1}% of the AP's core: a virtual machine's vCPU is not always running)",
+            s * 100.0
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Check that `iperf3` runs and that the kernel offers congestion control `cc` (loading its
 /// module if need be): a clear error naming what to install or do otherwise.
 pub fn check_tcp(cc: &str) -> Result<(), Error> {
@@ -883,6 +957,27 @@ fn wait_socket(ns: &str, flags: &str, port: u16) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sender_specs_name_their_queue_and_refuse_others() {
+        let a = SenderSpec::parse("aggrate-mac@codel").unwrap();
+        assert_eq!(
+            (a.cc.as_str(), a.codel, a.is_aggrate()),
+            ("aggrate-mac", Some(true), true)
+        );
+        assert_eq!(
+            (a.name(), a.dir_name()),
+            ("aggrate-mac @codel".into(), "aggrate-mac-codel".into())
+        );
+        assert_eq!(SenderSpec::parse("aggrate").unwrap().name(), "aggrate");
+        for (spec, says) in [
+            ("aggrate@red", "fifo or codel"),
+            ("aggrate-x", "aggrate and aggrate-mac"),
+        ] {
+            let e = SenderSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains("--senders") && e.contains(spec) && e.contains(says), "{e}");
+        }
+    }
 
     #[test]
     fn delay_percentiles_are_of_the_counted_values() {
