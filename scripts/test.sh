@@ -16,6 +16,7 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)   # the C ABI test
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || missing+=(ethtool)
 command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)    # kernel TCP through the testbed
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)   # local Spark (tests/python/test_spark.py)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
@@ -27,18 +28,19 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 # Real ONNX Runtime (its PyPI wheel carries the library) to check ONNX exports; polars,
 # matplotlib and nbclient to execute notebooks/training.ipynb headless; maturin, pytest and
-# scikit-learn for the Python package.
+# scikit-learn for the Python package; pyspark (with pyarrow; pandas < 3, which pyspark 4 still
+# warns about) for the Spark jobs, run on a local Spark.
 venv="${AGGRATE_VENV:-$HOME/.cache/aggrate/venv}"
 venv_pid=""
 venv_log=$(mktemp)
 trap 'rm -f "$venv_log"' EXIT
-if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel, sklearn, pytest, maturin" >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, polars, matplotlib, nbclient, nbformat, ipykernel, sklearn, pytest, maturin, pyspark, pyarrow" >/dev/null 2>&1; then
   # In the background while cargo compiles the tests: the downloads overlap the build, the
   # unpacking competes with it for the same two cores (on a fresh machine it gave back
   # seconds, not minutes: the build is CPU-bound).
-  echo "== setting up $venv in the background (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel, scikit-learn, pytest, maturin)"
+  echo "== setting up $venv in the background (onnxruntime, onnx, numpy, polars, matplotlib, nbclient, ipykernel, scikit-learn, pytest, maturin, pyspark, pyarrow)"
   ( python3 -m venv "$venv" &&
-    "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel scikit-learn pytest maturin
+    "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy polars matplotlib nbclient nbformat ipykernel scikit-learn pytest maturin pyspark pyarrow "pandas<3"
   ) >"$venv_log" 2>&1 &
   venv_pid=$!
 fi

@@ -23,12 +23,14 @@ pub mod bank;
 pub mod bank_source;
 pub mod calibrate;
 pub mod cv;
+pub mod lbfgs;
 pub mod levels;
-mod mlp;
+pub mod mlp;
+pub mod newton;
 pub mod online;
 mod svr;
 pub mod verdict;
-pub use mlp::{fit_mlp, MlpParams, ValidMlpParams};
+pub use mlp::{fit_mlp, MlpParams, MlpSolver, ValidMlpParams};
 pub use svr::{cv_predict_svr, fit_svr, MAX_SVR_ROWS};
 // The fitted models live in the core crate (the runtime applies them without this module).
 pub use aggrate_core::model::fitted::{
@@ -291,38 +293,22 @@ fn pass_with_loss(
                 sc.spawn(move || {
                     let mut out = Vec::new();
                     for c in (t..CHUNKS).step_by(threads) {
-                        let mut h = vec![0.0; m * m];
-                        let mut g = vec![0.0; m];
+                        let mut sums = newton::PassSums::zeros(d);
                         let mut z = vec![0.0; m];
-                        let mut total = 0.0;
-                        for i in rows.spans(c * chunk, (c + 1) * chunk).flatten() {
-                            for (((zj, x), mu), iv) in z.iter_mut().zip(data.row(i)).zip(mean).zip(inv) {
-                                *zj = (x - mu) * iv;
-                            }
-                            z[d] = 1.0;
-                            let s: f64 = z.iter().zip(beta).map(|(a, b)| a * b).sum();
-                            let (r, wgt) = f(s, data.y[i]);
-                            if let Some(l) = loss {
-                                total += l(s, data.y[i]);
-                            }
-                            if r == 0.0 && wgt == 0.0 {
-                                continue;
-                            }
-                            if !hessian {
-                                for (ga, za) in g.iter_mut().zip(&z) {
-                                    *ga += r * za;
-                                }
-                                continue;
-                            }
-                            for a in 0..m {
-                                g[a] += r * z[a];
-                                let wa = wgt * z[a];
-                                let row = &mut h[a * m..a * m + a + 1];
-                                for (hb, zb) in row.iter_mut().zip(&z[..=a]) {
-                                    *hb += wa * zb;
-                                }
-                            }
-                        }
+                        newton::accumulate(
+                            rows.spans(c * chunk, (c + 1) * chunk)
+                                .flatten()
+                                .map(|i| (data.row(i), data.y[i])),
+                            mean,
+                            inv,
+                            beta,
+                            f,
+                            loss.map(|l| l as &dyn Fn(f64, bool) -> f64),
+                            hessian,
+                            &mut z,
+                            &mut sums,
+                        );
+                        let newton::PassSums { h, g, loss: total } = sums;
                         out.push((c, h, g, total));
                     }
                     out
@@ -343,11 +329,7 @@ fn pass_with_loss(
         g.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
         total += pl;
     }
-    for a in 0..m {
-        for b in 0..a {
-            h[b * m + a] = h[a * m + b];
-        }
-    }
+    newton::symmetrize(&mut h, m);
     (h, g, total)
 }
 
@@ -534,26 +516,8 @@ fn bfgs_update(h: &mut [f64], s: &[f64], y: &[f64]) {
     }
 }
 
-/// The last full Newton step, for backtracking: where it left from, the objective there, the
-/// slope along the step, the step and the fraction of it taken.
-struct LineSearch {
-    beta: Vec<f64>,
-    objective: f64,
-    slope: f64,
-    dir: Vec<f64>,
-    t: f64,
-}
-
-/// Newton steps from `beta` on `rows` until the largest change is below `p.tol`.
-/// Full Newton steps are damped by backtracking (Armijo) on the objective, which the next
-/// pass computes along with the gradient: pure Newton can cycle on logistic loss from a start
-/// where many rows are saturated. `frozen`: a Hessian (L2 included) reused for the steps —
-/// chord Newton, whose passes need the gradient only — and refined after each step by BFGS
-/// from the gradient change, so the steps converge superlinearly; `freeze_first`: freeze the
-/// first full pass's Hessian (warm starts, which are close to the optimum). A frozen step
-/// that does not contract fast switches back to full Newton. The fixed point is the same
-/// (gradient zero). Returns the passes made and the Hessian of the last full pass (without
-/// L2), if any.
+/// [`newton::Newton`] from `beta` on `rows`, each pass on this machine's threads. Returns the
+/// passes made and the Hessian of the last full pass (without L2), if any.
 #[allow(clippy::too_many_arguments)]
 fn newton_iterate(
     data: &Dataset,
@@ -563,94 +527,17 @@ fn newton_iterate(
     p: &LogisticParams,
     f: impl Fn(f64, bool) -> (f64, f64) + Sync + Copy,
     loss: impl Fn(f64, bool) -> f64 + Sync + Copy,
-    mut frozen: Option<Vec<f64>>,
-    mut freeze_first: bool,
+    frozen: Option<Vec<f64>>,
+    freeze_first: bool,
 ) -> (usize, Option<Vec<f64>>) {
-    let d = data.d;
-    let m = d + 1;
-    let penalty = |beta: &[f64]| 0.5 * p.l2 * beta[..d].iter().map(|w| w * w).sum::<f64>();
-    let mut last_full = None;
-    let mut last_step = f64::INFINITY;
-    let mut iterations = 0;
-    // The last step taken and the gradient before it (for BFGS).
-    let mut prev: Option<(Vec<f64>, Vec<f64>)> = None;
-    let mut origin: Option<LineSearch> = None;
-    for it in 0..p.max_iter {
-        iterations = it + 1;
-        let full = frozen.is_none();
-        let (mut h, mut g, l) = pass_with_loss(data, rows, scaler, beta, f, full, full.then_some(loss));
-        let objective = l + penalty(beta);
-        if full {
-            if let Some(o) = &mut origin {
-                let sufficient = objective <= o.objective - 1e-4 * o.t * o.slope;
-                if !sufficient && o.t > 1e-4 {
-                    o.t *= 0.5;
-                    for ((b, b0), dj) in beta.iter_mut().zip(&o.beta).zip(&o.dir) {
-                        *b = b0 - o.t * dj;
-                    }
-                    continue;
-                }
-            }
-            last_full = Some(h.clone());
-        }
-        for j in 0..d {
-            g[j] += p.l2 * beta[j];
-        }
-        match &mut frozen {
-            Some(fh) => {
-                if let Some((s, g0)) = &prev {
-                    let y: Vec<f64> = g.iter().zip(g0).map(|(a, b)| a - b).collect();
-                    bfgs_update(fh, s, &y);
-                }
-                h = fh.clone();
-            }
-            None => {
-                for j in 0..d {
-                    h[j * m + j] += p.l2;
-                }
-                h[d * m + d] += 1e-9;
-                if freeze_first {
-                    frozen = Some(h.clone());
-                }
-            }
-        }
-        let grad = g.clone();
-        if !cholesky_solve(&mut h, &mut g, m) {
-            break;
-        }
-        let dir = g;
-        let step = dir.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-        // Near the optimum Newton converges quadratically and the objective's rounding would
-        // only confuse the line search.
-        origin = (full && step > 1e-3).then(|| LineSearch {
-            beta: beta.to_vec(),
-            objective,
-            slope: grad.iter().zip(&dir).map(|(a, b)| a * b).sum(),
-            dir: dir.clone(),
-            t: 1.0,
-        });
-        for j in 0..m {
-            beta[j] -= dir[j];
-        }
-        if step < p.tol {
-            break;
-        }
-        prev = Some((dir.iter().map(|v| -v).collect(), grad));
-        if frozen.is_some() && last_step.is_finite() {
-            let rate = step / last_step;
-            if rate > 0.5 {
-                // Not contracting: full Newton from here.
-                frozen = None;
-                freeze_first = false;
-            } else if rate > 0.05 && (p.tol / step).ln() / rate.ln() > 6.0 {
-                // Contracting slowly (the optimum moved far): one full pass refreshes the
-                // frozen Hessian, cheaper than many more gradient passes.
-                frozen = None;
-            }
-        }
-        last_step = step;
+    let mut solver = newton::Newton::new(*p, beta.to_vec(), frozen, freeze_first);
+    while let Some((at, full)) = solver.ask() {
+        let (h, g, loss) = pass_with_loss(data, rows, scaler, at, f, full, full.then_some(loss));
+        solver.tell(newton::PassSums { h, g, loss });
     }
-    (iterations, last_full)
+    let (end, passes, last_full) = solver.into_parts();
+    beta.copy_from_slice(&end);
+    (passes, last_full)
 }
 
 /// The logistic fit on the rows of `rows`, from `init` or (cold) from zero.

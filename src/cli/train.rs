@@ -8,7 +8,7 @@ use aggrate::features::FeatureSpec;
 use aggrate::metrics::mean_std;
 use aggrate::model::{EstimatorModel, ModelFile, SlotSvrModel, TrainingSummary};
 use aggrate::train::cv::{packet_cv, rate_reports, receiver_cv, Fitter};
-use aggrate::train::{LogisticParams, MlpParams, SvmLoss, SvmParams};
+use aggrate::train::{LogisticParams, MlpParams, MlpSolver, SvmLoss, SvmParams};
 use aggrate::wlan::manifest::WlanSettings;
 
 use super::progress::{Bars, Ui};
@@ -19,7 +19,7 @@ mod args;
 mod receivers;
 use aggrate::pipeline::Input;
 pub(crate) use args::TrainArgs;
-use args::{GroupBy, LossArg, ModelKind};
+use args::{GroupBy, LossArg, ModelKind, SolverArg};
 use receivers::{like_selection, receiver_run};
 
 /// The checked feature spec for a model kind and its flags.
@@ -101,6 +101,11 @@ fn fitter(a: &TrainArgs, spec: &FeatureSpec) -> Result<(Fitter, Vec<aggrate::tra
         balanced: a.balanced,
         weight_decay: a.weight_decay,
         skip: a.skip,
+        solver: match a.solver {
+            SolverArg::Adam => MlpSolver::Adam,
+            SolverArg::Lbfgs => MlpSolver::Lbfgs,
+        },
+        max_iter: a.max_iter,
         slow_inputs: if spec.context > 0 {
             aggrate::features::CONTEXT_EXTRA
         } else {

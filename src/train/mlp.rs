@@ -11,7 +11,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::Error;
+use super::{Error, Scaler};
 use crate::dataset::{Dataset, RowSet};
 use crate::model::mlp::{MlpModel, MAX_HIDDEN};
 
@@ -40,6 +40,28 @@ pub struct MlpParams {
     /// Trailing inputs that change slowly (a context row's horizon summary), recorded in the
     /// model so the online estimator can keep their share (see [`MlpModel`]).
     pub slow_inputs: usize,
+    /// How the weights are fitted: minibatch Adam (`epochs`, `batch`, `lr`), or full-batch
+    /// L-BFGS (`max_iter`; what a cluster runs, one aggregation per evaluation).
+    #[serde(default)]
+    pub solver: MlpSolver,
+    /// L-BFGS: accepted steps at most.
+    #[serde(default = "default_max_iter")]
+    pub max_iter: usize,
+}
+
+fn default_max_iter() -> usize {
+    200
+}
+
+/// The perceptron's optimiser.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MlpSolver {
+    /// Minibatch Adam with decoupled weight decay, in f32 (the default; one machine).
+    #[default]
+    Adam,
+    /// Full-batch L-BFGS on the loss plus an L2 penalty, sums in f64 (`python -m aggrate.spark`).
+    Lbfgs,
 }
 
 impl Default for MlpParams {
@@ -55,6 +77,8 @@ impl Default for MlpParams {
             seed: 1,
             skip: false,
             slow_inputs: 0,
+            solver: MlpSolver::Adam,
+            max_iter: default_max_iter(),
         }
     }
 }
@@ -92,7 +116,119 @@ impl MlpParams {
         if self.max_rows_per_epoch < self.batch {
             return bad("max_rows_per_epoch", self.max_rows_per_epoch as f64, ">= batch");
         }
+        if !(1..=10_000).contains(&self.max_iter) {
+            return bad("max_iter", self.max_iter as f64, "1..=10000");
+        }
         Ok(ValidMlpParams(self))
+    }
+}
+
+/// Where each parameter of a perceptron lives in one vector: W1 (unit-major, h × d), b1 (h),
+/// w2 (h), b2 (1), then the skip path (d, or none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Inputs.
+    pub d: usize,
+    /// Hidden units.
+    pub h: usize,
+    /// Whether the linear skip path is there.
+    pub skip: bool,
+}
+
+impl Layout {
+    /// Offsets of b1, w2, b2 and the skip path.
+    pub fn offsets(&self) -> (usize, usize, usize, usize) {
+        let (h, d) = (self.h, self.d);
+        (h * d, h * d + h, h * d + 2 * h, h * d + 2 * h + 1)
+    }
+
+    /// Parameters in all.
+    pub fn params(&self) -> usize {
+        self.offsets().3 + if self.skip { self.d } else { 0 }
+    }
+
+    /// The initial weights, drawn from `rng`: Glorot-uniform layers, b1 = 0.01, b2 the log-odds
+    /// of `pos` starts in `n` rows, the skip path zero.
+    pub fn init(&self, rng: &mut ChaCha8Rng, n: usize, pos: usize) -> Vec<f32> {
+        let (o_b1, o_w2, o_b2, _) = self.offsets();
+        let mut w = vec![0f32; self.params()];
+        let lim1 = (6.0 / self.d as f64).sqrt();
+        for x in &mut w[..o_b1] {
+            *x = ((rng.random::<f64>() * 2.0 - 1.0) * lim1) as f32;
+        }
+        for x in &mut w[o_b1..o_w2] {
+            *x = 0.01;
+        }
+        let lim2 = (6.0 / (self.h as f64 + 1.0)).sqrt();
+        for x in &mut w[o_w2..o_b2] {
+            *x = ((rng.random::<f64>() * 2.0 - 1.0) * lim2) as f32;
+        }
+        w[o_b2] = ((pos as f64) / ((n - pos) as f64)).ln() as f32;
+        w
+    }
+
+    /// Which parameters are decayed (W1 and w2).
+    pub fn decay_mask(&self) -> Vec<bool> {
+        let (o_b1, o_w2, o_b2, _) = self.offsets();
+        (0..self.params())
+            .map(|i| i < o_b1 || (o_w2..o_b2).contains(&i))
+            .collect()
+    }
+
+    /// The model of parameters `w` fitted on rows standardised by `scaler`: the scaler folded
+    /// into the first layer (unit k sees Σ_j w_kj (x_j − μ_j)/σ_j + b_k) and the skip path, so
+    /// the model takes raw rows. Non-finite weights are an error naming `lr` (the step size that
+    /// let them diverge).
+    pub fn model(
+        &self,
+        w: &[f32],
+        scaler: &Scaler,
+        slow_inputs: usize,
+        epochs: u32,
+        lr: f64,
+    ) -> Result<MlpModel, Error> {
+        let (d, h) = (self.d, self.h);
+        let (o_b1, o_w2, o_b2, o_skip) = self.offsets();
+        let mut w1 = vec![0f32; d * h];
+        let mut b1 = vec![0f32; h];
+        for k in 0..h {
+            let mut b = w[o_b1 + k] as f64;
+            for j in 0..d {
+                let wf = w[k * d + j] as f64 / scaler.std[j];
+                w1[j * h + k] = wf as f32;
+                b -= wf * scaler.mean[j];
+            }
+            b1[k] = b as f32;
+        }
+        let mut b2 = w[o_b2] as f64;
+        let mut skip = Vec::new();
+        if self.skip {
+            for j in 0..d {
+                let wf = w[o_skip + j] as f64 / scaler.std[j];
+                skip.push(wf as f32);
+                b2 -= wf * scaler.mean[j];
+            }
+        }
+        let model = MlpModel {
+            inputs: d,
+            hidden: h,
+            w1,
+            b1,
+            w2: w[o_w2..o_b2].to_vec(),
+            b2: b2 as f32,
+            skip,
+            slow_inputs: slow_inputs.min(d),
+            epochs,
+            load_offset: None,
+        };
+        if model.check(d).is_err() {
+            return Err(Error::BadParam {
+                name: "lr",
+                value: lr,
+                allowed: "small enough that training does not diverge (weights became non-finite)",
+            });
+        }
+        Ok(model)
     }
 }
 
@@ -135,6 +271,9 @@ impl Adam {
 /// Adam step) over buffers allocated once; split, each piece would take the same buffers and
 /// the epoch's order would no longer read top to bottom.
 pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpModel, Error> {
+    if p.get().solver == MlpSolver::Lbfgs {
+        return super::lbfgs::fit_mlp_lbfgs(data, rows, p);
+    }
     let p = p.get();
     let n = rows.len();
     let pos = rows.iter().filter(|&i| data.y[i]).count();
@@ -156,24 +295,11 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
         (1.0, 1.0)
     };
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
-    // Parameters in one vector: W1 (unit-major, h × d), b1 (h), w2 (h), b2 (1), skip (d or 0).
-    let (o_b1, o_w2, o_b2) = (h * d, h * d + h, h * d + 2 * h);
-    let o_skip = o_b2 + 1;
-    let np = o_skip + if p.skip { d } else { 0 };
-    let mut w = vec![0f32; np];
-    let lim1 = (6.0 / d as f64).sqrt();
-    for x in &mut w[..o_b1] {
-        *x = ((rng.random::<f64>() * 2.0 - 1.0) * lim1) as f32;
-    }
-    for x in &mut w[o_b1..o_w2] {
-        *x = 0.01;
-    }
-    let lim2 = (6.0 / (h as f64 + 1.0)).sqrt();
-    for x in &mut w[o_w2..o_b2] {
-        *x = ((rng.random::<f64>() * 2.0 - 1.0) * lim2) as f32;
-    }
-    w[o_b2] = ((pos as f64) / ((n - pos) as f64)).ln() as f32;
-    let decay_mask: Vec<bool> = (0..np).map(|i| i < o_b1 || (o_w2..o_b2).contains(&i)).collect();
+    let layout = Layout { d, h, skip: p.skip };
+    let (o_b1, o_w2, o_b2, o_skip) = layout.offsets();
+    let np = layout.params();
+    let mut w = layout.init(&mut rng, n, pos);
+    let decay_mask = layout.decay_mask();
     let mut adam = Adam::new(np);
     let mut order: Vec<usize> = rows.iter().collect();
     let mut grad = vec![0f32; np];
@@ -236,47 +362,7 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
             step += 1;
         }
     }
-    // Fold the scaler: unit k sees Σ_j w_kj (x_j − μ_j)/σ_j + b_k.
-    let mut w1 = vec![0f32; d * h];
-    let mut b1 = vec![0f32; h];
-    for k in 0..h {
-        let mut b = w[o_b1 + k] as f64;
-        for j in 0..d {
-            let wf = w[k * d + j] as f64 / scaler.std[j];
-            w1[j * h + k] = wf as f32;
-            b -= wf * scaler.mean[j];
-        }
-        b1[k] = b as f32;
-    }
-    let mut b2 = w[o_b2] as f64;
-    let mut skip = Vec::new();
-    if p.skip {
-        for j in 0..d {
-            let wf = w[o_skip + j] as f64 / scaler.std[j];
-            skip.push(wf as f32);
-            b2 -= wf * scaler.mean[j];
-        }
-    }
-    let model = MlpModel {
-        inputs: d,
-        hidden: h,
-        w1,
-        b1,
-        w2: w[o_w2..o_b2].to_vec(),
-        b2: b2 as f32,
-        skip,
-        slow_inputs: p.slow_inputs.min(d),
-        epochs: p.epochs,
-        load_offset: None,
-    };
-    if model.check(d).is_err() {
-        return Err(Error::BadParam {
-            name: "lr",
-            value: p.lr,
-            allowed: "small enough that training does not diverge (weights became non-finite)",
-        });
-    }
-    Ok(model)
+    layout.model(&w, &scaler, p.slow_inputs, p.epochs, p.lr)
 }
 
 #[cfg(test)]

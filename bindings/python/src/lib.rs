@@ -7,6 +7,8 @@
 //! `polars-error/python` feature rebuilds polars a second time. Long work (reading captures,
 //! fitting, simulating) releases the GIL.
 
+mod distributed;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -809,6 +811,13 @@ fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(receiver_of, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::scaler_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::scaler_from_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::logistic_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::mlp_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::level_errors, m)?)?;
+    m.add_class::<distributed::LogisticSolver>()?;
+    m.add_class::<distributed::MlpSolver>()?;
     m.add_class::<PyModel>()?;
     m.add_class::<PyEstimator>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -21,6 +21,15 @@ pub(crate) enum ModelKind {
     Mlp,
 }
 
+/// The perceptron's optimiser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SolverArg {
+    /// Minibatch Adam.
+    Adam,
+    /// Full-batch L-BFGS.
+    Lbfgs,
+}
+
 /// How folds are made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum GroupBy {
@@ -148,6 +157,14 @@ pub(crate) struct TrainArgs {
     /// Perceptron: add a linear path from the inputs to the output.
     #[arg(long)]
     pub(crate) skip: bool,
+    /// Perceptron: the optimiser — minibatch Adam (one machine), or full-batch L-BFGS on the
+    /// loss plus --weight-decay × ‖W‖²/2 (what `python -m aggrate.spark train` runs on a cluster:
+    /// the same steps, so the same model).
+    #[arg(long, value_enum, default_value_t = SolverArg::Adam)]
+    pub(crate) solver: SolverArg,
+    /// Perceptron with --solver lbfgs: accepted steps at most.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) max_iter: usize,
     /// L2 penalty of the logistic regression.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) l2: f64,

@@ -57,22 +57,31 @@ impl Scaler {
     /// Fit on row-major slices of rows of width `d`.
     pub fn fit_slices<'a>(slices: impl Iterator<Item = &'a [f64]>, d: usize) -> Scaler {
         let mut rows = 0usize;
-        let mut mean = vec![0.0; d];
+        let mut sum = vec![0.0; d];
         let mut sq = vec![0.0; d];
         for x in slices {
             rows += x.len() / d.max(1);
             for row in x.chunks_exact(d.max(1)) {
                 for (j, v) in row.iter().enumerate() {
-                    mean[j] += v;
+                    sum[j] += v;
                     sq[j] += v * v;
                 }
             }
         }
-        let n = rows.max(1) as f64;
-        let std = (0..d)
-            .map(|j| {
-                let m = mean[j] / n;
-                let var = (sq[j] / n - m * m).max(0.0);
+        Scaler::from_sums(rows as f64, &sum, &sq)
+    }
+
+    /// The scaler of `n` rows whose columns add up to `sum` and their squares to `sq`: what
+    /// [`Scaler::fit_slices`] computes, from sums that may have been added elsewhere (a
+    /// cluster's partitions). A column that does not vary gets σ = 1.
+    pub fn from_sums(n: f64, sum: &[f64], sq: &[f64]) -> Scaler {
+        let n = n.max(1.0);
+        let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
+        let std = mean
+            .iter()
+            .zip(sq)
+            .map(|(m, q)| {
+                let var = (q / n - m * m).max(0.0);
                 if var > 1e-18 {
                     var.sqrt()
                 } else {
@@ -80,7 +89,6 @@ impl Scaler {
                 }
             })
             .collect();
-        mean.iter_mut().for_each(|m| *m /= n);
         Scaler { mean, std }
     }
 }

@@ -1,0 +1,64 @@
+"""Fleets of captures on Apache Spark: feature rows and training at cluster scale.
+
+Two jobs, run with ``python -m aggrate.spark`` (or ``spark-submit``, see docs/scale-out.md):
+
+``features``
+    lists captures (dataset folders with their ``manifest.json`` and receiver logs, folders of
+    captures, or capture files) on the driver — names only — and turns each capture into labelled
+    feature rows *inside the executors* with this package (:func:`aggrate.read_capture`, Arrow
+    batches through ``mapInArrow``), written as Parquet partitioned by receiver and send rate. A
+    capture that cannot be read is a row of the per-file table (path, byte offset, message); the
+    other files go on.
+
+``train``
+    fits the logistic model (Newton / IRLS) or the perceptron (full-batch L-BFGS) on those rows:
+    every step's sums — the gradient, and for Newton the (d+1)² Hessian — are one Spark
+    aggregation over the rows (each partition's share computed by the same Rust code
+    ``aggrate train`` runs), and the steps themselves are ``aggrate train``'s own solver, stepped
+    on the driver. Same scaler, regularisation, initialisation, seed and stopping rule, so the
+    same model: the logistic weights agree to 1e-6, the perceptron (whose sums Spark adds in
+    another order) to rounding. Contiguous folds of each capture and leave-one-receiver-out are
+    Spark filters. The result is an aggrate model file that ``aggrate recv --model`` loads, with
+    a report; MLlib's LogisticRegression and MultilayerPerceptronClassifier on the same rows can
+    run beside it (``--peers``).
+
+Needs ``pyspark`` ≥ 4.0 (grouped ``applyInArrow``; 4.3 tested) with ``pyarrow`` and a Java 17+ runtime
+(``pip install "aggrate[spark]"``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .features import FEATURE_DEFAULTS, features_job, list_inputs
+from .train import train_job
+
+__all__ = ["FEATURE_DEFAULTS", "features_job", "list_inputs", "session", "train_job"]
+
+
+def session(master: str | None = None, app: str = "aggrate", conf: dict | None = None):
+    """A SparkSession: ``master`` if given (``local[2]``, ``yarn``, ``spark://…``), else the one
+    ``spark-submit`` configured, else ``local[*]``. Executors in local mode run this Python
+    (``PYSPARK_PYTHON`` unless set)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:  # pragma: no cover - the test command installs pyspark
+        raise ImportError(
+            "aggrate.spark needs pyspark and pyarrow (pip install pyspark pyarrow) and a Java 17+ "
+            "runtime (Debian: apt install openjdk-17-jre-headless)"
+        ) from e
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    b = SparkSession.builder.appName(app)
+    if master:
+        b = b.master(master)
+    elif "SPARK_HOME" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
+        b = b.master("local[*]")
+    for k, v in {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        **(conf or {}),
+    }.items():
+        b = b.config(k, v)
+    return b.getOrCreate()

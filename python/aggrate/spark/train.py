@@ -1,0 +1,425 @@
+"""Training on Spark (``python -m aggrate.spark train``): ``aggrate train``'s solvers stepped on
+the driver, every step's sums one Spark aggregation over the rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .features import read_spec
+
+#: Columns training reads besides the features.
+_META = ["path", "receiver", "rate_mbps", "row", "rows_in_capture", "y", "agg_level"]
+
+
+def _matrix(batch, names: List[str]):
+    """Row-major float64 bytes of a batch's feature columns, its labels as bytes, and rows."""
+    x = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False) for c in names]).astype(np.float64)
+    y = batch.column("y").to_numpy(zero_copy_only=False).astype(np.uint8)
+    return np.ascontiguousarray(x).tobytes(), y.tobytes(), len(y)
+
+
+def _sum_partitions(df, names: List[str], part: Callable, width: int) -> Tuple[np.ndarray, float]:
+    """One Spark job: ``part(x, y, n) -> (vector, scalar)`` on every Arrow batch of every
+    partition, summed inside the partition, the partitions' sums collected and added in partition
+    order (deterministic for a given partitioning). Returns (vector, scalar)."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("v", T.BinaryType()), T.StructField("s", T.DoubleType())])
+
+    def run(batches):
+        acc, s, seen = np.zeros(width), 0.0, False
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            v, sc = part(*_matrix(b, names))
+            acc += np.frombuffer(v, dtype="<f8")
+            s += sc
+            seen = True
+        if seen:
+            yield pa.RecordBatch.from_pylist([{"v": acc.tobytes(), "s": s}])
+
+    total, scalar = np.zeros(width), 0.0
+    for r in df.select(*names, "y").mapInArrow(run, schema).collect():
+        total += np.frombuffer(r["v"], dtype="<f8")
+        scalar += r["s"]
+    return total, scalar
+
+
+def _counts_and_scaler(df, names: List[str]):
+    """Rows, positives and the scaler (``aggrate train``'s: column sums and sums of squares) in
+    one Spark aggregation."""
+    from pyspark.sql import functions as F
+
+    from aggrate import _aggrate
+
+    aggs = [F.count(F.lit(1)).alias("n"), F.sum(F.col("y").cast("long")).alias("pos")]
+    aggs += [F.sum(F.col(c)).alias(f"s{i}") for i, c in enumerate(names)]
+    aggs += [F.sum(F.col(c) * F.col(c)).alias(f"q{i}") for i, c in enumerate(names)]
+    r = df.agg(*aggs).collect()[0]
+    n, pos = int(r["n"]), int(r["pos"] or 0)
+    s = [float(r[f"s{i}"] or 0.0) for i in range(len(names))]
+    q = [float(r[f"q{i}"] or 0.0) for i in range(len(names))]
+    mean, std = _aggrate.scaler_from_sums(float(n), s, q)
+    return n, pos, mean, std
+
+
+def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
+        log: Optional[Callable[[str], None]] = None, what: str = "all rows"):
+    """Fit ``kind`` ("logistic" or "mlp") on the rows of ``df`` (a Spark DataFrame with the
+    feature columns ``names`` and ``y``) as ``aggrate train`` does; returns the model
+    (:class:`aggrate.Model`) and the fit's counts."""
+    from aggrate import _aggrate, ModelError
+
+    spec = json.loads(spec_json)
+    d = len(names)
+    t0 = time.perf_counter()
+    n, pos, mean, std = _counts_and_scaler(df, names)
+    if n < 2 or pos == 0 or pos == n:
+        raise ModelError(f"{what}: cannot train on {n} rows with {pos} frame starts: need both classes")
+    summary = dict(rows=n, positives=pos, captures=[], rates_mbps=[])
+    jobs = 1
+    if kind == "logistic":
+        p = {k: params[k] for k in ("l2", "max_iter", "tol", "balanced") if k in params}
+        solver = _aggrate.LogisticSolver(d, json.dumps(p))
+        wp, wn = (n / (2.0 * pos), n / (2.0 * (n - pos))) if p.get("balanced") else (1.0, 1.0)
+        m = d + 1
+        while (ask := solver.ask()) is not None:
+            beta, full = ask
+
+            def part(x, y, k, beta=beta, full=full):
+                h, g, loss = _aggrate.logistic_sums(x, y, k, d, mean, std, beta, wp, wn, full)
+                return np.concatenate([np.frombuffer(h, "<f8"), np.frombuffer(g, "<f8")]).tobytes(), loss
+
+            v, loss = _sum_partitions(df, names, part, m * m + m)
+            solver.tell(v[: m * m].tobytes(), v[m * m:].tobytes(), loss)
+            jobs += 1
+            if log:
+                log(f"  {what}: Newton pass {solver.passes}{' (Hessian)' if full else ''}, loss {loss:.6g}")
+        model = solver.model(spec_json, mean, std, **summary)
+        steps = solver.passes
+    elif kind == "mlp":
+        p = {k: params[k] for k in ("hidden", "seed", "weight_decay", "max_iter", "skip", "balanced")
+             if k in params}
+        solver = _aggrate.MlpSolver(d, n, pos, json.dumps(p), spec.get("context", 0))
+        hidden, skip, wp, wn = solver.sums_args
+        while (w := solver.ask()) is not None:
+            def part(x, y, k, w=w):
+                loss, g = _aggrate.mlp_sums(x, y, k, d, mean, std, hidden, skip, w, wp, wn)
+                return g, loss
+
+            width = len(w) // 8
+            g, loss = _sum_partitions(df, names, part, width)
+            solver.tell(loss, g.tobytes())
+            jobs += 1
+            if log and solver.progress[1] % 10 == 0:
+                it, ev, obj = solver.progress
+                log(f"  {what}: L-BFGS step {it} ({ev} evaluations), objective {obj:.6g}")
+        model = solver.model(spec_json, mean, std, **summary)
+        steps = solver.progress[0]
+    else:
+        raise ValueError(f"model {kind!r}: logistic or mlp")
+    return model, {"rows": n, "positives": pos, "steps": steps, "spark_jobs": jobs,
+                   "seconds": time.perf_counter() - t0}
+
+
+def _fold_of(row: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
+    """Contiguous fold of each row of a capture, as ``aggrate train`` cuts them: block f holds
+    rows [n·f/k, n·(f+1)/k)."""
+    return (k * (row + 1) - 1) // n
+
+
+def _fold_expr(k: int):
+    """The same as a Spark column (a filter: ``fold != f`` trains fold f's model)."""
+    from pyspark.sql import functions as F
+
+    return F.floor((F.lit(k) * (F.col("row") + 1) - 1) / F.col("rows_in_capture")).cast("int")
+
+
+def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max: int) -> List[Dict[str, Any]]:
+    """Held-out scores: each capture (one group, in row order) cut into blocks of rows that the
+    same model predicts (``key_of(table) -> keys``; keys not in ``models`` are not scored), each
+    block scored as ``aggrate train`` scores a run: frame-start counts and per-packet level
+    errors (levels from the predicted starts). One row per (key, rate) summed over captures."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from aggrate import _aggrate
+
+    fields = [("key", T.StringType()), ("rate_mbps", T.DoubleType())]
+    fields += [(c, T.LongType()) for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1")]
+    fields += [(c, T.DoubleType()) for c in ("sse", "se")]
+    schema = T.StructType([T.StructField(a, b) for a, b in fields])
+    loaded: Dict[str, Any] = {}
+
+    def run(table):
+        table = table.sort_by("row")
+        keys = np.asarray(key_of(table))
+        y = table.column("y").to_numpy(zero_copy_only=False).astype(bool)
+        level = table.column("agg_level").to_numpy(zero_copy_only=False).astype("<u4")
+        rate = table.column("rate_mbps")[0].as_py()
+        x = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in names]).astype(np.float64)
+        out = []
+        cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        for a, b in zip(np.r_[0, cut], np.r_[cut, len(keys)]):
+            key = str(keys[a])
+            if key not in models:
+                continue
+            if key not in loaded:
+                loaded[key] = _aggrate.Model.from_json(models[key], key)
+            xb = np.ascontiguousarray(x[a:b])
+            pred = np.frombuffer(loaded[key].decision_function(xb.tobytes(), b - a), "<f8") > 0
+            t = y[a:b]
+            n, sse, se, exact, within1 = _aggrate.level_errors(pred.astype(np.uint8).tobytes(),
+                                                                level[a:b].tobytes(), n_max)
+            out.append({"key": key, "rate_mbps": rate, "tp": int((t & pred).sum()), "fp": int((~t & pred).sum()),
+                        "tn": int((~t & ~pred).sum()), "fn": int((t & ~pred).sum()), "n": n, "exact": exact,
+                        "within1": within1, "sse": sse, "se": se})
+        return pa.Table.from_pylist(out, schema=pa.schema([
+            ("key", pa.string()), ("rate_mbps", pa.float64())] +
+            [(c, pa.int64()) for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1")] +
+            [(c, pa.float64()) for c in ("sse", "se")]))
+
+    cols = list(dict.fromkeys(_META + names))
+    parts = df.select(*cols).groupBy("path").applyInArrow(run, schema).collect()
+    acc: Dict[Tuple[str, float], Dict[str, float]] = {}
+    for r in parts:
+        rate = r["rate_mbps"] if r["rate_mbps"] is not None else float("nan")
+        k = (r["key"], rate)
+        e = acc.setdefault(k, {c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")})
+        for c in e:
+            e[c] += r[c]
+    return [{"key": k, "rate_mbps": rate, **v} for (k, rate), v in sorted(acc.items(), key=lambda i: (i[0][0], _rate_key(i[0][1])))]
+
+
+def _rate_key(r: float) -> float:
+    return -1.0 if r != r else r
+
+
+def _merge(rows: List[Dict[str, Any]]) -> Dict[str, float]:
+    m = {c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")}
+    for r in rows:
+        for c in m:
+            m[c] += r[c]
+    return m
+
+
+def scores(m: Dict[str, float]) -> Dict[str, float]:
+    """F1, precision, recall, accuracy and the per-packet level errors of summed counts, with
+    ``aggrate train``'s conventions (1 when there is nothing to score)."""
+    tp, fp, tn, fn = m["tp"], m["fp"], m["tn"], m["fn"]
+    n = m["n"]
+    return {
+        "rows": tp + fp + tn + fn,
+        "f1": 1.0 if 2 * tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn),
+        "precision": 1.0 if tp + fp == 0 else tp / (tp + fp),
+        "recall": 1.0 if tp + fn == 0 else tp / (tp + fn),
+        "accuracy": 1.0 if tp + fp + tn + fn == 0 else (tp + tn) / (tp + fp + tn + fn),
+        "agg_rmse": 0.0 if n == 0 else math.sqrt(m["sse"] / n),
+        "agg_acc": 0.0 if n == 0 else m["exact"] / n,
+        "agg_acc_within1": 0.0 if n == 0 else m["within1"] / n,
+        "agg_mean_error": 0.0 if n == 0 else m["se"] / n,
+    }
+
+
+def _mean_std(v: List[float]) -> Tuple[float, float]:
+    if not v:
+        return 0.0, 0.0
+    mu = sum(v) / len(v)
+    return mu, math.sqrt(sum((x - mu) ** 2 for x in v) / len(v))
+
+
+def model_name(kind: str, spec: Dict[str, Any], params: Dict[str, Any]) -> str:
+    """The file stem ``aggrate train`` gives the same model."""
+    sig = "_sigma" if spec.get("sigma") else (f"_ctx{spec['context']}" if spec.get("context") else "")
+    if kind == "logistic":
+        return f"logistic_m{spec['m']}{sig}"
+    return f"mlp{params.get('hidden', 16)}_m{spec['m']}{sig}"
+
+
+def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "logistic",
+              group_by: str = "capture", folds: int = 20, own_folds: int = 3,
+              params: Optional[Dict[str, Any]] = None, peers: bool = False,
+              log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+    """Cross-validate and fit ``model`` on a rows folder from :func:`features_job`.
+
+    ``group_by="capture"``: ``folds`` contiguous blocks of every capture (``aggrate train``'s
+    default CV), then the model on all rows. ``"receiver"``: every receiver held out in turn
+    and scored against its own ``own_folds``-fold contiguous CV, then the model on all
+    receivers. Writes ``<name>.json`` (the model file) and ``<name>.spark.report.json`` / ``.md``
+    to ``output`` when given; returns the report (``fitted``: the final :class:`aggrate.Model`)."""
+    params = dict(params or {})
+    spec_json, names = read_spec(spark, rows)
+    spec = json.loads(spec_json)
+    df = spark.read.parquet(rows).select(*list(dict.fromkeys(_META + names))).cache()
+    t0 = time.perf_counter()
+    name = model_name(model, spec, params)
+    n_max = int(spec.get("n_max", 64))
+    report: Dict[str, Any] = {"model": name, "kind": model, "spec": spec, "group_by": group_by,
+                              "params": params, "engine": f"spark {spark.version} ({spark.sparkContext.master})"}
+    fits = []
+
+    def fit_on(frame, what):
+        m, info = fit(frame, names, spec_json, model, params, log=log, what=what)
+        fits.append({"what": what, **info})
+        return m
+
+    if group_by == "capture":
+        if not 2 <= folds <= 100:
+            raise ValueError(f"folds = {folds}: 2..=100")
+        short = df.filter(df["rows_in_capture"] < folds).select("path").distinct().collect()
+        if short:
+            raise ValueError(f"{short[0]['path']}: fewer rows than {folds} folds")
+        fold = _fold_expr(folds)
+        models = {str(f): fit_on(df.filter(fold != f), f"fold {f}").to_json() for f in range(folds)}
+
+        def key_of(t, k=folds):
+            return _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k).astype(str)
+
+        per = _score(df, names, models, key_of, n_max)
+        fold_rows = []
+        for f in range(folds):
+            s = scores(_merge([r for r in per if r["key"] == str(f)]))
+            fold_rows.append({"fold": f, **{k: s[k] for k in ("rows", "f1", "precision", "recall", "accuracy", "agg_rmse")}})
+        rates = sorted({r["rate_mbps"] for r in per}, key=_rate_key)
+        report["folds"] = fold_rows
+        report["f1_mean"], report["f1_std"] = _mean_std([f["f1"] for f in fold_rows])
+        report["accuracy_mean"], report["accuracy_std"] = _mean_std([f["accuracy"] for f in fold_rows])
+        report["per_rate"] = [{"rate_mbps": q, **scores(_merge([r for r in per if _same(r["rate_mbps"], q)]))}
+                              for q in rates]
+    elif group_by == "receiver":
+        receivers = sorted(r["receiver"] for r in df.select("receiver").distinct().collect()
+                           if r["receiver"] is not None)
+        if len(receivers) < 2:
+            raise ValueError(f"leave-one-receiver-out needs two receivers or more, got {receivers}")
+        models = {}
+        for r in receivers:
+            models[f"held:{r}"] = fit_on(df.filter(df["receiver"] != r), f"without {r}").to_json()
+            fold = _fold_expr(own_folds)
+            for f in range(own_folds):
+                models[f"own:{r}:{f}"] = fit_on(df.filter((df["receiver"] == r) & (fold != f)),
+                                                f"{r} fold {f}").to_json()
+
+        def held_key(t):
+            return np.full(t.num_rows, f"held:{t.column('receiver')[0].as_py()}", dtype=object)
+
+        def own_key(t, k=own_folds):
+            r = t.column("receiver")[0].as_py()
+            f = _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k)
+            return np.array([f"own:{r}:{v}" for v in f], dtype=object)
+
+        held = _score(df, names, models, held_key, n_max)
+        own = _score(df, names, models, own_key, n_max)
+        table = []
+        for r in receivers:
+            hr = [x for x in held if x["key"] == f"held:{r}"]
+            orows = [x for x in own if x["key"].startswith(f"own:{r}:")]
+            per_rate = []
+            for q in sorted({x["rate_mbps"] for x in hr}, key=_rate_key):
+                h = scores(_merge([x for x in hr if _same(x["rate_mbps"], q)]))
+                o = scores(_merge([x for x in orows if _same(x["rate_mbps"], q)]))
+                per_rate.append({"rate_mbps": q, "rows": h["rows"],
+                                 "held_out": {k: h[k] for k in ("f1", "precision", "recall", "agg_rmse")},
+                                 "own": {k: o[k] for k in ("f1", "precision", "recall", "agg_rmse")}})
+            table.append({"receiver": r, "per_rate": per_rate})
+        report["receivers"] = table
+    else:
+        raise ValueError(f"group_by {group_by!r}: capture or receiver")
+
+    final = fit_on(df, "all rows")
+    report["fits"] = fits
+    report["rows"] = fits[-1]["rows"]
+    report["seconds"] = time.perf_counter() - t0
+    if peers:
+        report["peers"] = mllib_peers(df, names, model, params, final, log=log)
+    if output:
+        os.makedirs(output, exist_ok=True)
+        path = os.path.join(output, f"{name}.json")
+        final.save(path)
+        report["model_file"] = path
+        with open(os.path.join(output, f"{name}.spark.report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        with open(os.path.join(output, f"{name}.spark.report.md"), "w") as f:
+            f.write(report_md(report) + "\n")
+    df.unpersist()
+    report["fitted"] = final  # the aggrate.Model (not in the JSON)
+    return report
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)
+
+
+def mllib_peers(df, names: List[str], kind: str, params: Dict[str, Any], ours, log=None) -> List[Dict[str, Any]]:
+    """MLlib's LogisticRegression and MultilayerPerceptronClassifier on the same rows: seconds,
+    training-row F1, and for the logistic model the largest weight difference from ours."""
+    from pyspark.ml.classification import LogisticRegression, MultilayerPerceptronClassifier
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import functions as F
+
+    vec = VectorAssembler(inputCols=names, outputCol="features").transform(df) \
+        .withColumn("label", F.col("y").cast("double")).select("features", "label").cache()
+    n = vec.count()
+    out = []
+    for peer in ("LogisticRegression", "MultilayerPerceptronClassifier"):
+        t0 = time.perf_counter()
+        if peer == "LogisticRegression":
+            # Ours minimises Σ loss + l2/2 ‖w‖² on standardised weights; MLlib (1/n) Σ loss +
+            # regParam/2 ‖w‖² on the same scale when standardization is on: regParam = l2 / n.
+            est = LogisticRegression(regParam=params.get("l2", 1.0) / n, elasticNetParam=0.0, maxIter=100,
+                                     tol=1e-10, standardization=True)
+        else:
+            est = MultilayerPerceptronClassifier(layers=[len(names), int(params.get("hidden", 16)), 2],
+                                                 maxIter=int(params.get("max_iter", 200)),
+                                                 seed=int(params.get("seed", 1)))
+        m = est.fit(vec)
+        secs = time.perf_counter() - t0
+        pred = m.transform(vec).select(
+            F.sum(((F.col("prediction") == 1) & (F.col("label") == 1)).cast("long")).alias("tp"),
+            F.sum(((F.col("prediction") == 1) & (F.col("label") == 0)).cast("long")).alias("fp"),
+            F.sum(((F.col("prediction") == 0) & (F.col("label") == 1)).cast("long")).alias("fn"),
+        ).collect()[0]
+        tp, fp, fn = pred["tp"] or 0, pred["fp"] or 0, pred["fn"] or 0
+        row = {"peer": f"MLlib {peer}", "seconds": secs, "train_f1": 2 * tp / max(1, 2 * tp + fp + fn)}
+        if peer == "LogisticRegression" and kind == "logistic":
+            mine = json.loads(ours.to_json())["model"]
+            sd = np.asarray(mine["scaler"]["std"])
+            raw = np.asarray(mine["w"]) / sd
+            row["max_weight_difference"] = float(np.max(np.abs(np.asarray(m.coefficients.toArray()) - raw)))
+        if log:
+            log(f"  peer {row['peer']}: {secs:.1f} s, training F1 {row['train_f1']:.4f}")
+        out.append(row)
+    vec.unpersist()
+    return out
+
+
+def report_md(r: Dict[str, Any]) -> str:
+    """The report as Markdown."""
+    lines = [f"# {r['model']} on Spark ({r['engine']})", ""]
+    if "folds" in r:
+        lines.append(f"{len(r['folds'])}-fold contiguous CV: F1 {r['f1_mean']:.4f} ± {r['f1_std']:.4f}")
+        lines += ["", "| rate (Mb/s) | rows | F1 | precision | recall | level RMSE |", "|---:|---:|---:|---:|---:|---:|"]
+        for q in r["per_rate"]:
+            lines.append(f"| {q['rate_mbps']:g} | {q['rows']} | {q['f1']:.4f} | {q['precision']:.4f} | "
+                         f"{q['recall']:.4f} | {q['agg_rmse']:.2f} |")
+    if "receivers" in r:
+        lines += ["leave one receiver out", "", "| receiver | rate (Mb/s) | rows | held-out F1 | own-CV F1 |",
+                  "|---|---:|---:|---:|---:|"]
+        for rec in r["receivers"]:
+            for q in rec["per_rate"]:
+                lines.append(f"| {rec['receiver']} | {q['rate_mbps']:g} | {q['rows']} | "
+                             f"{q['held_out']['f1']:.4f} | {q['own']['f1']:.4f} |")
+    lines += ["", "| fit | rows | steps | Spark jobs | seconds |", "|---|---:|---:|---:|---:|"]
+    for f in r["fits"]:
+        lines.append(f"| {f['what']} | {f['rows']} | {f['steps']} | {f['spark_jobs']} | {f['seconds']:.1f} |")
+    if r.get("peers"):
+        lines += ["", "| peer on the same rows | seconds | training F1 |", "|---|---:|---:|"]
+        for p in r["peers"]:
+            lines.append(f"| {p['peer']} | {p['seconds']:.1f} | {p['train_f1']:.4f} |")
+    return "\n".join(lines)

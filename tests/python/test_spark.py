@@ -1,0 +1,172 @@
+"""The Spark jobs (`python -m aggrate.spark`) on a local Spark (`local[2]`, pyspark and a Java
+runtime installed by scripts/test.sh), end to end, against `aggrate train` on the same captures."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+
+import aggrate
+
+RATES = (100, 300)
+RECEIVERS = ("phone", "laptop")
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory) -> pathlib.Path:
+    """Four emulated captures (two receivers × two rates), a truncated one, a file that is not
+    a capture and a listed capture that does not exist."""
+    d = tmp_path_factory.mktemp("spark_caps")
+    for r in RECEIVERS:
+        for q in RATES:
+            aggrate.simulate(d / f"{r}_{q}mbps.pcapng", rate_mbps=q, duration_s=0.5, noise=r, seed=11)
+    whole = (d / "laptop_100mbps.pcapng").read_bytes()
+    (d / "cut_200mbps.pcapng").write_bytes(whole[: len(whole) // 2])
+    (d / "junk.pcap").write_text("not a capture\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def spark():
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        pytest.fail("pyspark is needed (scripts/test.sh installs it with a Java runtime)")
+    from aggrate.spark import session
+
+    s = session("local[2]", app="aggrate-tests", conf={"spark.sql.shuffle.partitions": "4",
+                                                         "spark.driver.memory": "1g"})
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def rows(captures, tmp_path_factory) -> pathlib.Path:
+    """The features job run as a user runs it: `python -m aggrate.spark features`."""
+    out = tmp_path_factory.mktemp("spark_rows") / "rows"
+    r = subprocess.run(
+        [sys.executable, "-m", "aggrate.spark", "--master", "local[2]", "features", str(captures),
+         str(captures / "missing_100mbps.pcapng"), "-o", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    # Exit 2: some captures failed (the others were written).
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "| junk.pcap" not in r.stdout  # paths in full
+    assert str(captures / "junk.pcap") in r.stdout
+    return out
+
+
+GOOD = [f"{r}_{q}mbps.pcapng" for r in RECEIVERS for q in RATES]
+
+
+def test_features_job_writes_partitioned_rows_and_a_per_file_error_table(rows, captures, spark):
+    files = {pathlib.Path(r["path"]).name: r for r in (json.loads(line) for f in (rows / "_files").glob("*.json")
+                                                      for line in f.read_text().splitlines())}
+    assert set(files) == set(GOOD) | {"cut_200mbps.pcapng", "junk.pcap", "missing_100mbps.pcapng"}
+    # The damaged captures: path, byte offset and what is wrong, their rows left out.
+    assert files["junk.pcap"]["offset"] == 0 and "not a pcap or pcapng" in files["junk.pcap"]["error"]
+    cut = files["cut_200mbps.pcapng"]
+    size = (captures / "cut_200mbps.pcapng").stat().st_size
+    assert 0 < cut["offset"] <= size and "truncated" in cut["error"] and cut["rows"] == 0
+    with pytest.raises(aggrate.CaptureError) as e:
+        aggrate.read_capture(captures / "cut_200mbps.pcapng")
+    assert e.value.offset == cut["offset"]
+    assert "No such file" in files["missing_100mbps.pcapng"]["error"]
+    # Partitioned by receiver and rate; every good capture whole, the same rows as read here.
+    for r in RECEIVERS:
+        for q in RATES:
+            assert (rows / f"receiver={r}" / f"rate_mbps={float(q)}").is_dir()
+    written = json.loads(next((rows / "_spec").glob("*.json")).read_text())
+    spec = json.loads(written["spec"])
+    assert (spec["m"], spec["context"]) == (5, 1024)
+    names = json.loads(written["features"])
+    assert names == aggrate._aggrate.layout(m=5, sigma=False, context=1024)[1]
+    df = pl.read_parquet(rows / "receiver=phone" / "rate_mbps=300.0" / "*.parquet").sort("row")
+    local = aggrate.read_capture(captures / "phone_300mbps.pcapng", m=5, sigma=False, context=1024)
+    assert files["phone_300mbps.pcapng"]["rows"] == local.height == df.height
+    for c in names:
+        assert np.array_equal(df[c].to_numpy(), local[c].to_numpy()), c
+    assert np.array_equal(df["y"].to_numpy(), local["y"].to_numpy())
+
+
+def _cli_train(aggrate_bin, captures, out, *extra):
+    subprocess.run([aggrate_bin, "-q", "train", "--dataset", *[str(captures / g) for g in GOOD],
+                    "--m", "5", "--context", "1024", "-o", str(out), *extra], check=True, timeout=600)
+
+
+def test_logistic_on_spark_is_aggrate_trains_model_and_report(rows, captures, spark, aggrate_bin, tmp_path):
+    from aggrate.spark import train_job
+
+    r = train_job(spark, str(rows), str(tmp_path / "spark"), model="logistic", folds=3, peers=True)
+    _cli_train(aggrate_bin, captures, tmp_path / "cli", "--model", "logistic", "--folds", "3")
+    mine = json.loads((tmp_path / "spark" / "logistic_m5_ctx1024.json").read_text())
+    theirs = json.loads((tmp_path / "cli" / "logistic_m5_ctx1024.json").read_text())
+    a, b = mine["model"], theirs["model"]
+    assert np.max(np.abs(np.r_[a["w"], a["b"]] - np.r_[b["w"], b["b"]])) < 1e-6
+    assert np.allclose(a["scaler"]["mean"], b["scaler"]["mean"], rtol=1e-9)
+    assert mine["training"]["rows"] == theirs["training"]["rows"]
+    cli = json.loads((tmp_path / "cli" / "logistic_m5_ctx1024.report.json").read_text())
+    assert [f["rows"] for f in r["folds"]] == [f["rows"] for f in cli["folds"]]
+    for f, g in zip(r["folds"], cli["folds"]):
+        assert abs(f["f1"] - g["f1"]) < 0.002 and abs(f["agg_rmse"] - g["agg_rmse"]) < 0.01
+    assert abs(r["f1_mean"] - cli["f1_mean"]) < 0.002
+    # The model file loads where `recv` loads it and runs online.
+    m = aggrate.Model.load(tmp_path / "spark" / "logistic_m5_ctx1024.json")
+    assert m.kind == "logistic" and m.width == len(a["w"])
+    # MLlib beside it, on the same rows: its logistic optimum is ours (to MLlib's tolerance).
+    peers = {p["peer"]: p for p in r["peers"]}
+    assert peers["MLlib LogisticRegression"]["max_weight_difference"] < 1e-3
+    assert "MLlib MultilayerPerceptronClassifier" in peers
+    assert (tmp_path / "spark" / "logistic_m5_ctx1024.spark.report.md").read_text().count("| fold ") == 3
+
+
+def test_perceptron_on_spark_is_aggrate_trains_lbfgs_model(rows, captures, spark, aggrate_bin, tmp_path):
+    from aggrate.spark import train_job
+
+    params = {"hidden": 8, "max_iter": 30, "seed": 3}
+    r = train_job(spark, str(rows), str(tmp_path / "spark"), model="mlp", folds=2, params=params)
+    _cli_train(aggrate_bin, captures, tmp_path / "cli", "--model", "mlp", "--solver", "lbfgs", "--hidden", "8",
+               "--max-iter", "30", "--seed", "3", "--folds", "2")
+    a = json.loads((tmp_path / "spark" / "mlp8_m5_ctx1024.json").read_text())["model"]
+    b = json.loads((tmp_path / "cli" / "mlp8_m5_ctx1024.json").read_text())["model"]
+    for k in ("w1", "b1", "w2"):
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert np.max(np.abs(x - y)) <= 1e-3 * np.max(np.abs(y)), k
+    assert abs(a["b2"] - b["b2"]) <= 1e-3 * max(1.0, abs(b["b2"]))
+    assert a["slow_inputs"] == b["slow_inputs"] == 4
+    cli = json.loads((tmp_path / "cli" / "mlp8_m5_ctx1024.report.json").read_text())
+    for f, g in zip(r["folds"], cli["folds"]):
+        assert abs(f["f1"] - g["f1"]) < 0.002
+    # Another seed is another model: the seed reaches the initial weights.
+    other = train_job(spark, str(rows), None, model="mlp", folds=2, params={**params, "seed": 4})
+    w_other = np.asarray(json.loads(other["fitted"].to_json())["model"]["w1"])
+    assert np.max(np.abs(w_other - np.asarray(a["w1"]))) > 1e-3
+
+
+def test_leave_one_receiver_out_on_spark_matches_aggrate_train(rows, captures, spark, aggrate_bin, tmp_path):
+    from aggrate.spark import train_job
+
+    r = train_job(spark, str(rows), None, model="logistic", group_by="receiver", own_folds=3)
+    _cli_train(aggrate_bin, captures, tmp_path / "cli", "--model", "logistic", "--group-by", "receiver")
+    cli = json.loads((tmp_path / "cli" / "logistic_m5_ctx1024.receivers.json").read_text())
+    theirs = {(x["receiver"], q["rate_mbps"]): q for x in cli["receivers"] for q in x["per_rate"]}
+    mine = {(x["receiver"], q["rate_mbps"]): q for x in r["receivers"] for q in x["per_rate"]}
+    assert set(mine) == set(theirs) and len(mine) == 4
+    for k, q in mine.items():
+        assert q["rows"] == theirs[k]["rows"]
+        assert abs(q["held_out"]["f1"] - theirs[k]["held_out"]["f1"]) < 0.002, k
+        assert abs(q["own"]["f1"] - theirs[k]["own"]["f1"]) < 0.002, k
+
+
+def test_bad_input_on_the_cluster_path_is_named(spark, tmp_path):
+    from aggrate.spark import list_inputs, train_job
+
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        list_inputs([tmp_path / "nowhere"])
+    with pytest.raises(FileNotFoundError, match="_spec"):
+        train_job(spark, str(tmp_path), None)
