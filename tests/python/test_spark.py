@@ -163,6 +163,30 @@ def test_leave_one_receiver_out_on_spark_matches_aggrate_train(rows, captures, s
         assert abs(q["own"]["f1"] - theirs[k]["own"]["f1"]) < 0.002, k
 
 
+def test_dataset_manifests_name_receiver_rate_role_and_kernel_log(tmp_path):
+    from aggrate.spark import list_inputs
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "manifest.json").write_text(json.dumps({"runs": [
+        {"receiver": "veth-gro", "role": "train", "rate_mbps": 200,
+         "stations": [{"file": "veth-gro_200mbps.pcapng", "kernel": "veth-gro_200mbps.csv"}]},
+        {"receiver": "phone", "role": "test", "rate_mbps": 100, "stations": [{"file": "phone_100mbps.pcapng"}]},
+    ]}))
+    tasks = list_inputs([ds])
+    assert tasks == [
+        {"path": str(ds / "veth-gro_200mbps.pcapng"), "kernel": str(ds / "veth-gro_200mbps.csv"),
+         "receiver": "veth-gro", "role": "train", "rate_mbps": 200},
+        {"path": str(ds / "phone_100mbps.pcapng"), "kernel": None, "receiver": "phone", "role": "test",
+         "rate_mbps": 100},
+    ]
+    with pytest.raises(ValueError, match="listed twice"):
+        list_inputs([ds, ds])
+    (ds / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match="manifest"):
+        list_inputs([ds])
+
+
 def test_bad_input_on_the_cluster_path_is_named(spark, tmp_path):
     from aggrate.spark import list_inputs, train_job
 

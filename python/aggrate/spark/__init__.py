@@ -56,7 +56,8 @@ def session(master: str | None = None, app: str = "aggrate", conf: dict | None =
     elif "SPARK_HOME" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
         b = b.master("local[*]")
     for k, v in {
-        "spark.ui.showConsoleProgress": "false",
+        # Spark's own progress bar on a terminal (long feature jobs), quiet in logs and tests.
+        "spark.ui.showConsoleProgress": "true" if sys.stderr.isatty() else "false",
         "spark.sql.shuffle.partitions": "8",
         **(conf or {}),
     }.items():

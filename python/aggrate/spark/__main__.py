@@ -12,7 +12,7 @@ def _log(msg: str) -> None:
 
 
 def main(argv=None) -> int:
-    from . import FEATURE_DEFAULTS, session
+    from aggrate.spark import FEATURE_DEFAULTS, session
 
     ap = argparse.ArgumentParser(prog="python -m aggrate.spark", description=__doc__)
     ap.add_argument("--master", help="Spark master (local[2], yarn, spark://host:7077); default: spark-submit's, else local[*]")
@@ -50,20 +50,18 @@ def main(argv=None) -> int:
     b.add_argument("--seconds", type=float, default=2.0, help="emulated seconds per capture")
 
     a = ap.parse_args(argv)
-    from pyspark.errors import PySparkException  # noqa: F401 - pyspark present
-
     spark = session(a.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if a.cmd == "features":
-            from .features import features_job, file_table_md
+            from aggrate.spark.features import features_job, file_table_md
 
             s = features_job(spark, a.inputs, a.output, m=a.m, context=a.context, sigma=a.sigma,
                              n_max=a.n_max, keep_partial=a.keep_partial, log=_log)
             print(file_table_md(s["files"]))
             return 0 if s["failed"] == 0 else 2
         if a.cmd == "train":
-            from .train import report_md, train_job
+            from aggrate.spark.train import report_md, train_job
 
             params = {"l2": a.l2, "balanced": a.balanced} if a.model == "logistic" else {
                 "hidden": a.hidden, "max_iter": a.max_iter, "seed": a.seed, "weight_decay": a.weight_decay,
@@ -73,9 +71,11 @@ def main(argv=None) -> int:
             print(report_md(r))
             _log(f"wrote {r['model_file']}")
             return 0
-        from .bench import bench
+        from aggrate.spark.bench import bench
 
-        print(json.dumps(bench(spark, a.output, [int(x) for x in a.scales.split(",")], a.captures, a.seconds, log=_log), indent=2))
+        from aggrate.spark.bench import bench_md
+
+        print(bench_md(bench(spark, a.output, [int(x) for x in a.scales.split(",")], a.captures, a.seconds, log=_log)))
         return 0
     except (ValueError, FileNotFoundError) as e:
         _log(f"error: {e}")
