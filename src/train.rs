@@ -529,15 +529,22 @@ fn newton_iterate(
     loss: impl Fn(f64, bool) -> f64 + Sync + Copy,
     frozen: Option<Vec<f64>>,
     freeze_first: bool,
-) -> (usize, Option<Vec<f64>>) {
+) -> Result<(usize, Option<Vec<f64>>), Error> {
     let mut solver = newton::Newton::new(*p, beta.to_vec(), frozen, freeze_first);
     while let Some((at, full)) = solver.ask() {
         let (h, g, loss) = pass_with_loss(data, rows, scaler, at, f, full, full.then_some(loss));
         solver.tell(newton::PassSums { h, g, loss });
     }
+    if solver.failed() {
+        return Err(Error::BadParam {
+            name: "features",
+            value: f64::NAN,
+            allowed: "finite: a Newton pass summed to NaN or infinity (NaN or infinite values in the rows)",
+        });
+    }
     let (end, passes, last_full) = solver.into_parts();
     beta.copy_from_slice(&end);
-    (passes, last_full)
+    Ok((passes, last_full))
 }
 
 /// The logistic fit on the rows of `rows`, from `init` or (cold) from zero.
@@ -574,7 +581,7 @@ fn fit_logistic_rows(
     // A caller's warm start (a CV fold) is close: freeze its first Hessian. A subsample's
     // optimum is farther (correlated gaps move it): full Newton steps.
     let freeze = init.is_some();
-    let (iterations, hessian) = newton_iterate(data, rows, &scaler, &mut beta, &p, f, loss, None, freeze);
+    let (iterations, hessian) = newton_iterate(data, rows, &scaler, &mut beta, &p, f, loss, None, freeze)?;
     Ok(LogisticFit {
         model: LogisticModel {
             scaler,
@@ -648,7 +655,7 @@ impl<'a> LogisticCv<'a> {
             logistic_loss(wp, wn),
             frozen,
             freeze_first,
-        );
+        )?;
         let d = data.d;
         Ok(LogisticModel {
             scaler,
@@ -851,7 +858,8 @@ mod tests {
             logistic_loss(1.0, 1.0),
             None,
             false,
-        );
+        )
+        .unwrap();
         (beta, steps)
     }
 
@@ -865,6 +873,15 @@ mod tests {
         for (a, b) in fast.w.iter().zip(&beta).chain([(&fast.b, &beta[3])]) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn rows_with_nan_are_an_error_not_a_model() {
+        let mut d = noisy_rows(2_000);
+        d.x[7] = f64::NAN;
+        let p = LogisticParams::default().check().unwrap();
+        let e = fit_logistic(&d, &p).unwrap_err();
+        assert!(matches!(e, Error::BadParam { name: "features", .. }), "{e}");
     }
 
     #[test]

@@ -330,6 +330,14 @@ impl MlpLbfgs {
 
     /// The model at the best point, the scaler folded into its first layer.
     pub fn model(&self, scaler: &Scaler) -> Result<MlpModel, Error> {
+        let f = self.opt.best().1;
+        if !f.is_finite() {
+            return Err(Error::BadParam {
+                name: "objective",
+                value: f,
+                allowed: "finite: the loss summed to NaN or infinity (NaN or infinite values in the rows)",
+            });
+        }
         let w: Vec<f32> = self.opt.best().0.iter().map(|&v| v as f32).collect();
         let q = self.p.get();
         self.layout

@@ -161,6 +161,8 @@ pub struct Newton {
     prev: Option<(Vec<f64>, Vec<f64>)>,
     origin: Option<LineSearch>,
     done: bool,
+    /// A pass's sums were not finite (NaN or infinite features): stopped, no step taken.
+    failed: bool,
 }
 
 impl Newton {
@@ -178,6 +180,7 @@ impl Newton {
             prev: None,
             origin: None,
             done: false,
+            failed: false,
         }
     }
 
@@ -199,7 +202,13 @@ impl Newton {
 
     /// Whether the last step was below `tol`.
     pub fn converged(&self) -> bool {
-        self.done
+        self.done && !self.failed
+    }
+
+    /// Whether a pass's sums were not finite (the rows hold NaN or infinite features): the
+    /// solver stopped there and its coefficients are not a fit.
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 
     /// The Hessian of the last full pass (without L2), once there was one.
@@ -214,6 +223,10 @@ impl Newton {
             return;
         }
         self.passes += 1;
+        if !(sums.loss.is_finite() && sums.g.iter().chain(&sums.h).all(|v| v.is_finite())) {
+            (self.done, self.failed) = (true, true);
+            return;
+        }
         let p = self.p;
         let m = self.beta.len();
         let d = m - 1;

@@ -152,6 +152,11 @@ impl LogisticSolver {
     fn converged(&self) -> bool {
         self.newton.converged()
     }
+    /// Whether a pass's sums were not finite (NaN or infinite features): no model.
+    #[getter]
+    fn failed(&self) -> bool {
+        self.newton.failed()
+    }
     /// The model file of the current coefficients under the scaler `(mean, std)`, for feature
     /// spec `spec_json`, with its training summary.
     #[pyo3(signature = (spec_json, mean, std, rows, positives, captures, rates_mbps))]

@@ -38,28 +38,28 @@ __all__ = ["FEATURE_DEFAULTS", "features_job", "list_inputs", "session", "train_
 
 
 def session(master: str | None = None, app: str = "aggrate", conf: dict | None = None):
-    """A SparkSession: ``master`` if given (``local[2]``, ``yarn``, ``spark://…``), else the one
-    ``spark-submit`` configured, else ``local[*]``. Executors in local mode run this Python
-    (``PYSPARK_PYTHON`` unless set)."""
+    """A SparkSession: on ``master`` if given (``local[2]``, ``yarn``, ``spark://…``), else where
+    ``spark-submit`` put it (pyspark's own default, ``local[*]``, when run as a plain script).
+    A local master's executors run this Python (``PYSPARK_PYTHON`` unless set) with a few
+    shuffle partitions; a cluster's settings are left as ``spark-submit --conf`` gave them."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as e:  # pragma: no cover - the test command installs pyspark
         raise ImportError(
-            "aggrate.spark needs pyspark and pyarrow (pip install pyspark pyarrow) and a Java 17+ "
-            "runtime (Debian: apt install openjdk-17-jre-headless)"
+            "aggrate.spark needs pyspark, pyarrow and pandas (pip install \"aggrate[spark]\") and a "
+            "Java 17+ runtime (Debian: apt install openjdk-17-jre-headless)"
         ) from e
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local = master is None or master.startswith("local")
+    if local:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app)
     if master:
         b = b.master(master)
-    elif "SPARK_HOME" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
-        b = b.master("local[*]")
-    for k, v in {
-        # Spark's own progress bar on a terminal (long feature jobs), quiet in logs and tests.
-        "spark.ui.showConsoleProgress": "true" if sys.stderr.isatty() else "false",
-        "spark.sql.shuffle.partitions": "8",
-        **(conf or {}),
-    }.items():
+    # Spark's own progress bar on a terminal (long feature jobs), quiet in logs and tests.
+    settings = {"spark.ui.showConsoleProgress": "true" if sys.stderr.isatty() else "false"}
+    if master is not None and local:
+        settings["spark.sql.shuffle.partitions"] = "8"
+    for k, v in {**settings, **(conf or {})}.items():
         b = b.config(k, v)
     return b.getOrCreate()

@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     t.add_argument("--weight-decay", type=float, default=1e-4, help="perceptron: L2 penalty λ")
     t.add_argument("--skip", action="store_true", help="perceptron: linear skip path")
     t.add_argument("--peers", action="store_true", help="also fit MLlib's LogisticRegression and MultilayerPerceptronClassifier")
+    t.add_argument("--all-roles", action="store_true",
+                   help="train on every dataset run, not only those whose role is train (as aggrate train takes them)")
 
     b = sub.add_parser("bench", help="rows/s of the features job and one Newton pass against MLlib, 1× to 8× the captures")
     b.add_argument("-o", "--output", default="spark-bench", help="work folder (captures, rows)")
@@ -50,6 +52,7 @@ def main(argv=None) -> int:
     b.add_argument("--seconds", type=float, default=2.0, help="emulated seconds per capture")
 
     a = ap.parse_args(argv)
+    from aggrate import AggrateError
     spark = session(a.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
                 "hidden": a.hidden, "max_iter": a.max_iter, "seed": a.seed, "weight_decay": a.weight_decay,
                 "skip": a.skip, "balanced": a.balanced}
             r = train_job(spark, a.rows, a.output, model=a.model, group_by=a.group_by, folds=a.folds,
-                          own_folds=a.own_folds, params=params, peers=a.peers, log=_log)
+                          own_folds=a.own_folds, params=params, peers=a.peers, all_roles=a.all_roles, log=_log)
             print(report_md(r))
             _log(f"wrote {r['model_file']}")
             return 0
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
 
         print(bench_md(bench(spark, a.output, [int(x) for x in a.scales.split(",")], a.captures, a.seconds, log=_log)))
         return 0
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError, AggrateError) as e:
         _log(f"error: {e}")
         return 1
     finally:

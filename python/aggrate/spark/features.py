@@ -33,7 +33,7 @@ META_TYPES = [
     ("phy_rate_bps", "long"),
 ]
 #: Columns only the per-file table uses (on the mapped rows; not written with the features).
-FILE_TYPES = [("_kind", "byte"), ("_error", "string"), ("_offset", "long")]
+FILE_TYPES = [("_kind", "byte"), ("_error", "string"), ("_offset", "long"), ("_fault", "string")]
 
 
 def list_inputs(inputs: Iterable[os.PathLike | str]) -> List[Dict[str, Any]]:
@@ -45,20 +45,7 @@ def list_inputs(inputs: Iterable[os.PathLike | str]) -> List[Dict[str, Any]]:
         p = pathlib.Path(item)
         manifest = p / "manifest.json"
         if p.is_dir() and manifest.exists():
-            try:
-                m = json.loads(manifest.read_text())
-            except (OSError, ValueError) as e:
-                raise ValueError(f"{manifest}: not a dataset manifest: {e}") from None
-            for run in m.get("runs", []):
-                for st in run.get("stations", []):
-                    kernel = st.get("kernel")
-                    tasks.append({
-                        "path": os.fspath(p / st["file"]),
-                        "kernel": None if kernel is None else os.fspath(p / kernel),
-                        "receiver": run.get("receiver"),
-                        "role": run.get("role"),
-                        "rate_mbps": run.get("rate_mbps"),
-                    })
+            tasks.extend(_manifest_tasks(manifest))
         elif p.is_dir():
             for c in sorted(x for x in p.iterdir() if _CAPTURE.search(x.name)):
                 tasks.append(_file_task(c))
@@ -77,8 +64,47 @@ def list_inputs(inputs: Iterable[os.PathLike | str]) -> List[Dict[str, Any]]:
     return tasks
 
 
+def _manifest_tasks(manifest: pathlib.Path) -> List[Dict[str, Any]]:
+    """The stations of every run of a dataset manifest, checked: a run or station that does not
+    say what it must is an error naming the manifest and the run."""
+    try:
+        m = json.loads(manifest.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{manifest}: not a dataset manifest: {e}") from None
+    runs = m.get("runs") if isinstance(m, dict) else None
+    if not isinstance(runs, list):
+        raise ValueError(f"{manifest}: not a dataset manifest: no list of runs")
+    out = []
+    for i, run in enumerate(runs):
+        where = f"{manifest}: run {i}"
+        if not isinstance(run, dict) or not isinstance(run.get("stations", []), list):
+            raise ValueError(f"{where}: not an object with a list of stations")
+        for key, kinds in (("receiver", (str,)), ("role", (str,)), ("rate_mbps", (int, float))):
+            if run.get(key) is not None and not isinstance(run[key], kinds):
+                raise ValueError(f"{where}: {key} = {run[key]!r}")
+        for st in run.get("stations", []):
+            if not isinstance(st, dict) or not isinstance(st.get("file"), str):
+                raise ValueError(f"{where}: a station without a capture file ({st!r})")
+            kernel = st.get("kernel")
+            if kernel is not None and not isinstance(kernel, str):
+                raise ValueError(f"{where}: kernel = {kernel!r}")
+            out.append({
+                "path": _absolute(manifest.parent / st["file"]),
+                "kernel": None if kernel is None else _absolute(manifest.parent / kernel),
+                "receiver": run.get("receiver"),
+                "role": run.get("role"),
+                "rate_mbps": None if run.get("rate_mbps") is None else float(run["rate_mbps"]),
+            })
+    return out
+
+
+def _absolute(p: pathlib.Path) -> str:
+    """An absolute path: executors on other nodes run in other working directories."""
+    return os.fspath(p.absolute())
+
+
 def _file_task(p: pathlib.Path) -> Dict[str, Any]:
-    return {"path": os.fspath(p), "kernel": None, "receiver": None, "role": None, "rate_mbps": None}
+    return {"path": _absolute(p), "kernel": None, "receiver": None, "role": None, "rate_mbps": None}
 
 
 def _spark_schema(feature_names: List[str], with_file_columns: bool):
@@ -106,40 +132,52 @@ def _capture_batches(tasks: Iterator, spec: Dict[str, Any], arrow_schema, keep_p
     for batch in tasks:
         for t in batch.to_pylist():
             path = t["path"]
-            error, offset, rows = None, None, None
+            error, offset, fault, rows = None, None, None, None
             rate = t["rate_mbps"] if t["rate_mbps"] is not None else _rate_from_name(path)
             try:
                 rows = aggrate.read_capture(path, t["kernel"], rate_mbps=rate, **spec)
             except aggrate.CaptureError as e:
-                error, offset = str(e), e.offset
-                if keep_partial:
+                error, offset, fault = str(e), e.offset, e.path
+                if keep_partial and e.offset is not None:
+                    # Damage at a byte offset: the rows before it are whole. (No ground truth, or
+                    # a log that matches nothing, leaves no row worth keeping.)
                     rows = e.rows
                 else:
-                    error = error.replace("(results up to the damage were kept)", "(its rows are left out; --keep-partial keeps those read before the damage)")
+                    error = error.replace("(results up to the damage were kept)",
+                                          "(its rows are left out; --keep-partial keeps those read before the damage)")
             except (OSError, aggrate.AggrateError, ValueError) as e:
-                error = f"{path}: {e}"
+                error = str(e) if path in str(e) else f"{path}: {e}"
+                fault = path
             receiver = t["receiver"]
             if receiver is None and os.path.isfile(path):
                 receiver = _aggrate.receiver_of(path)
             n = 0 if rows is None else rows.height
-            if n:
-                rows = rows.with_columns(
-                    pl.lit(path).alias("path"),
-                    pl.lit(receiver, dtype=pl.Utf8).alias("receiver"),
-                    pl.lit(t["role"], dtype=pl.Utf8).alias("role"),
-                    pl.Series("row", np.arange(n, dtype=np.int64)),
-                    pl.lit(n, dtype=pl.Int64).alias("rows_in_capture"),
-                    pl.lit(0, dtype=pl.Int8).alias("_kind"),
-                    pl.lit(None, dtype=pl.Utf8).alias("_error"),
-                    pl.lit(None, dtype=pl.Int64).alias("_offset"),
-                )
-                table = rows.select(names).to_arrow().cast(arrow_schema)
-                for b in table.to_batches(max_chunksize=batch_rows):
-                    yield b
+            try:
+                for start in range(0, n, batch_rows):
+                    # A batch at a time: a capture's rows are held once, in polars, and each batch
+                    # converts on its own (a long path repeated over millions of rows stays far
+                    # from Arrow's 2 GiB per string column).
+                    part = rows.slice(start, batch_rows)
+                    k = part.height
+                    part = part.with_columns(
+                        pl.lit(path).alias("path"),
+                        pl.lit(receiver, dtype=pl.Utf8).alias("receiver"),
+                        pl.lit(t["role"], dtype=pl.Utf8).alias("role"),
+                        pl.Series("row", np.arange(start, start + k, dtype=np.int64)),
+                        pl.lit(n, dtype=pl.Int64).alias("rows_in_capture"),
+                        pl.lit(0, dtype=pl.Int8).alias("_kind"),
+                        pl.lit(None, dtype=pl.Utf8).alias("_error"),
+                        pl.lit(None, dtype=pl.Int64).alias("_offset"),
+                        pl.lit(None, dtype=pl.Utf8).alias("_fault"),
+                    )
+                    yield from part.select(names).to_arrow().cast(arrow_schema).to_batches()
+            except (pa.ArrowException, pl.exceptions.PolarsError, ValueError) as e:
+                error, fault = f"{path}: its rows could not be converted for Spark: {e}", path
+            rows = None
             file_row = {c: None for c in names}
             file_row.update({"path": path, "capture": os.path.basename(path), "receiver": receiver,
                              "role": t["role"], "rate_mbps": rate, "rows_in_capture": n,
-                             "_kind": 1, "_error": error, "_offset": offset})
+                             "_kind": 1, "_error": error, "_offset": offset, "_fault": fault})
             yield pa.RecordBatch.from_pylist([file_row], schema=arrow_schema)
 
 
@@ -150,8 +188,10 @@ def features_job(spark, inputs: Iterable, output: str, *, m: int = FEATURE_DEFAU
     """Turn every capture of ``inputs`` into labelled feature rows on the executors and write
     them to ``output`` as Parquet partitioned by ``receiver`` and ``rate_mbps``; beside them
     ``_spec`` (the feature layout) and ``_files`` (one row per capture: rows, error, byte
-    offset). A capture that fails is reported there and left out (``keep_partial``: its rows
-    read before the damage are kept). Returns the per-file table and counts."""
+    offset and the file it is in — the capture or its kernel log). A capture that fails is
+    reported there and left out (``keep_partial``: the rows read before damage at a byte offset
+    are kept). Rows are computed once (persisted, memory then disk) and give both the Parquet
+    and the file table. Returns the per-file table and counts."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -163,11 +203,11 @@ def features_job(spark, inputs: Iterable, output: str, *, m: int = FEATURE_DEFAU
     tasks = list_inputs(inputs)
     out_schema = _spark_schema(names, True)
     arrow_schema = to_arrow_schema(out_schema)
+    # One capture per partition, so one per task: the executors share the files.
+    task_rdd = spark.sparkContext.parallelize(
+        [(t["path"], t["kernel"], t["receiver"], t["role"], t["rate_mbps"]) for t in tasks], len(tasks))
     task_df = spark.createDataFrame(
-        [(t["path"], t["kernel"], t["receiver"], t["role"],
-          None if t["rate_mbps"] is None else float(t["rate_mbps"])) for t in tasks],
-        "path string, kernel string, receiver string, role string, rate_mbps double",
-    ).repartition(len(tasks))  # one capture per task: the executors share the files
+        task_rdd, "path string, kernel string, receiver string, role string, rate_mbps double")
 
     def run(batches):
         return _capture_batches(batches, spec, arrow_schema, keep_partial)
@@ -179,12 +219,13 @@ def features_job(spark, inputs: Iterable, output: str, *, m: int = FEATURE_DEFAU
          .write.mode("overwrite").partitionBy("receiver", "rate_mbps").parquet(output))
         files = [r.asDict() for r in mapped.filter(F.col("_kind") == 1)
                  .select("path", "receiver", "rate_mbps", F.col("rows_in_capture").alias("rows"),
-                         F.col("_error").alias("error"), F.col("_offset").alias("offset"))
+                         F.col("_error").alias("error"), F.col("_offset").alias("offset"),
+                         F.col("_fault").alias("fault"))
                  .orderBy("path").collect()]
     finally:
         mapped.unpersist()
     spark.createDataFrame(files, "path string, receiver string, rate_mbps double, rows long, "
-                                 "error string, offset long") \
+                                 "error string, offset long, fault string") \
         .coalesce(1).write.mode("overwrite").json(output.rstrip("/") + "/_files")
     spark.createDataFrame([(spec_json, json.dumps(names))], "spec string, features string") \
         .coalesce(1).write.mode("overwrite").json(output.rstrip("/") + "/_spec")
@@ -194,7 +235,7 @@ def features_job(spark, inputs: Iterable, output: str, *, m: int = FEATURE_DEFAU
     if log:
         log(f"{summary['rows']} rows from {len(files) - len(failed)} of {len(files)} captures → {output}")
         for f in failed:
-            at = "" if f["offset"] is None else f" (byte {f['offset']})"
+            at = "" if f["offset"] is None else f" (byte {f['offset']} of {f['fault'] or f['path']})"
             log(f"  failed: {f['path']}{at}: {f['error']}")
     return summary
 
@@ -213,10 +254,11 @@ def read_spec(spark, rows: str):
 
 def file_table_md(files: List[Dict[str, Any]]) -> str:
     """The per-file table as Markdown."""
-    lines = ["| capture | receiver | rate (Mb/s) | rows | error | byte offset |", "|---|---|---:|---:|---|---:|"]
+    lines = ["| capture | receiver | rate (Mb/s) | rows | error | byte offset | in file |",
+             "|---|---|---:|---:|---|---:|---|"]
     for f in files:
-        lines.append("| {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} | {} | {} | {} | {} | {} |".format(
             f["path"], f["receiver"] or "", "" if f["rate_mbps"] is None else f"{f['rate_mbps']:g}",
             f["rows"] if f["rows"] is not None else "", (f["error"] or "").replace("|", "\\|"),
-            "" if f["offset"] is None else f["offset"]))
+            "" if f["offset"] is None else f["offset"], f.get("fault") or ""))
     return "\n".join(lines)

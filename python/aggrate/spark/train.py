@@ -14,7 +14,7 @@ import numpy as np
 from .features import read_spec
 
 #: Columns training reads besides the features.
-_META = ["path", "receiver", "rate_mbps", "row", "rows_in_capture", "y", "agg_level"]
+_META = ["path", "receiver", "role", "rate_mbps", "row", "rows_in_capture", "y", "agg_level"]
 
 
 def _matrix(batch, names: List[str]):
@@ -54,19 +54,24 @@ def _sum_partitions(df, names: List[str], part: Callable, width: int) -> Tuple[n
 
 def _counts_and_scaler(df, names: List[str]):
     """Rows, positives and the scaler (``aggrate train``'s: column sums and sums of squares) in
-    one Spark aggregation."""
-    from pyspark.sql import functions as F
-
+    one Spark job, its partitions' sums added in partition order (the same scaler every run on
+    the same partitioning). A column whose sums are not finite is an error naming it."""
     from aggrate import _aggrate
 
-    aggs = [F.count(F.lit(1)).alias("n"), F.sum(F.col("y").cast("long")).alias("pos")]
-    aggs += [F.sum(F.col(c)).alias(f"s{i}") for i, c in enumerate(names)]
-    aggs += [F.sum(F.col(c) * F.col(c)).alias(f"q{i}") for i, c in enumerate(names)]
-    r = df.agg(*aggs).collect()[0]
-    n, pos = int(r["n"]), int(r["pos"] or 0)
-    s = [float(r[f"s{i}"] or 0.0) for i in range(len(names))]
-    q = [float(r[f"q{i}"] or 0.0) for i in range(len(names))]
-    mean, std = _aggrate.scaler_from_sums(float(n), s, q)
+    d = len(names)
+
+    def part(x, y, k):
+        s, q = _aggrate.scaler_sums(x, k, d)
+        pos = float(np.frombuffer(y, np.uint8).astype(bool).sum())
+        return np.array([float(k), pos] + s + q).tobytes(), 0.0
+
+    v, _ = _sum_partitions(df, names, part, 2 + 2 * d)
+    n, pos = int(v[0]), int(v[1])
+    s, q = v[2:2 + d], v[2 + d:]
+    bad = [c for c, a, b in zip(names, s, q) if not (np.isfinite(a) and np.isfinite(b))]
+    if bad:
+        raise ValueError(f"features {', '.join(bad)}: not finite in some rows (NaN or infinite values)")
+    mean, std = _aggrate.scaler_from_sums(float(n), list(s), list(q))
     return n, pos, mean, std
 
 
@@ -102,6 +107,8 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
             jobs += 1
             if log:
                 log(f"  {what}: Newton pass {solver.passes}{' (Hessian)' if full else ''}, loss {loss:.6g}")
+        if solver.failed:
+            raise ModelError(f"{what}: a Newton pass summed to NaN or infinity (NaN or infinite features)")
         model = solver.model(spec_json, mean, std, **summary)
         steps = solver.passes
     elif kind == "mlp":
@@ -190,7 +197,7 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
     parts = df.select(*cols).groupBy("path").applyInArrow(run, schema).collect()
     acc: Dict[Tuple[str, float], Dict[str, float]] = {}
     for r in parts:
-        rate = r["rate_mbps"] if r["rate_mbps"] is not None else float("nan")
+        rate = r["rate_mbps"] if r["rate_mbps"] is not None and r["rate_mbps"] == r["rate_mbps"] else None
         k = (r["key"], rate)
         e = acc.setdefault(k, {c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")})
         for c in e:
@@ -198,8 +205,9 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
     return [{"key": k, "rate_mbps": rate, **v} for (k, rate), v in sorted(acc.items(), key=lambda i: (i[0][0], _rate_key(i[0][1])))]
 
 
-def _rate_key(r: float) -> float:
-    return -1.0 if r != r else r
+def _rate_key(r: Optional[float]) -> float:
+    """Unknown rates (None) first, as ``aggrate train`` keys them (−1)."""
+    return -1.0 if r is None else r
 
 
 def _merge(rows: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -243,21 +251,155 @@ def model_name(kind: str, spec: Dict[str, Any], params: Dict[str, Any]) -> str:
     return f"mlp{params.get('hidden', 16)}_m{spec['m']}{sig}"
 
 
+def check_params(model: str, params: Dict[str, Any], d: int, context: int) -> None:
+    """Refuse bad hyper-parameters before any Spark job runs (the solvers' own checks)."""
+    from aggrate import _aggrate
+
+    if model == "logistic":
+        _aggrate.LogisticSolver(d, json.dumps({k: params[k] for k in ("l2", "max_iter", "tol", "balanced")
+                                               if k in params}))
+    elif model == "mlp":
+        _aggrate.MlpSolver(d, 2, 1, json.dumps({k: params[k] for k in
+                                                ("hidden", "seed", "weight_decay", "max_iter", "skip", "balanced")
+                                                if k in params}), context)
+    else:
+        raise ValueError(f"model {model!r}: logistic or mlp")
+
+
+def load_rows(spark, rows: str, names: List[str], all_roles: bool = False):
+    """The rows folder's training rows, cached: as ``aggrate train --dataset`` takes a dataset's
+    runs, those whose role is ``train`` (rows from plain captures have none and are kept) unless
+    ``all_roles``. Read with the schema the features job wrote (partition values stay strings
+    and doubles: a receiver named ``007`` stays ``007``)."""
+    from pyspark.sql import functions as F
+
+    from .features import _spark_schema
+
+    try:
+        df = spark.read.schema(_spark_schema(names, False)).parquet(rows)
+    except Exception as e:  # AnalysisException: nothing to read
+        raise ValueError(f"{rows}: no Parquet rows (did every capture fail? see {rows}/_files): {e}") from None
+    if not all_roles:
+        df = df.filter(F.col("role").isNull() | (F.col("role") == "train"))
+    df = df.select(*list(dict.fromkeys(_META + names))).cache()
+    if df.limit(1).count() == 0:
+        df.unpersist()
+        raise ValueError(f"{rows}: no training rows" + ("" if all_roles else " (role train, or none)"))
+    return df
+
+
+def _capture_cv(df, names, models_fit, folds: int, n_max: int) -> Dict[str, Any]:
+    """``folds`` contiguous blocks of every capture: fold f's model fits on the others."""
+    if not 2 <= folds <= 100:
+        raise ValueError(f"folds = {folds}: 2..=100")
+    _refuse_short(df, folds)
+    fold = _fold_expr(folds)
+    models = {str(f): models_fit(df.filter(fold != f), f"fold {f}").to_json() for f in range(folds)}
+
+    def key_of(t, k=folds):
+        return _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k).astype(str)
+
+    per = _score(df, names, models, key_of, n_max)
+    fold_rows = []
+    for f in range(folds):
+        s = scores(_merge([r for r in per if r["key"] == str(f)]))
+        fold_rows.append({"fold": f, **{k: s[k] for k in ("rows", "f1", "precision", "recall", "accuracy", "agg_rmse")}})
+    out: Dict[str, Any] = {"folds": fold_rows}
+    out["f1_mean"], out["f1_std"] = _mean_std([f["f1"] for f in fold_rows])
+    out["accuracy_mean"], out["accuracy_std"] = _mean_std([f["accuracy"] for f in fold_rows])
+    rates = sorted({r["rate_mbps"] for r in per}, key=_rate_key)
+    out["per_rate"] = [{"rate_mbps": q, **scores(_merge([r for r in per if r["rate_mbps"] == q]))} for q in rates]
+    return out
+
+
+def _refuse_short(df, k: int) -> None:
+    short = df.filter(df["rows_in_capture"] < k).select("path").distinct().limit(1).collect()
+    if short:
+        raise ValueError(f"{short[0]['path']}: fewer rows than {k} folds")
+
+
+def _receiver_cv(df, names, models_fit, own_folds: int, n_max: int) -> Dict[str, Any]:
+    """Each receiver held out in turn, against its own contiguous CV (at least 2 folds)."""
+    from pyspark.sql import functions as F
+
+    nameless = df.filter(F.col("receiver").isNull()).select("path").distinct().limit(3).collect()
+    if nameless:
+        raise ValueError("leave-one-receiver-out needs every capture's receiver; none for "
+                         + ", ".join(r["path"] for r in nameless))
+    receivers = sorted(r["receiver"] for r in df.select("receiver").distinct().collect())
+    if len(receivers) < 2:
+        raise ValueError(f"leave-one-receiver-out needs two receivers or more, got {receivers}")
+    k = max(2, own_folds)
+    _refuse_short(df, k)
+    fold = _fold_expr(k)
+    models = {}
+    for r in receivers:
+        models[f"held:{r}"] = models_fit(df.filter(df["receiver"] != r), f"without {r}").to_json()
+        for f in range(k):
+            models[f"own:{r}:{f}"] = models_fit(df.filter((df["receiver"] == r) & (fold != f)),
+                                                f"{r} fold {f}").to_json()
+
+    def held_key(t):
+        return np.full(t.num_rows, f"held:{t.column('receiver')[0].as_py()}", dtype=object)
+
+    def own_key(t):
+        r = t.column("receiver")[0].as_py()
+        f = _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k)
+        return np.array([f"own:{r}:{v}" for v in f], dtype=object)
+
+    held = _score(df, names, models, held_key, n_max)
+    own = _score(df, names, models, own_key, n_max)
+    table = []
+    for r in receivers:
+        hr = [x for x in held if x["key"] == f"held:{r}"]
+        orows = [x for x in own if x["key"].startswith(f"own:{r}:")]
+        per_rate = []
+        for q in sorted({x["rate_mbps"] for x in hr}, key=_rate_key):
+            h = scores(_merge([x for x in hr if x["rate_mbps"] == q]))
+            o = scores(_merge([x for x in orows if x["rate_mbps"] == q]))
+            per_rate.append({"rate_mbps": q, "rows": h["rows"],
+                             "held_out": {k: h[k] for k in ("f1", "precision", "recall", "agg_rmse")},
+                             "own": {k: o[k] for k in ("f1", "precision", "recall", "agg_rmse")}})
+        table.append({"receiver": r, "per_rate": per_rate})
+    return {"own_folds": k, "receivers": table}
+
+
+def _model_file(final, df, report: Dict[str, Any]) -> str:
+    """The final model's file as ``aggrate train`` writes it: the training summary's captures and
+    rates, and the CV's headline metrics."""
+    doc = json.loads(final.to_json())
+    caps = sorted({r["path"] for r in df.select("path").distinct().collect()})
+    doc["training"]["captures"] = [os.path.basename(p) for p in caps]
+    doc["training"]["rates_mbps"] = sorted({r["rate_mbps"] for r in df.select("rate_mbps").distinct().collect()
+                                            if r["rate_mbps"] is not None})
+    if "folds" in report:
+        doc["metrics"] = {"cv_folds": len(report["folds"]), "f1_mean": report["f1_mean"],
+                          "f1_std": report["f1_std"], "accuracy_mean": report["accuracy_mean"]}
+    return json.dumps(doc, indent=2)
+
+
 def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "logistic",
               group_by: str = "capture", folds: int = 20, own_folds: int = 3,
-              params: Optional[Dict[str, Any]] = None, peers: bool = False,
+              params: Optional[Dict[str, Any]] = None, peers: bool = False, all_roles: bool = False,
               log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Cross-validate and fit ``model`` on a rows folder from :func:`features_job`.
 
     ``group_by="capture"``: ``folds`` contiguous blocks of every capture (``aggrate train``'s
     default CV), then the model on all rows. ``"receiver"``: every receiver held out in turn
     and scored against its own ``own_folds``-fold contiguous CV, then the model on all
-    receivers. Writes ``<name>.json`` (the model file) and ``<name>.spark.report.json`` / ``.md``
-    to ``output`` when given; returns the report (``fitted``: the final :class:`aggrate.Model`)."""
+    receivers. Dataset runs whose role is not ``train`` are left out unless ``all_roles``, as
+    ``aggrate train --dataset`` leaves them. Writes ``<name>.json`` (the model file; ``output``
+    is a local folder) and ``<name>.spark.report.json`` / ``.md`` when ``output`` is given;
+    returns the report (``fitted``: the final :class:`aggrate.Model`)."""
+    from aggrate import _aggrate
+
     params = dict(params or {})
     spec_json, names = read_spec(spark, rows)
     spec = json.loads(spec_json)
-    df = spark.read.parquet(rows).select(*list(dict.fromkeys(_META + names))).cache()
+    check_params(model, params, len(names), int(spec.get("context", 0)))
+    if group_by not in ("capture", "receiver"):
+        raise ValueError(f"group_by {group_by!r}: capture or receiver")
+    df = load_rows(spark, rows, names, all_roles)
     t0 = time.perf_counter()
     name = model_name(model, spec, params)
     n_max = int(spec.get("n_max", 64))
@@ -270,90 +412,33 @@ def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "l
         fits.append({"what": what, **info})
         return m
 
-    if group_by == "capture":
-        if not 2 <= folds <= 100:
-            raise ValueError(f"folds = {folds}: 2..=100")
-        short = df.filter(df["rows_in_capture"] < folds).select("path").distinct().collect()
-        if short:
-            raise ValueError(f"{short[0]['path']}: fewer rows than {folds} folds")
-        fold = _fold_expr(folds)
-        models = {str(f): fit_on(df.filter(fold != f), f"fold {f}").to_json() for f in range(folds)}
-
-        def key_of(t, k=folds):
-            return _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k).astype(str)
-
-        per = _score(df, names, models, key_of, n_max)
-        fold_rows = []
-        for f in range(folds):
-            s = scores(_merge([r for r in per if r["key"] == str(f)]))
-            fold_rows.append({"fold": f, **{k: s[k] for k in ("rows", "f1", "precision", "recall", "accuracy", "agg_rmse")}})
-        rates = sorted({r["rate_mbps"] for r in per}, key=_rate_key)
-        report["folds"] = fold_rows
-        report["f1_mean"], report["f1_std"] = _mean_std([f["f1"] for f in fold_rows])
-        report["accuracy_mean"], report["accuracy_std"] = _mean_std([f["accuracy"] for f in fold_rows])
-        report["per_rate"] = [{"rate_mbps": q, **scores(_merge([r for r in per if _same(r["rate_mbps"], q)]))}
-                              for q in rates]
-    elif group_by == "receiver":
-        receivers = sorted(r["receiver"] for r in df.select("receiver").distinct().collect()
-                           if r["receiver"] is not None)
-        if len(receivers) < 2:
-            raise ValueError(f"leave-one-receiver-out needs two receivers or more, got {receivers}")
-        models = {}
-        for r in receivers:
-            models[f"held:{r}"] = fit_on(df.filter(df["receiver"] != r), f"without {r}").to_json()
-            fold = _fold_expr(own_folds)
-            for f in range(own_folds):
-                models[f"own:{r}:{f}"] = fit_on(df.filter((df["receiver"] == r) & (fold != f)),
-                                                f"{r} fold {f}").to_json()
-
-        def held_key(t):
-            return np.full(t.num_rows, f"held:{t.column('receiver')[0].as_py()}", dtype=object)
-
-        def own_key(t, k=own_folds):
-            r = t.column("receiver")[0].as_py()
-            f = _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k)
-            return np.array([f"own:{r}:{v}" for v in f], dtype=object)
-
-        held = _score(df, names, models, held_key, n_max)
-        own = _score(df, names, models, own_key, n_max)
-        table = []
-        for r in receivers:
-            hr = [x for x in held if x["key"] == f"held:{r}"]
-            orows = [x for x in own if x["key"].startswith(f"own:{r}:")]
-            per_rate = []
-            for q in sorted({x["rate_mbps"] for x in hr}, key=_rate_key):
-                h = scores(_merge([x for x in hr if _same(x["rate_mbps"], q)]))
-                o = scores(_merge([x for x in orows if _same(x["rate_mbps"], q)]))
-                per_rate.append({"rate_mbps": q, "rows": h["rows"],
-                                 "held_out": {k: h[k] for k in ("f1", "precision", "recall", "agg_rmse")},
-                                 "own": {k: o[k] for k in ("f1", "precision", "recall", "agg_rmse")}})
-            table.append({"receiver": r, "per_rate": per_rate})
-        report["receivers"] = table
-    else:
-        raise ValueError(f"group_by {group_by!r}: capture or receiver")
-
-    final = fit_on(df, "all rows")
-    report["fits"] = fits
-    report["rows"] = fits[-1]["rows"]
-    report["seconds"] = time.perf_counter() - t0
-    if peers:
-        report["peers"] = mllib_peers(df, names, model, params, final, log=log)
+    try:
+        if group_by == "capture":
+            report.update(_capture_cv(df, names, fit_on, folds, n_max))
+        else:
+            report.update(_receiver_cv(df, names, fit_on, own_folds, n_max))
+        final = fit_on(df, "all rows")
+        report["fits"] = fits
+        report["rows"] = fits[-1]["rows"]
+        report["seconds"] = time.perf_counter() - t0
+        if peers:
+            report["peers"] = mllib_peers(df, names, model, params, final, log=log)
+        text = _model_file(final, df, report)
+    finally:
+        df.unpersist()
+    final = _aggrate.Model.from_json(text, name)
     if output:
         os.makedirs(output, exist_ok=True)
         path = os.path.join(output, f"{name}.json")
-        final.save(path)
+        with open(path, "w") as f:
+            f.write(text)
         report["model_file"] = path
         with open(os.path.join(output, f"{name}.spark.report.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(output, f"{name}.spark.report.md"), "w") as f:
             f.write(report_md(report) + "\n")
-    df.unpersist()
     report["fitted"] = final  # the aggrate.Model (not in the JSON)
     return report
-
-
-def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)
 
 
 def mllib_peers(df, names: List[str], kind: str, params: Dict[str, Any], ours, log=None) -> List[Dict[str, Any]]:
@@ -399,6 +484,10 @@ def mllib_peers(df, names: List[str], kind: str, params: Dict[str, Any], ours, l
     return out
 
 
+def _rate_txt(r: Optional[float]) -> str:
+    return "?" if r is None else f"{r:g}"
+
+
 def report_md(r: Dict[str, Any]) -> str:
     """The report as Markdown."""
     lines = [f"# {r['model']} on Spark ({r['engine']})", ""]
@@ -406,14 +495,14 @@ def report_md(r: Dict[str, Any]) -> str:
         lines.append(f"{len(r['folds'])}-fold contiguous CV: F1 {r['f1_mean']:.4f} ± {r['f1_std']:.4f}")
         lines += ["", "| rate (Mb/s) | rows | F1 | precision | recall | level RMSE |", "|---:|---:|---:|---:|---:|---:|"]
         for q in r["per_rate"]:
-            lines.append(f"| {q['rate_mbps']:g} | {q['rows']} | {q['f1']:.4f} | {q['precision']:.4f} | "
+            lines.append(f"| {_rate_txt(q['rate_mbps'])} | {q['rows']} | {q['f1']:.4f} | {q['precision']:.4f} | "
                          f"{q['recall']:.4f} | {q['agg_rmse']:.2f} |")
     if "receivers" in r:
         lines += ["leave one receiver out", "", "| receiver | rate (Mb/s) | rows | held-out F1 | own-CV F1 |",
                   "|---|---:|---:|---:|---:|"]
         for rec in r["receivers"]:
             for q in rec["per_rate"]:
-                lines.append(f"| {rec['receiver']} | {q['rate_mbps']:g} | {q['rows']} | "
+                lines.append(f"| {rec['receiver']} | {_rate_txt(q['rate_mbps'])} | {q['rows']} | "
                              f"{q['held_out']['f1']:.4f} | {q['own']['f1']:.4f} |")
     lines += ["", "| fit | rows | steps | Spark jobs | seconds |", "|---|---:|---:|---:|---:|"]
     for f in r["fits"]:
