@@ -266,6 +266,52 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (x - lo as f64)
 }
 
+/// The report interval cross-validation scores μ_N over: a receiver's default (100 ms).
+pub const CV_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// μ_N per interval of one run of packets in receive order, as a receiver that counts frames
+/// would report it — packets received in the interval ÷ predicted frame starts in it — beside
+/// the truth ([`truth_per_interval`] of the true starts). An interval without a predicted start
+/// has an infinite estimate ([`LevelError::of`] leaves it out, as it does intervals with fewer
+/// than [`MIN_AMPDUS`] true A-MPDUs).
+pub fn count_pairs(host: &[Ts], truth: &[bool], pred: &[bool], interval: std::time::Duration) -> Vec<LevelPair> {
+    let step = interval.as_nanos().max(1) as u64;
+    let n = host.len().min(truth.len()).min(pred.len());
+    let mut counts: Vec<(Ts, u64, u64)> = Vec::new(); // (interval start, packets, predicted starts)
+    for i in 0..n {
+        let start = Ts(host[i].as_nanos() - host[i].as_nanos() % step);
+        if counts.last().is_none_or(|c| c.0 != start) {
+            counts.push((start, 0, 0));
+        }
+        let c = counts.last_mut().expect("pushed above");
+        c.1 += 1;
+        c.2 += u64::from(pred[i]);
+    }
+    let truths = truth_per_interval(host[..n].iter().copied().zip(truth[..n].iter().copied()), interval);
+    let mut k = 0;
+    let mut out = Vec::with_capacity(truths.len());
+    for (start, mpdus, ampdus) in truths {
+        while k < counts.len() && counts[k].0 < start {
+            k += 1;
+        }
+        let estimate = match counts.get(k) {
+            Some(&(s, packets, starts)) if s == start && starts > 0 => packets as f64 / starts as f64,
+            _ => f64::INFINITY,
+        };
+        out.push(LevelPair {
+            start,
+            estimate,
+            truth: if ampdus > 0 {
+                mpdus as f64 / ampdus as f64
+            } else {
+                f64::NAN
+            },
+            ampdus,
+        });
+    }
+    out
+}
+
 /// The true μ_N per interval of a receive clock's grid of `interval` (aligned to multiples of it,
 /// as the online estimator's reports are): each A-MPDU counts in the interval where its first
 /// packet was received, with all its packets. `packets` are (receive time, starts an A-MPDU) in
@@ -298,6 +344,31 @@ pub fn truth_per_interval(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_pairs_divide_packets_by_predicted_starts_per_interval() {
+        // Two 100 ms intervals: A-MPDUs of 4 packets every 10 ms, the truth 4 in both. The
+        // prediction misses every other start in the first interval (level 8 there) and finds
+        // all in the second.
+        let mut host = Vec::new();
+        let (mut truth, mut pred) = (Vec::new(), Vec::new());
+        for k in 0..20u64 {
+            for j in 0..4u64 {
+                host.push(Ts(k * 10_000_000 + j * 1_000));
+                truth.push(j == 0);
+                pred.push(j == 0 && (k >= 10 || k % 2 == 0));
+            }
+        }
+        let pairs = count_pairs(&host, &truth, &pred, CV_REPORT_INTERVAL);
+        assert_eq!(pairs.len(), 2);
+        assert_eq!((pairs[0].truth, pairs[0].estimate, pairs[0].ampdus), (4.0, 8.0, 10));
+        assert_eq!((pairs[1].truth, pairs[1].estimate), (4.0, 4.0));
+        let e = LevelError::of(&pairs).unwrap();
+        assert!((e.bias - 0.5).abs() < 1e-12 && e.intervals == 2);
+        // No predicted start at all: an infinite estimate, left out of the error.
+        let none = count_pairs(&host, &truth, &vec![false; host.len()], CV_REPORT_INTERVAL);
+        assert!(none.iter().all(|p| p.estimate.is_infinite()) && LevelError::of(&none).is_none());
+    }
 
     #[test]
     fn scores() {

@@ -178,6 +178,13 @@ fn capture_run(
     let mut final_model = cv.final_model;
     let mut slot_json = serde_json::Value::Null;
     let mut headline = format!("{}-fold contiguous CV: F1 {f1_mean:.4} ± {f1_std:.4}", a.folds);
+    if let Some(mu) = &cv.mu_n {
+        headline = format!(
+            "{headline}; μ_N per 100 ms (packets ÷ predicted starts): bias {:+.1} %, median |error| {:.1} %",
+            100.0 * mu.bias,
+            100.0 * mu.mae_rel_median
+        );
+    }
     let mut slot_stage = None;
     if a.model == ModelKind::Svr {
         let EstimatorModel::Logistic(base) = final_model else {
@@ -242,6 +249,7 @@ fn capture_run(
         "f1_std": f1_std,
         "accuracy_mean": acc_mean,
         "accuracy_std": acc_std,
+        "mu_n": cv.mu_n,
         "per_rate": rates,
         "slot_svr": slot_json,
         "rows": data.len(),

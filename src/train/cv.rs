@@ -16,7 +16,7 @@ use super::{
 };
 use crate::dataset::{contiguous_folds, slot_rows, Dataset, FoldError, RowSet, SlotRows};
 use crate::features::FeatureSpec;
-use crate::metrics::{AggMetrics, BinaryMetrics};
+use crate::metrics::{AggMetrics, BinaryMetrics, LevelError};
 use crate::model::EstimatorModel;
 
 pub use crate::progress::{NoProgress, Progress};
@@ -109,6 +109,11 @@ pub struct FoldReport {
     pub accuracy: f64,
     /// Aggregation RMSE per packet.
     pub agg_rmse: f64,
+    /// μ_N per report interval of the fold's held-out rows, as packets ÷ predicted starts
+    /// against the truth ([`crate::metrics::count_pairs`], 100 ms); none when no interval has
+    /// enough A-MPDUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mu_n: Option<LevelError>,
 }
 
 /// Slot metrics of one send rate (slot-SVR models): the packet model alone vs corrected.
@@ -233,6 +238,8 @@ pub struct PacketCv {
     pub per_rate: PerRate,
     /// Out-of-fold predicted starts, per row.
     pub oof: Vec<bool>,
+    /// μ_N per report interval over every fold's held-out rows (see [`FoldReport::mu_n`]).
+    pub mu_n: Option<LevelError>,
 }
 
 /// Fit on all rows, then k contiguous folds (each capture cut into k blocks; fold i tests block
@@ -269,16 +276,19 @@ pub fn packet_cv(
     let mut fold_reports = Vec::new();
     let mut per_rate = PerRate::new();
     let mut oof = vec![false; n];
+    let mut pairs = Vec::new();
     for (fi, test) in folds.iter().enumerate() {
         let model = match &warm {
             Warm::Logistic(cv) => EstimatorModel::Logistic(cv.without(test)?),
             Warm::Svm(cv) => EstimatorModel::LinearSvm(cv.without(test)?),
             Warm::Rows(f) => f.fit(data, &RowSet::from_indices(test).complement(n))?,
         };
-        let (bm, agg) = score(data, test, &model, n_max, &mut per_rate);
-        for &i in test {
-            oof[i] = model.predict_row(data.row(i));
+        let pred: Vec<bool> = test.iter().map(|&i| model.predict_row(data.row(i))).collect();
+        let (bm, agg) = score_predicted(data, test, &pred, n_max, &mut per_rate);
+        for (&i, &p) in test.iter().zip(&pred) {
+            oof[i] = p;
         }
+        let fold_pairs = held_out_pairs(data, test, &pred);
         fold_reports.push(FoldReport {
             fold: fi,
             rows: test.len() as u64,
@@ -287,7 +297,9 @@ pub fn packet_cv(
             recall: bm.recall(),
             accuracy: bm.accuracy(),
             agg_rmse: agg.rmse(),
+            mu_n: LevelError::of(&fold_pairs),
         });
+        pairs.extend(fold_pairs);
         progress.inc();
     }
     progress.finish();
@@ -296,7 +308,24 @@ pub fn packet_cv(
         folds: fold_reports,
         per_rate,
         oof,
+        mu_n: LevelError::of(&pairs),
     })
+}
+
+/// μ_N per report interval of held-out rows `idx` with predictions `pred`, run by run.
+fn held_out_pairs(data: &Dataset, idx: &[usize], pred: &[bool]) -> Vec<crate::metrics::LevelPair> {
+    let mut out = Vec::new();
+    for run in data.runs(idx) {
+        let host: Vec<crate::time::Ts> = idx[run.clone()].iter().map(|&i| data.host[i]).collect();
+        let truth: Vec<bool> = idx[run.clone()].iter().map(|&i| data.y[i]).collect();
+        out.extend(crate::metrics::count_pairs(
+            &host,
+            &truth,
+            &pred[run],
+            crate::metrics::CV_REPORT_INTERVAL,
+        ));
+    }
+    out
 }
 
 /// F1, precision and recall of one held-out evaluation.

@@ -116,6 +116,12 @@ def test_logistic_on_spark_is_aggrate_trains_model_and_report(rows, captures, sp
     for f, g in zip(r["folds"], cli["folds"]):
         assert abs(f["f1"] - g["f1"]) < 0.002 and abs(f["agg_rmse"] - g["agg_rmse"]) < 0.002
     assert abs(r["f1_mean"] - cli["f1_mean"]) < 0.002
+    # μ_N per 100 ms report interval of the held-out rows (packets ÷ predicted starts): the same.
+    assert cli["mu_n"]["intervals"] == r["mu_n"]["intervals"] > 5
+    for k in ("bias", "mae_rel_median", "err_rel_p95"):
+        assert abs(r["mu_n"][k] - cli["mu_n"][k]) < 0.002, k
+    for f, g in zip(r["folds"], cli["folds"]):
+        assert abs(f["mu_n"]["bias"] - g["mu_n"]["bias"]) < 0.002
     # The model file loads where `recv` loads it and runs online.
     m = aggrate.Model.load(tmp_path / "spark" / "logistic_m5_ctx1024.json")
     assert m.kind == "logistic" and m.width == len(a["w"])

@@ -347,3 +347,49 @@ pub(crate) fn level_errors(pred: &[u8], level: &[u8], n_max: u16) -> PyResult<(u
     let m = aggrate::metrics::AggMetrics::from_levels(&truth, &lv);
     Ok((m.n, m.sse, m.se, m.exact, m.within1))
 }
+
+/// μ_N per 100 ms report interval of one contiguous block of a capture, as `aggrate train`'s CV
+/// scores it (`aggrate::metrics::count_pairs`: packets ÷ predicted starts against the truth):
+/// receive times `host` (u64 ns little-endian per row), true starts `y` and predicted starts
+/// `pred` (a byte per row). Float64 triples (estimate, truth, true A-MPDUs) per interval.
+#[pyfunction]
+pub(crate) fn count_pairs<'py>(py: Python<'py>, host: &[u8], y: &[u8], pred: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let n = y.len();
+    if host.len() != n * 8 || pred.len() != n {
+        return Err(PyValueError::new_err(format!(
+            "host: {} bytes, y: {n}, pred: {} for {n} rows",
+            host.len(),
+            pred.len()
+        )));
+    }
+    let ts: Vec<aggrate::Ts> = host
+        .chunks_exact(8)
+        .map(|c| aggrate::Ts(u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))))
+        .collect();
+    let truth: Vec<bool> = y.iter().map(|&v| v != 0).collect();
+    let p: Vec<bool> = pred.iter().map(|&v| v != 0).collect();
+    let pairs = aggrate::metrics::count_pairs(&ts, &truth, &p, aggrate::metrics::CV_REPORT_INTERVAL);
+    let flat: Vec<f64> = pairs
+        .iter()
+        .flat_map(|q| [q.estimate, q.truth, q.ampdus as f64])
+        .collect();
+    Ok(le_bytes(py, &flat))
+}
+
+/// The μ_N error (`bias`, `mae_rel_median`, `err_rel_p95`, `intervals`, `truth_mean`,
+/// `estimate_mean`) of float64 triples from [`count_pairs`] pooled, as JSON; None when no
+/// interval qualifies.
+#[pyfunction]
+pub(crate) fn level_error(pairs: &[u8]) -> PyResult<Option<String>> {
+    let v = f64s(pairs, pairs.len() / 24, 3, "pairs")?;
+    let pairs: Vec<aggrate::metrics::LevelPair> = v
+        .chunks_exact(3)
+        .map(|c| aggrate::metrics::LevelPair {
+            start: aggrate::Ts::ZERO,
+            estimate: c[0],
+            truth: c[1],
+            ampdus: c[2] as u64,
+        })
+        .collect();
+    Ok(aggrate::metrics::LevelError::of(&pairs).map(|e| serde_json::to_string(&e).unwrap_or_default()))
+}

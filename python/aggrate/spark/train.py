@@ -14,7 +14,7 @@ import numpy as np
 from .features import read_spec
 
 #: Columns training reads besides the features.
-_META = ["path", "receiver", "role", "rate_mbps", "row", "rows_in_capture", "y", "agg_level"]
+_META = ["path", "receiver", "role", "rate_mbps", "row", "rows_in_capture", "y", "agg_level", "host_ns"]
 
 
 def _matrix(batch, names: List[str]):
@@ -162,6 +162,7 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
     fields = [("key", T.StringType()), ("rate_mbps", T.DoubleType())]
     fields += [(c, T.LongType()) for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1")]
     fields += [(c, T.DoubleType()) for c in ("sse", "se")]
+    fields += [("pairs", T.BinaryType())]
     schema = T.StructType([T.StructField(a, b) for a, b in fields])
     loaded: Dict[str, Any] = {}
 
@@ -170,6 +171,7 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
         keys = np.asarray(key_of(table))
         y = table.column("y").to_numpy(zero_copy_only=False).astype(bool)
         level = table.column("agg_level").to_numpy(zero_copy_only=False).astype("<u4")
+        host = table.column("host_ns").to_numpy(zero_copy_only=False).astype("<u8")
         rate = table.column("rate_mbps")[0].as_py()
         x = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in names]).astype(np.float64)
         out = []
@@ -183,15 +185,16 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
             xb = np.ascontiguousarray(x[a:b])
             pred = np.frombuffer(loaded[key].decision_function(xb.tobytes(), b - a), "<f8") > 0
             t = y[a:b]
-            n, sse, se, exact, within1 = _aggrate.level_errors(pred.astype(np.uint8).tobytes(),
-                                                                level[a:b].tobytes(), n_max)
+            p8 = pred.astype(np.uint8).tobytes()
+            n, sse, se, exact, within1 = _aggrate.level_errors(p8, level[a:b].tobytes(), n_max)
+            pairs = _aggrate.count_pairs(host[a:b].tobytes(), t.astype(np.uint8).tobytes(), p8)
             out.append({"key": key, "rate_mbps": rate, "tp": int((t & pred).sum()), "fp": int((~t & pred).sum()),
                         "tn": int((~t & ~pred).sum()), "fn": int((t & ~pred).sum()), "n": n, "exact": exact,
-                        "within1": within1, "sse": sse, "se": se})
+                        "within1": within1, "sse": sse, "se": se, "pairs": pairs})
         return pa.Table.from_pylist(out, schema=pa.schema([
             ("key", pa.string()), ("rate_mbps", pa.float64())] +
             [(c, pa.int64()) for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1")] +
-            [(c, pa.float64()) for c in ("sse", "se")]))
+            [(c, pa.float64()) for c in ("sse", "se")] + [("pairs", pa.binary())]))
 
     cols = list(dict.fromkeys(_META + names))
     parts = df.select(*cols).groupBy("path").applyInArrow(run, schema).collect()
@@ -199,7 +202,8 @@ def _score(df, names: List[str], models: Dict[str, str], key_of: Callable, n_max
     for r in parts:
         rate = r["rate_mbps"] if r["rate_mbps"] is not None and r["rate_mbps"] == r["rate_mbps"] else None
         k = (r["key"], rate)
-        e = acc.setdefault(k, {c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")})
+        e = acc.setdefault(k, {**{c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")},
+                               "pairs": b""})
         for c in e:
             e[c] += r[c]
     return [{"key": k, "rate_mbps": rate, **v} for (k, rate), v in sorted(acc.items(), key=lambda i: (i[0][0], _rate_key(i[0][1])))]
@@ -210,12 +214,21 @@ def _rate_key(r: Optional[float]) -> float:
     return -1.0 if r is None else r
 
 
-def _merge(rows: List[Dict[str, Any]]) -> Dict[str, float]:
-    m = {c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")}
+def _merge(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    m: Dict[str, Any] = {**{c: 0 for c in ("tp", "fp", "tn", "fn", "n", "exact", "within1", "sse", "se")},
+                         "pairs": b""}
     for r in rows:
         for c in m:
             m[c] += r[c]
     return m
+
+
+def mu_n(m: Dict[str, Any]) -> Optional[Dict[str, float]]:
+    """The μ_N error per report interval of merged blocks (``aggrate train``'s ``mu_n``)."""
+    from aggrate import _aggrate
+
+    e = _aggrate.level_error(m["pairs"])
+    return None if e is None else json.loads(e)
 
 
 def scores(m: Dict[str, float]) -> Dict[str, float]:
@@ -302,9 +315,11 @@ def _capture_cv(df, names, models_fit, folds: int, n_max: int) -> Dict[str, Any]
     per = _score(df, names, models, key_of, n_max)
     fold_rows = []
     for f in range(folds):
-        s = scores(_merge([r for r in per if r["key"] == str(f)]))
-        fold_rows.append({"fold": f, **{k: s[k] for k in ("rows", "f1", "precision", "recall", "accuracy", "agg_rmse")}})
-    out: Dict[str, Any] = {"folds": fold_rows}
+        merged = _merge([r for r in per if r["key"] == str(f)])
+        s = scores(merged)
+        fold_rows.append({"fold": f, **{k: s[k] for k in ("rows", "f1", "precision", "recall", "accuracy", "agg_rmse")},
+                          "mu_n": mu_n(merged)})
+    out: Dict[str, Any] = {"folds": fold_rows, "mu_n": mu_n(_merge(per))}
     out["f1_mean"], out["f1_std"] = _mean_std([f["f1"] for f in fold_rows])
     out["accuracy_mean"], out["accuracy_std"] = _mean_std([f["accuracy"] for f in fold_rows])
     rates = sorted({r["rate_mbps"] for r in per}, key=_rate_key)
@@ -492,7 +507,11 @@ def report_md(r: Dict[str, Any]) -> str:
     """The report as Markdown."""
     lines = [f"# {r['model']} on Spark ({r['engine']})", ""]
     if "folds" in r:
-        lines.append(f"{len(r['folds'])}-fold contiguous CV: F1 {r['f1_mean']:.4f} ± {r['f1_std']:.4f}")
+        head = f"{len(r['folds'])}-fold contiguous CV: F1 {r['f1_mean']:.4f} ± {r['f1_std']:.4f}"
+        if r.get("mu_n"):
+            head += (f"; μ_N per 100 ms (packets ÷ predicted starts): bias {100 * r['mu_n']['bias']:+.1f} %, "
+                     f"median |error| {100 * r['mu_n']['mae_rel_median']:.1f} %")
+        lines.append(head)
         lines += ["", "| rate (Mb/s) | rows | F1 | precision | recall | level RMSE |", "|---:|---:|---:|---:|---:|---:|"]
         for q in r["per_rate"]:
             lines.append(f"| {_rate_txt(q['rate_mbps'])} | {q['rows']} | {q['f1']:.4f} | {q['precision']:.4f} | "
