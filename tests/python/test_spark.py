@@ -171,6 +171,31 @@ def test_leave_one_receiver_out_on_spark_matches_aggrate_train(rows, captures, s
         assert abs(q["own"]["f1"] - theirs[k]["own"]["f1"]) < 0.002, k
 
 
+def test_test_receivers_on_spark_match_aggrate_train_test(captures, spark, aggrate_bin, tmp_path):
+    """A receiver in no training set (`aggrate train --test`): scored with the final model."""
+    from aggrate.spark import features_job, train_job
+
+    aggrate.simulate(tmp_path / "none_100mbps.pcapng", rate_mbps=100, duration_s=0.5, noise="none", seed=11)
+    train = [captures / g for g in ("phone_100mbps.pcapng", "laptop_100mbps.pcapng")]
+    features_job(spark, train + [tmp_path / "none_100mbps.pcapng"], str(tmp_path / "rows"))
+    r = train_job(spark, str(tmp_path / "rows"), None, model="logistic", group_by="receiver",
+                  own_folds=2, test_receivers=["none"])
+    subprocess.run([aggrate_bin, "-q", "train", "--dataset", *map(str, train), "--test",
+                    str(tmp_path / "none_100mbps.pcapng"), "--m", "5", "--context", "1024", "--model", "logistic",
+                    "--group-by", "receiver", "--own-folds", "2", "-o", str(tmp_path / "cli")], check=True, timeout=600)
+    cli = json.loads((tmp_path / "cli" / "logistic_m5_ctx1024.test.receivers.json").read_text())
+    theirs = {(x["receiver"], q["rate_mbps"]): q for x in cli["receivers"] for q in x["per_rate"]}
+    mine = {(x["receiver"], q["rate_mbps"]): q for x in r["test_receivers"] for q in x["per_rate"]}
+    assert set(mine) == set(theirs) == {("none", 100.0)}
+    for k, q in mine.items():
+        assert q["rows"] == theirs[k]["rows"]
+        assert abs(q["held_out"]["f1"] - theirs[k]["held_out"]["f1"]) < 0.002
+        assert abs(q["own"]["f1"] - theirs[k]["own"]["f1"]) < 0.002
+    assert [x["receiver"] for x in r["receivers"]] == ["laptop", "phone"]  # not trained on
+    with pytest.raises(ValueError, match="not in"):
+        train_job(spark, str(tmp_path / "rows"), None, group_by="receiver", test_receivers=["nobody"])
+
+
 def test_dataset_manifests_name_receiver_rate_role_and_kernel_log(tmp_path):
     from aggrate.spark import list_inputs
 

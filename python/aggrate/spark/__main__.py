@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     t.add_argument("--weight-decay", type=float, default=1e-4, help="perceptron: L2 penalty λ")
     t.add_argument("--skip", action="store_true", help="perceptron: linear skip path")
     t.add_argument("--peers", action="store_true", help="also fit MLlib's LogisticRegression and MultilayerPerceptronClassifier")
+    t.add_argument("--test-receivers", nargs="+", default=[], metavar="RECEIVER",
+                   help="with --group-by receiver: receivers in no training set, scored with the final model (aggrate train --test)")
     t.add_argument("--all-roles", action="store_true",
                    help="train on every dataset run, not only those whose role is train (as aggrate train takes them)")
 
@@ -70,7 +72,8 @@ def main(argv=None) -> int:
                 "hidden": a.hidden, "max_iter": a.max_iter, "seed": a.seed, "weight_decay": a.weight_decay,
                 "skip": a.skip, "balanced": a.balanced}
             r = train_job(spark, a.rows, a.output, model=a.model, group_by=a.group_by, folds=a.folds,
-                          own_folds=a.own_folds, params=params, peers=a.peers, all_roles=a.all_roles, log=_log)
+                          own_folds=a.own_folds, params=params, peers=a.peers, all_roles=a.all_roles,
+                          test_receivers=a.test_receivers, log=_log)
             print(report_md(r))
             _log(f"wrote {r['model_file']}")
             return 0

@@ -364,9 +364,17 @@ def _receiver_cv(df, names, models_fit, own_folds: int, n_max: int) -> Dict[str,
 
     held = _score(df, names, models, held_key, n_max)
     own = _score(df, names, models, own_key, n_max)
+    table = _receiver_table(receivers, held, own, "held:")
+    return {"own_folds": k, "receivers": table}
+
+
+def _receiver_table(receivers: List[str], held: List[Dict[str, Any]], own: List[Dict[str, Any]],
+                    prefix: str) -> List[Dict[str, Any]]:
+    """Per receiver and rate: the held-out model's scores (blocks keyed ``prefix`` + receiver)
+    beside the receiver's own CV (``own:receiver:fold``)."""
     table = []
     for r in receivers:
-        hr = [x for x in held if x["key"] == f"held:{r}"]
+        hr = [x for x in held if x["key"] == f"{prefix}{r}"]
         orows = [x for x in own if x["key"].startswith(f"own:{r}:")]
         per_rate = []
         for q in sorted({x["rate_mbps"] for x in hr}, key=_rate_key):
@@ -376,7 +384,34 @@ def _receiver_cv(df, names, models_fit, own_folds: int, n_max: int) -> Dict[str,
                              "held_out": {k: h[k] for k in ("f1", "precision", "recall", "agg_rmse")},
                              "own": {k: o[k] for k in ("f1", "precision", "recall", "agg_rmse")}})
         table.append({"receiver": r, "per_rate": per_rate})
-    return {"own_folds": k, "receivers": table}
+    return table
+
+
+def _test_receivers(df, names, models_fit, final_json: str, test: List[str], own_folds: int,
+                    n_max: int) -> List[Dict[str, Any]]:
+    """Receivers in no training set (``aggrate train --test``): each scored with the final model,
+    against its own contiguous CV."""
+    k = max(2, own_folds)
+    _refuse_short(df, k)
+    fold = _fold_expr(k)
+    models = {}
+    for r in test:
+        models[f"test:{r}"] = final_json
+        for f in range(k):
+            models[f"own:{r}:{f}"] = models_fit(df.filter((df["receiver"] == r) & (fold != f)),
+                                                f"{r} (test) fold {f}").to_json()
+
+    def test_key(t):
+        return np.full(t.num_rows, f"test:{t.column('receiver')[0].as_py()}", dtype=object)
+
+    def own_key(t):
+        r = t.column("receiver")[0].as_py()
+        f = _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k)
+        return np.array([f"own:{r}:{v}" for v in f], dtype=object)
+
+    held = _score(df, names, models, test_key, n_max)
+    own = _score(df, names, models, own_key, n_max)
+    return _receiver_table(test, held, own, "test:")
 
 
 def _model_file(final, df, report: Dict[str, Any]) -> str:
@@ -396,6 +431,7 @@ def _model_file(final, df, report: Dict[str, Any]) -> str:
 def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "logistic",
               group_by: str = "capture", folds: int = 20, own_folds: int = 3,
               params: Optional[Dict[str, Any]] = None, peers: bool = False, all_roles: bool = False,
+              test_receivers: Optional[List[str]] = None,
               log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Cross-validate and fit ``model`` on a rows folder from :func:`features_job`.
 
@@ -403,7 +439,9 @@ def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "l
     default CV), then the model on all rows. ``"receiver"``: every receiver held out in turn
     and scored against its own ``own_folds``-fold contiguous CV, then the model on all
     receivers. Dataset runs whose role is not ``train`` are left out unless ``all_roles``, as
-    ``aggrate train --dataset`` leaves them. Writes ``<name>.json`` (the model file; ``output``
+    ``aggrate train --dataset`` leaves them. ``test_receivers`` (with ``group_by="receiver"``)
+    are in no training set at all: each is scored with the final model against its own CV, as
+    ``aggrate train --test`` does (``test_receivers`` in the report). Writes ``<name>.json`` (the model file; ``output``
     is a local folder) and ``<name>.spark.report.json`` / ``.md`` when ``output`` is given;
     returns the report (``fitted``: the final :class:`aggrate.Model`)."""
     from aggrate import _aggrate
@@ -414,7 +452,20 @@ def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "l
     check_params(model, params, len(names), int(spec.get("context", 0)))
     if group_by not in ("capture", "receiver"):
         raise ValueError(f"group_by {group_by!r}: capture or receiver")
+    test = sorted(set(test_receivers or []))
+    if test and group_by != "receiver":
+        raise ValueError("test receivers are scored with --group-by receiver")
     df = load_rows(spark, rows, names, all_roles)
+    cached = df
+    if test:
+        from pyspark.sql import functions as F
+
+        present = {r["receiver"] for r in df.select("receiver").distinct().collect()}
+        missing = [r for r in test if r not in present]
+        if missing:
+            cached.unpersist()
+            raise ValueError(f"test receivers {missing} are not in {rows} (receivers: {sorted(x for x in present if x)})")
+        test_df, df = df.filter(F.col("receiver").isin(test)), df.filter(~F.col("receiver").isin(test))
     t0 = time.perf_counter()
     name = model_name(model, spec, params)
     n_max = int(spec.get("n_max", 64))
@@ -433,6 +484,9 @@ def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "l
         else:
             report.update(_receiver_cv(df, names, fit_on, own_folds, n_max))
         final = fit_on(df, "all rows")
+        if test:
+            report["test_receivers"] = _test_receivers(test_df, names, fit_on, final.to_json(), test,
+                                                       own_folds, n_max)
         report["fits"] = fits
         report["rows"] = fits[-1]["rows"]
         report["seconds"] = time.perf_counter() - t0
@@ -440,7 +494,7 @@ def train_job(spark, rows: str, output: Optional[str] = None, *, model: str = "l
             report["peers"] = mllib_peers(df, names, model, params, final, log=log)
         text = _model_file(final, df, report)
     finally:
-        df.unpersist()
+        cached.unpersist()
     final = _aggrate.Model.from_json(text, name)
     if output:
         os.makedirs(output, exist_ok=True)
@@ -517,9 +571,9 @@ def report_md(r: Dict[str, Any]) -> str:
             lines.append(f"| {_rate_txt(q['rate_mbps'])} | {q['rows']} | {q['f1']:.4f} | {q['precision']:.4f} | "
                          f"{q['recall']:.4f} | {q['agg_rmse']:.2f} |")
     if "receivers" in r:
-        lines += ["leave one receiver out", "", "| receiver | rate (Mb/s) | rows | held-out F1 | own-CV F1 |",
-                  "|---|---:|---:|---:|---:|"]
-        for rec in r["receivers"]:
+        lines += ["leave one receiver out (test receivers: the final model)", "",
+                  "| receiver | rate (Mb/s) | rows | held-out F1 | own-CV F1 |", "|---|---:|---:|---:|---:|"]
+        for rec in r["receivers"] + [{**x, "receiver": f"{x['receiver']} (test)"} for x in r.get("test_receivers", [])]:
             for q in rec["per_rate"]:
                 lines.append(f"| {rec['receiver']} | {_rate_txt(q['rate_mbps'])} | {q['rows']} | "
                              f"{q['held_out']['f1']:.4f} | {q['own']['f1']:.4f} |")
