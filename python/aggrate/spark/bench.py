@@ -43,50 +43,34 @@ def _emulate(folder: pathlib.Path, count: int, seconds: float, log) -> List[path
     return out
 
 
-def _newton_pass_seconds(df, names: List[str], repeats: int = 3) -> float:
-    """Best of ``repeats``: the first (full) Newton pass at β = 0 over the cached rows."""
-    from aggrate import _aggrate
-
-    from .train import _counts_and_scaler, _sum_partitions
-
-    n, pos, mean, std = _counts_and_scaler(df, names)
-    d = len(names)
-    beta = [0.0] * (d + 1)
-
-    def part(x, y, k):
-        h, g, loss = _aggrate.logistic_sums(x, y, k, d, mean, std, beta, 1.0, 1.0, True)
-        return np.concatenate([np.frombuffer(h, "<f8"), np.frombuffer(g, "<f8")]).tobytes(), loss
-
+def _best(repeats: int, job: Callable[[], Any]) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        _sum_partitions(df, names, part, (d + 1) ** 2 + d + 1)
+        job()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def _newton_pass_seconds(df, names: List[str], repeats: int = 3) -> float:
+    """Best of ``repeats``: the first (full) Newton pass at β = 0 over the cached rows."""
+    from .train import _counts_and_scaler, newton_pass
+
+    _, _, mean, std = _counts_and_scaler(df, names)
+    beta = [0.0] * (len(names) + 1)
+    return _best(repeats, lambda: newton_pass(df, names, mean, std, beta, (1.0, 1.0), True))
 
 
 def _mlp_evaluation_seconds(df, names: List[str], repeats: int = 3) -> float:
     """Best of ``repeats``: one L-BFGS evaluation of the 16-unit perceptron (loss + gradient)."""
     from aggrate import _aggrate
 
-    from .train import _counts_and_scaler, _sum_partitions
+    from .train import _counts_and_scaler, mlp_evaluation
 
     n, pos, mean, std = _counts_and_scaler(df, names)
-    d = len(names)
-    solver = _aggrate.MlpSolver(d, n, pos, "{}", 1024)
-    hidden, skip, wp, wn = solver.sums_args
+    solver = _aggrate.MlpSolver(len(names), n, pos, "{}", 1024)
     w = solver.ask()
-
-    def part(x, y, k):
-        loss, g = _aggrate.mlp_sums(x, y, k, d, mean, std, hidden, skip, w, wp, wn)
-        return g, loss
-
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _sum_partitions(df, names, part, len(w) // 8)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best(repeats, lambda: mlp_evaluation(df, names, mean, std, solver.sums_args, w))
 
 
 def _mllib_seconds(df, names: List[str]) -> Dict[str, float]:

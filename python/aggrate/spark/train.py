@@ -52,6 +52,36 @@ def _sum_partitions(df, names: List[str], part: Callable, width: int) -> Tuple[n
     return total, scalar
 
 
+def newton_pass(df, names: List[str], mean, std, beta, weights: Tuple[float, float], full: bool):
+    """One pass of the logistic Newton solver as one Spark job: ``(h, g, loss)`` summed over the
+    rows (h: the (d+1)² Hessian when ``full``, else zeros)."""
+    from aggrate import _aggrate
+
+    d, m = len(names), len(names) + 1
+
+    def part(x, y, k):
+        h, g, loss = _aggrate.logistic_sums(x, y, k, d, mean, std, beta, weights[0], weights[1], full)
+        return np.concatenate([np.frombuffer(h, "<f8"), np.frombuffer(g, "<f8")]).tobytes(), loss
+
+    v, loss = _sum_partitions(df, names, part, m * m + m)
+    return v[: m * m], v[m * m:], loss
+
+
+def mlp_evaluation(df, names: List[str], mean, std, sums_args, w: bytes):
+    """One evaluation of the perceptron's loss and gradient as one Spark job: ``(g, loss)``
+    summed over the rows at parameters ``w`` (``sums_args``: the solver's)."""
+    from aggrate import _aggrate
+
+    d = len(names)
+    hidden, skip, wp, wn = sums_args
+
+    def part(x, y, k):
+        loss, g = _aggrate.mlp_sums(x, y, k, d, mean, std, hidden, skip, w, wp, wn)
+        return g, loss
+
+    return _sum_partitions(df, names, part, len(w) // 8)
+
+
 def _counts_and_scaler(df, names: List[str]):
     """Rows, positives and the scaler (``aggrate train``'s: column sums and sums of squares) in
     one Spark job, its partitions' sums added in partition order (the same scaler every run on
@@ -93,17 +123,11 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
     if kind == "logistic":
         p = {k: params[k] for k in ("l2", "max_iter", "tol", "balanced") if k in params}
         solver = _aggrate.LogisticSolver(d, json.dumps(p))
-        wp, wn = (n / (2.0 * pos), n / (2.0 * (n - pos))) if p.get("balanced") else (1.0, 1.0)
-        m = d + 1
+        weights = (n / (2.0 * pos), n / (2.0 * (n - pos))) if p.get("balanced") else (1.0, 1.0)
         while (ask := solver.ask()) is not None:
             beta, full = ask
-
-            def part(x, y, k, beta=beta, full=full):
-                h, g, loss = _aggrate.logistic_sums(x, y, k, d, mean, std, beta, wp, wn, full)
-                return np.concatenate([np.frombuffer(h, "<f8"), np.frombuffer(g, "<f8")]).tobytes(), loss
-
-            v, loss = _sum_partitions(df, names, part, m * m + m)
-            solver.tell(v[: m * m].tobytes(), v[m * m:].tobytes(), loss)
+            h, g, loss = newton_pass(df, names, mean, std, beta, weights, full)
+            solver.tell(h.tobytes(), g.tobytes(), loss)
             jobs += 1
             if log:
                 log(f"  {what}: Newton pass {solver.passes}{' (Hessian)' if full else ''}, loss {loss:.6g}")
@@ -115,14 +139,8 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
         p = {k: params[k] for k in ("hidden", "seed", "weight_decay", "max_iter", "skip", "balanced")
              if k in params}
         solver = _aggrate.MlpSolver(d, n, pos, json.dumps(p), spec.get("context", 0))
-        hidden, skip, wp, wn = solver.sums_args
         while (w := solver.ask()) is not None:
-            def part(x, y, k, w=w):
-                loss, g = _aggrate.mlp_sums(x, y, k, d, mean, std, hidden, skip, w, wp, wn)
-                return g, loss
-
-            width = len(w) // 8
-            g, loss = _sum_partitions(df, names, part, width)
+            g, loss = mlp_evaluation(df, names, mean, std, solver.sums_args, w)
             solver.tell(loss, g.tobytes())
             jobs += 1
             if log and solver.progress[1] % 10 == 0:
