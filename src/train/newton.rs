@@ -31,13 +31,6 @@ impl PassSums {
             loss: 0.0,
         }
     }
-
-    /// Add another part's sums.
-    pub fn add(&mut self, o: &PassSums) {
-        self.h.iter_mut().zip(&o.h).for_each(|(a, b)| *a += b);
-        self.g.iter_mut().zip(&o.g).for_each(|(a, b)| *a += b);
-        self.loss += o.loss;
-    }
 }
 
 /// Add the pass sums of `rows` (feature row, label) into `out` (the Hessian's lower triangle

@@ -152,6 +152,7 @@ def _capture_batches(tasks: Iterator, spec: Dict[str, Any], arrow_schema, keep_p
             if receiver is None and os.path.isfile(path):
                 receiver = _aggrate.receiver_of(path)
             n = 0 if rows is None else rows.height
+            written = 0
             try:
                 for start in range(0, n, batch_rows):
                     # A batch at a time: a capture's rows are held once, in polars, and each batch
@@ -171,8 +172,10 @@ def _capture_batches(tasks: Iterator, spec: Dict[str, Any], arrow_schema, keep_p
                         pl.lit(None, dtype=pl.Utf8).alias("_fault"),
                     )
                     yield from part.select(names).to_arrow().cast(arrow_schema).to_batches()
+                    written += k
             except (pa.ArrowException, pl.exceptions.PolarsError, ValueError) as e:
-                error, fault = f"{path}: its rows could not be converted for Spark: {e}", path
+                error, fault = (f"{path}: its rows could not be converted for Spark: {e} "
+                                f"(the first {written} of {n} were written)"), path
             rows = None
             file_row = {c: None for c in names}
             file_row.update({"path": path, "capture": os.path.basename(path), "receiver": receiver,
