@@ -332,7 +332,12 @@ fn sequence_numbers_near_2_pow_64_neither_wrap_nor_panic() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+    // Seeded, as everything random here: the same cases every run (new ones: change the seed).
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_0064),
+        ..ProptestConfig::default()
+    })]
 
     /// No sequence of authenticated reports, valid or not, takes the sender outside its clamps
     /// or makes its pacing interval shorter than the top rate's.

@@ -423,7 +423,12 @@ fn every_truncation_of_every_frame_is_refused_by_name() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // Seeded, as everything random here: the same cases every run (new ones: change the seed).
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_0048),
+        ..ProptestConfig::default()
+    })]
 
     /// Byte-exact delivery whatever the path does: random loss up to 20 % both ways, bursts,
     /// reordering, duplicates, truncated and garbage frames.
