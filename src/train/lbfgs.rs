@@ -437,19 +437,9 @@ mod tests {
 
     #[test]
     fn full_batch_perceptron_learns_xor_and_is_deterministic() {
-        use crate::dataset::{Dataset, RowSet};
+        use crate::dataset::RowSet;
+        use crate::train::mlp::tests::xor_rows as rows;
         use crate::train::{fit_mlp, MlpParams, MlpSolver, Predict};
-        use rand::RngExt;
-        let rows = |n: usize, seed: u64| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let mut d = Dataset::new(2);
-            for _ in 0..n {
-                let a = rng.random::<f64>() * 2.0 - 1.0;
-                let b = rng.random::<f64>() * 2.0 - 1.0;
-                d.push(&[a * 10.0 + 50.0, b], (a > 0.0) != (b > 0.0), 0, 100.0, 1);
-            }
-            d
-        };
         let data = rows(4_000, 3);
         let p = MlpParams {
             hidden: 8,

@@ -366,12 +366,12 @@ pub fn fit_mlp(data: &Dataset, rows: &RowSet, p: &ValidMlpParams) -> Result<MlpM
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::train::Predict;
 
     /// Rows of two features where the class is an XOR of the signs: no line separates it.
-    fn xor_rows(n: usize, seed: u64) -> Dataset {
+    pub(in crate::train) fn xor_rows(n: usize, seed: u64) -> Dataset {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut d = Dataset::new(2);
         for _ in 0..n {

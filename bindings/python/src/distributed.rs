@@ -54,14 +54,7 @@ fn spec(text: &str) -> PyResult<FeatureSpec> {
 #[pyfunction]
 pub(crate) fn scaler_sums(x: &[u8], n: usize, d: usize) -> PyResult<(Vec<f64>, Vec<f64>)> {
     let x = f64s(x, n, d, "X")?;
-    let mut sum = vec![0.0; d];
-    let mut sq = vec![0.0; d];
-    for row in x.chunks_exact(d.max(1)) {
-        for (j, v) in row.iter().enumerate() {
-            sum[j] += v;
-            sq[j] += v * v;
-        }
-    }
+    let (_, sum, sq) = Scaler::sums(std::iter::once(&x[..]), d);
     Ok((sum, sq))
 }
 
@@ -167,19 +160,9 @@ impl LogisticSolver {
         self.newton.failed()
     }
     /// The model file of the current coefficients under the scaler `(mean, std)`, for feature
-    /// spec `spec_json`, with its training summary.
-    #[pyo3(signature = (spec_json, mean, std, rows, positives, captures, rates_mbps))]
-    #[allow(clippy::too_many_arguments)]
-    fn model(
-        &self,
-        spec_json: &str,
-        mean: Vec<f64>,
-        std: Vec<f64>,
-        rows: u64,
-        positives: u64,
-        captures: Vec<String>,
-        rates_mbps: Vec<f64>,
-    ) -> PyResult<PyModel> {
+    /// spec `spec_json`, trained on `rows` rows with `positives` starts (the caller adds the
+    /// captures and rates to the file's training summary).
+    fn model(&self, spec_json: &str, mean: Vec<f64>, std: Vec<f64>, rows: u64, positives: u64) -> PyResult<PyModel> {
         let spec = spec(spec_json)?;
         let sc = scaler(mean, std, self.d)?;
         let beta = self.newton.beta();
@@ -189,18 +172,11 @@ impl LogisticSolver {
             b: beta[self.d],
             iterations: self.newton.passes(),
         };
-        file(spec, model.into(), rows, positives, captures, rates_mbps)
+        file(spec, model.into(), rows, positives)
     }
 }
 
-fn file(
-    spec: FeatureSpec,
-    model: EstimatorModel,
-    rows: u64,
-    positives: u64,
-    captures: Vec<String>,
-    rates_mbps: Vec<f64>,
-) -> PyResult<PyModel> {
+fn file(spec: FeatureSpec, model: EstimatorModel, rows: u64, positives: u64) -> PyResult<PyModel> {
     if spec.width() != model_width(&model) {
         return Err(model_err(format!(
             "the spec has {} features, the model {}",
@@ -215,8 +191,8 @@ fn file(
             TrainingSummary {
                 rows,
                 positives,
-                captures,
-                rates_mbps,
+                captures: Vec::new(),
+                rates_mbps: Vec::new(),
             },
         ),
     })
@@ -316,23 +292,45 @@ impl MlpSolver {
         self.fit.progress()
     }
     /// The model file at the best point (see `LogisticSolver.model`).
-    #[pyo3(signature = (spec_json, mean, std, rows, positives, captures, rates_mbps))]
-    #[allow(clippy::too_many_arguments)]
-    fn model(
-        &self,
-        spec_json: &str,
-        mean: Vec<f64>,
-        std: Vec<f64>,
-        rows: u64,
-        positives: u64,
-        captures: Vec<String>,
-        rates_mbps: Vec<f64>,
-    ) -> PyResult<PyModel> {
+    fn model(&self, spec_json: &str, mean: Vec<f64>, std: Vec<f64>, rows: u64, positives: u64) -> PyResult<PyModel> {
         let spec = spec(spec_json)?;
         let sc = scaler(mean, std, self.fit.layout().d)?;
         let m = self.fit.model(&sc).map_err(model_err)?;
-        file(spec, m.into(), rows, positives, captures, rates_mbps)
+        file(spec, m.into(), rows, positives)
     }
+}
+
+/// The scores of summed counts with `aggrate train`'s conventions (`aggrate::metrics`): F1,
+/// precision, recall, accuracy (1 when there is nothing to score) and the per-packet level
+/// errors (RMSE, exact and ±1 shares, mean error; 0 without rows) as a JSON object.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scores(
+    tp: u64,
+    fp: u64,
+    tn: u64,
+    fn_: u64,
+    n: u64,
+    sse: f64,
+    se: f64,
+    exact: u64,
+    within1: u64,
+) -> String {
+    let b = aggrate::metrics::BinaryMetrics { tp, fp, tn, fn_ };
+    let a = aggrate::metrics::AggMetrics {
+        n,
+        sse,
+        se,
+        exact,
+        within1,
+    };
+    serde_json::json!({
+        "rows": tp + fp + tn + fn_,
+        "f1": b.f1(), "precision": b.precision(), "recall": b.recall(), "accuracy": b.accuracy(),
+        "agg_rmse": a.rmse(), "agg_acc": a.accuracy(), "agg_acc_within1": a.accuracy_within1(),
+        "agg_mean_error": a.mean_error(),
+    })
+    .to_string()
 }
 
 /// The per-packet aggregation level errors of one contiguous block of a capture, as `aggrate

@@ -816,6 +816,7 @@ fn _aggrate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(distributed::logistic_sums, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::mlp_sums, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::level_errors, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::scores, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::count_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::level_error, m)?)?;
     m.add_class::<distributed::LogisticSolver>()?;

@@ -128,7 +128,6 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
     n, pos, mean, std = _counts_and_scaler(df, names)
     if n < 2 or pos == 0 or pos == n:
         raise ModelError(f"{what}: cannot train on {n} rows with {pos} frame starts: need both classes")
-    summary = dict(rows=n, positives=pos, captures=[], rates_mbps=[])
     jobs = 1
     if kind == "logistic":
         p = {k: params[k] for k in ("l2", "max_iter", "tol", "balanced") if k in params}
@@ -143,7 +142,7 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
                 log(f"  {what}: Newton pass {solver.passes}{' (Hessian)' if full else ''}, loss {loss:.6g}")
         if solver.failed:
             raise ModelError(f"{what}: a Newton pass summed to NaN or infinity (NaN or infinite features)")
-        model = solver.model(spec_json, mean, std, **summary)
+        model = solver.model(spec_json, mean, std, n, pos)
         steps = solver.passes
     elif kind == "mlp":
         p = {k: params[k] for k in ("hidden", "seed", "weight_decay", "max_iter", "skip", "balanced")
@@ -156,7 +155,7 @@ def fit(df, names: List[str], spec_json: str, kind: str, params: Dict[str, Any],
             if log and solver.progress[1] % 10 == 0:
                 it, ev, obj = solver.progress
                 log(f"  {what}: L-BFGS step {it} ({ev} evaluations), objective {obj:.6g}")
-        model = solver.model(spec_json, mean, std, **summary)
+        model = solver.model(spec_json, mean, std, n, pos)
         steps = solver.progress[0]
     else:
         raise ValueError(f"model {kind!r}: logistic or mlp")
@@ -259,22 +258,13 @@ def mu_n(m: Dict[str, Any]) -> Optional[Dict[str, float]]:
     return None if e is None else json.loads(e)
 
 
-def scores(m: Dict[str, float]) -> Dict[str, float]:
-    """F1, precision, recall, accuracy and the per-packet level errors of summed counts, with
-    ``aggrate train``'s conventions (1 when there is nothing to score)."""
-    tp, fp, tn, fn = m["tp"], m["fp"], m["tn"], m["fn"]
-    n = m["n"]
-    return {
-        "rows": tp + fp + tn + fn,
-        "f1": 1.0 if 2 * tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn),
-        "precision": 1.0 if tp + fp == 0 else tp / (tp + fp),
-        "recall": 1.0 if tp + fn == 0 else tp / (tp + fn),
-        "accuracy": 1.0 if tp + fp + tn + fn == 0 else (tp + tn) / (tp + fp + tn + fn),
-        "agg_rmse": 0.0 if n == 0 else math.sqrt(m["sse"] / n),
-        "agg_acc": 0.0 if n == 0 else m["exact"] / n,
-        "agg_acc_within1": 0.0 if n == 0 else m["within1"] / n,
-        "agg_mean_error": 0.0 if n == 0 else m["se"] / n,
-    }
+def scores(m: Dict[str, Any]) -> Dict[str, float]:
+    """F1, precision, recall, accuracy and the per-packet level errors of summed counts, by
+    ``aggrate train``'s own metrics (1 when there is nothing to score; level errors 0)."""
+    from aggrate import _aggrate
+
+    return json.loads(_aggrate.scores(*(int(m[c]) for c in ("tp", "fp", "tn", "fn", "n")),
+                                      float(m["sse"]), float(m["se"]), int(m["exact"]), int(m["within1"])))
 
 
 def _mean_std(v: List[float]) -> Tuple[float, float]:
@@ -372,18 +362,30 @@ def _receiver_cv(df, names, models_fit, own_folds: int, n_max: int) -> Dict[str,
     receivers = sorted(r["receiver"] for r in df.select("receiver").distinct().collect())
     if len(receivers) < 2:
         raise ValueError(f"leave-one-receiver-out needs two receivers or more, got {receivers}")
+    k, table = _held_against_own(
+        df, names, models_fit, receivers,
+        lambda r: models_fit(df.filter(df["receiver"] != r), f"without {r}").to_json(),
+        own_folds, n_max, "held:", "")
+    return {"own_folds": k, "receivers": table}
+
+
+def _held_against_own(df, names, models_fit, receivers: List[str], held_model: Callable[[str], str],
+                      own_folds: int, n_max: int, prefix: str, label: str):
+    """Each receiver's rows scored with ``held_model(receiver)`` (a model file's JSON) beside
+    its own contiguous CV (``own_folds``, at least 2, fitted on its rows alone): the folds
+    used and the table of :func:`_receiver_table`."""
     k = max(2, own_folds)
     _refuse_short(df, k)
     fold = _fold_expr(k)
     models = {}
     for r in receivers:
-        models[f"held:{r}"] = models_fit(df.filter(df["receiver"] != r), f"without {r}").to_json()
+        models[f"{prefix}{r}"] = held_model(r)
         for f in range(k):
             models[f"own:{r}:{f}"] = models_fit(df.filter((df["receiver"] == r) & (fold != f)),
-                                                f"{r} fold {f}").to_json()
+                                                f"{r}{label} fold {f}").to_json()
 
     def held_key(t):
-        return np.full(t.num_rows, f"held:{t.column('receiver')[0].as_py()}", dtype=object)
+        return np.full(t.num_rows, f"{prefix}{t.column('receiver')[0].as_py()}", dtype=object)
 
     def own_key(t):
         r = t.column("receiver")[0].as_py()
@@ -392,8 +394,7 @@ def _receiver_cv(df, names, models_fit, own_folds: int, n_max: int) -> Dict[str,
 
     held = _score(df, names, models, held_key, n_max)
     own = _score(df, names, models, own_key, n_max)
-    table = _receiver_table(receivers, held, own, "held:")
-    return {"own_folds": k, "receivers": table}
+    return k, _receiver_table(receivers, held, own, prefix)
 
 
 def _receiver_table(receivers: List[str], held: List[Dict[str, Any]], own: List[Dict[str, Any]],
@@ -419,27 +420,8 @@ def _test_receivers(df, names, models_fit, final_json: str, test: List[str], own
                     n_max: int) -> List[Dict[str, Any]]:
     """Receivers in no training set (``aggrate train --test``): each scored with the final model,
     against its own contiguous CV."""
-    k = max(2, own_folds)
-    _refuse_short(df, k)
-    fold = _fold_expr(k)
-    models = {}
-    for r in test:
-        models[f"test:{r}"] = final_json
-        for f in range(k):
-            models[f"own:{r}:{f}"] = models_fit(df.filter((df["receiver"] == r) & (fold != f)),
-                                                f"{r} (test) fold {f}").to_json()
-
-    def test_key(t):
-        return np.full(t.num_rows, f"test:{t.column('receiver')[0].as_py()}", dtype=object)
-
-    def own_key(t):
-        r = t.column("receiver")[0].as_py()
-        f = _fold_of(t.column("row").to_numpy(), t.column("rows_in_capture").to_numpy(), k)
-        return np.array([f"own:{r}:{v}" for v in f], dtype=object)
-
-    held = _score(df, names, models, test_key, n_max)
-    own = _score(df, names, models, own_key, n_max)
-    return _receiver_table(test, held, own, "test:")
+    return _held_against_own(df, names, models_fit, test, lambda r: final_json, own_folds, n_max,
+                             "test:", " (test)")[1]
 
 
 def _model_file(final, df, report: Dict[str, Any]) -> str:

@@ -56,6 +56,13 @@ impl Scaler {
 
     /// Fit on row-major slices of rows of width `d`.
     pub fn fit_slices<'a>(slices: impl Iterator<Item = &'a [f64]>, d: usize) -> Scaler {
+        let (rows, sum, sq) = Scaler::sums(slices, d);
+        Scaler::from_sums(rows as f64, &sum, &sq)
+    }
+
+    /// Rows, column sums and column sums of squares of row-major slices of rows of width `d`:
+    /// what [`Scaler::from_sums`] takes (sums of parts add).
+    pub fn sums<'a>(slices: impl Iterator<Item = &'a [f64]>, d: usize) -> (usize, Vec<f64>, Vec<f64>) {
         let mut rows = 0usize;
         let mut sum = vec![0.0; d];
         let mut sq = vec![0.0; d];
@@ -68,7 +75,7 @@ impl Scaler {
                 }
             }
         }
-        Scaler::from_sums(rows as f64, &sum, &sq)
+        (rows, sum, sq)
     }
 
     /// The scaler of `n` rows whose columns add up to `sum` and their squares to `sq`: what
