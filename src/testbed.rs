@@ -24,6 +24,7 @@ pub mod classifier;
 pub mod compare;
 pub mod downlink;
 pub mod emulated;
+pub mod owd;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;

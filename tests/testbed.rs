@@ -247,7 +247,21 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     // Cubic fills the AP's FIFO: a rate below the PHY's, full A-MPDUs, a standing queue.
     assert!(f.goodput_mbps > 150.0 && f.goodput_mbps < 433.0, "{f:?}");
     assert!(f.true_level > 40.0 && f.true_level <= 64.0, "{f:?}");
-    assert!(f.delay_ms.p50 > 2.0 && f.delay_ms.p50 <= f.delay_ms.p99, "{f:?}");
+    assert!(
+        f.ap_delay_ms.p50 > 2.0 && f.ap_delay_ms.p50 <= f.ap_delay_ms.p99,
+        "{f:?}"
+    );
+    // One-way delay from the captures at both ends: the time in the AP and a little more (the
+    // hosts' forwarding); what the server's capture saw leave and the station's never saw
+    // arrive is at least what the AP dropped, and not much more (what it held at the end).
+    assert!(
+        f.owd_ms.p50 >= f.ap_delay_ms.p50 - 0.1 && f.owd_ms.p50 < f.ap_delay_ms.p50 + 2.0,
+        "{f:?}"
+    );
+    assert!(
+        f.owd_unmatched >= r.ap_dropped && f.owd_unmatched < r.ap_dropped + 1_100,
+        "{f:?} {r:?}"
+    );
     assert!(f.packets > 10_000 && f.retransmits.is_some(), "{f:?}");
     assert!(r.release_p99_us.is_finite(), "{r:?}");
     // CoDel at the AP (as a Linux AP): Cubic's standing queue shrinks to about its target.
@@ -256,17 +270,21 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     let c = tcp_run(&d, &codel.check().unwrap(), "cubic", 3, 1).unwrap();
     let g = &c.flows[0];
     assert!(
-        g.delay_ms.p50 < f.delay_ms.p50 / 2.0 && g.goodput_mbps > 150.0 && c.ap_dropped > 0,
+        g.ap_delay_ms.p50 < f.ap_delay_ms.p50 / 2.0 && g.goodput_mbps > 150.0 && c.ap_dropped > 0,
         "CoDel {g:?} against the FIFO's {f:?}"
     );
-    // A 100 Mb/s backhaul before the AP: the bottleneck moves off the air.
+    // A 100 Mb/s backhaul before the AP: the bottleneck moves off the air, and the queue with
+    // it — the one-way delay (captured at the server, before the backhaul) holds it, the time
+    // in the AP does not.
     d.set_backhaul(Some(100.0)).unwrap();
     let b = tcp_run(&d, &downlink_wlan(&[9]), "cubic", 3, 1).unwrap();
     d.set_backhaul(None).unwrap();
+    let h = &b.flows[0];
     assert!(
-        b.flows[0].goodput_mbps < 100.0 && b.flows[0].goodput_mbps > 60.0 && b.flows[0].delay_ms.p50 < 2.0,
+        h.goodput_mbps < 100.0 && h.goodput_mbps > 60.0 && h.ap_delay_ms.p50 < 2.0,
         "{b:?}"
     );
+    assert!(h.owd_ms.p95 > 3.0 && h.owd_ms.p95 > 4.0 * h.ap_delay_ms.p95, "{h:?}");
     assert!(d.set_backhaul(Some(0.5)).is_err());
     // The stations' receive path: GRO on the station's device (read back); a CPU burner keeps
     // a CPU busy while it is set (its thread's CPU time grows by most of the wall time), and
@@ -377,7 +395,8 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("tb/testbed.json")).unwrap()).unwrap();
     assert!(
-        json["runs"][0]["flows"][0]["goodput_mbps"].as_f64().unwrap() > 50.0,
+        json["runs"][0]["flows"][0]["goodput_mbps"].as_f64().unwrap() > 50.0
+            && json["runs"][0]["flows"][0]["owd_ms"]["p50"].as_f64().unwrap() > 0.0,
         "{json}"
     );
     let series = std::fs::read_to_string(dir.path().join("tb/testbed_series.csv")).unwrap();
@@ -584,7 +603,10 @@ fn crosses_the_downlink_once(last: bool) -> bool {
         "{est:?}"
     );
     // The aggregation target keeps the AP's 1,000-packet FIFO far from full (Cubic: ≈ 30 ms).
-    assert!(f.delay_ms.p50 < 15.0 && r.ap_dropped == 0, "{r:?}");
+    assert!(
+        f.ap_delay_ms.p50 < 15.0 && f.owd_ms.p50 < 15.0 && r.ap_dropped == 0,
+        "{r:?}"
+    );
     let truth = aggrate::livelog::read_truth(&dir.path().join("ap_truth.csv")).unwrap();
     assert!(truth.iter().any(|t| t.ampdus > 0), "{truth:?}");
     let reports = aggrate::livelog::read_reports(&dir.path().join("recv_0.csv")).unwrap();

@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::downlink::Downlink;
+use super::downlink::SERVER_DEV;
+use super::owd::{match_delays, Filter, Seen, Tap};
 use super::{run, Error};
 use crate::bottleneck::{Schedule, Switch};
 use crate::metrics::LevelError;
@@ -34,6 +36,25 @@ pub struct DelayMs {
 }
 
 impl DelayMs {
+    /// Of sorted delays in ns (the rank [`Histogram::quantile`] takes); NaN for none.
+    pub fn of_sorted_ns(ns: &[u64]) -> DelayMs {
+        if ns.is_empty() {
+            return DelayMs {
+                mean: f64::NAN,
+                p50: f64::NAN,
+                p95: f64::NAN,
+                p99: f64::NAN,
+            };
+        }
+        let q = |p: f64| ns[(((ns.len() - 1) as f64 * p).round() as usize).min(ns.len() - 1)] as f64 / 1e6;
+        DelayMs {
+            mean: ns.iter().map(|&d| d as f64).sum::<f64>() / ns.len() as f64 / 1e6,
+            p50: q(0.5),
+            p95: q(0.95),
+            p99: q(0.99),
+        }
+    }
+
     /// Of the values counted in `h` (its unit: `h.step`); NaN for none.
     pub fn of(h: &Histogram, scale: f64) -> DelayMs {
         DelayMs {
@@ -116,8 +137,15 @@ pub struct FlowRow {
     pub station: usize,
     /// Goodput at the receiver (Mb/s).
     pub goodput_mbps: f64,
-    /// Time in the AP per packet: its queue and air time (ms).
-    pub delay_ms: DelayMs,
+    /// One-way delay per packet from the server's egress to the station's ingress (ms),
+    /// matched between captures at both ends on one host clock ([`super::owd`]): a backhaul's
+    /// queue, the AP's queue, the air time and both hosts' forwarding.
+    pub owd_ms: DelayMs,
+    /// Packets the server's capture saw leave for the station that its capture never saw
+    /// arrive (lost on the way, or queued when the run ended).
+    pub owd_unmatched: u64,
+    /// Time in the AP per packet, as the AP measured it: its queue and air time (ms).
+    pub ap_delay_ms: DelayMs,
     /// Retransmitted segments (TCP).
     pub retransmits: Option<u64>,
     /// Datagrams missing at the receiver (aggrate).
@@ -309,6 +337,10 @@ struct Measured {
     series: Vec<Vec<(u64, f64, u64)>>,
     /// Per station: PHY rate (b/s).
     phy_bps: Vec<f64>,
+    /// One-way delays from the captures at both ends.
+    owd: super::owd::Matched,
+    /// The host's clock (`CLOCK_REALTIME`, ns) when the AP started: the series' time 0.
+    t0_ns: u64,
 }
 
 /// The time step of a run's series (rate and delay over time).
@@ -363,6 +395,11 @@ pub struct SeriesPoint {
     pub delay_ms: f64,
     /// Packets released.
     pub packets: u64,
+    /// Mean one-way delay of the packets that reached the station in the step (ms, from the
+    /// captures at both ends; NaN for none).
+    pub owd_ms: f64,
+    /// Packets that mean is of.
+    pub owd_packets: u64,
 }
 
 impl Measured {
@@ -414,20 +451,46 @@ impl Measured {
             .filter_map(|s| s.iter().rposition(|b| b.2 > 0))
             .max()
             .map_or(0, |k| k + 1);
-        let series = self
+        // Per station and step: (sum of one-way delays in ns, packets), by arrival.
+        let step_ns = SERIES_STEP.as_nanos() as u64;
+        let owd_steps: Vec<Vec<(u128, u64)>> = self
             .series
             .iter()
             .enumerate()
-            .flat_map(|(i, s)| {
+            .map(|(i, s)| {
+                let mut v = vec![(0u128, 0u64); s.len()];
+                for &(at, d) in self.owd.delays.get(i).map_or(&[][..], |d| &d[..]) {
+                    let k = (at.saturating_sub(self.t0_ns) / step_ns) as usize;
+                    if let Some(b) = v.get_mut(k) {
+                        b.0 += u128::from(d);
+                        b.1 += 1;
+                    }
+                }
+                v
+            })
+            .collect();
+        let series = self
+            .series
+            .iter()
+            .zip(&owd_steps)
+            .enumerate()
+            .flat_map(|(i, (s, o))| {
                 s[..last.min(s.len())]
                     .iter()
+                    .zip(o)
                     .enumerate()
-                    .map(move |(k, b)| SeriesPoint {
+                    .map(move |(k, (b, o))| SeriesPoint {
                         t_s: k as f64 * step,
                         station: i,
                         rate_mbps: b.0 as f64 * 8.0 / step / 1e6,
                         delay_ms: if b.2 > 0 { b.1 / b.2 as f64 } else { f64::NAN },
                         packets: b.2,
+                        owd_ms: if o.1 > 0 {
+                            o.0 as f64 / o.1 as f64 / 1e6
+                        } else {
+                            f64::NAN
+                        },
+                        owd_packets: o.1,
                     })
             })
             .collect();
@@ -438,7 +501,17 @@ impl Measured {
                 sender: sender.to_string(),
                 station: i,
                 goodput_mbps: f.goodput_mbps,
-                delay_ms: DelayMs::of(&self.delays[i], 1.0),
+                owd_ms: {
+                    let mut d: Vec<u64> = self
+                        .owd
+                        .delays
+                        .get(i)
+                        .map_or(Vec::new(), |d| d.iter().map(|x| x.1).collect());
+                    d.sort_unstable();
+                    DelayMs::of_sorted_ns(&d)
+                },
+                owd_unmatched: self.owd.unmatched.get(i).copied().unwrap_or(0),
+                ap_delay_ms: DelayMs::of(&self.delays[i], 1.0),
                 retransmits: f.retransmits,
                 lost: f.lost,
                 packets: per_sta[i].1,
@@ -492,7 +565,18 @@ fn measure<T>(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let limit = Duration::from_secs(secs as u64 + 30);
+    // Captures at the server's egress and each station's ingress, off the AP's core.
+    let cpu = super::downlink::others_mask().map(|m| m.trailing_zeros() as usize);
+    let filter = |outgoing| Filter {
+        outgoing,
+        stations: d.station_ip.clone(),
+    };
+    let mut taps = vec![Tap::start(&d.server_ns, SERVER_DEV, filter(true), cpu)?];
+    for (ns, dev) in d.station_ns.iter().zip(&d.station_dev) {
+        taps.push(Tap::start(ns, dev, filter(false), cpu)?);
+    }
     let ticks0 = core0_ticks();
+    let t0_ns = realtime_ns();
     let ap = d.serve(wlan.clone(), seed, limit, interval, stop.clone(), on_release)?;
     let result = body();
     let steal = steal_share(ticks0, core0_ticks());
@@ -502,6 +586,21 @@ fn measure<T>(
         source: std::io::Error::other("panicked"),
     })??;
     let out = result?;
+    let mut tapped = taps.iter_mut().map(Tap::finish).collect::<Result<Vec<_>, _>>()?;
+    let sent = std::mem::take(&mut tapped[0].seen);
+    let got: Vec<Seen> = tapped[1..]
+        .iter_mut()
+        .flat_map(|t| std::mem::take(&mut t.seen))
+        .collect();
+    for t in &tapped {
+        if t.dropped > 0 || t.overflow > 0 {
+            eprintln!(
+                "testbed: a capture for the one-way delay missed packets ({} dropped by its socket, {} past its limit): the delays are of the rest",
+                t.dropped, t.overflow
+            );
+        }
+    }
+    let owd = match_delays(sent, got, d.station_ip.len());
     let sink = std::mem::replace(
         &mut *sink.lock().map_err(|_| Error::Io {
             what: "the AP's delays",
@@ -521,6 +620,8 @@ fn measure<T>(
             phy_bps: (0..d.station_ip.len())
                 .map(|i| wlan.modes().get(i).and_then(|m| m.rate_bps()).unwrap_or(0) as f64)
                 .collect(),
+            owd,
+            t0_ns,
         },
     ))
 }

@@ -37,6 +37,13 @@ pub type Served = (ApStats, Vec<TruthRow>);
 /// Most truth rows an AP run keeps (an hour of 100 ms intervals for 8 stations).
 pub const TRUTH_ROWS_MAX: usize = 36_000 * MAX_STATIONS;
 
+/// The server's device (toward the AP) in the server's namespace.
+pub const SERVER_DEV: &str = "srv0";
+
+/// The IFB device in the AP's namespace that carries a backhaul's token bucket
+/// ([`Downlink::set_backhaul`]).
+pub const BACKHAUL_DEV: &str = "bh0";
+
 /// Name of the TUN device in the AP's namespace.
 const TUN: &str = "agtun";
 
@@ -62,6 +69,8 @@ pub struct Downlink {
     tick_us: std::sync::atomic::AtomicU64,
     /// Whether the AP marks each A-MPDU in its packets' DSCP bits ([`Downlink::set_ampdu_marks`]).
     marks: AtomicBool,
+    /// Whether the backhaul's IFB device and redirect are made ([`Downlink::set_backhaul`]).
+    backhaul: AtomicBool,
     /// The stations' CPU burner while their receive path has one ([`Downlink::set_receive_path`];
     /// its thread is named [`STATION_BURNER`]).
     burner: std::sync::Mutex<Option<Burner>>,
@@ -97,6 +106,7 @@ impl Downlink {
             station_dev: (0..stations).map(|i| format!("st{i}")).collect(),
             tick_us: Default::default(),
             marks: AtomicBool::new(false),
+            backhaul: AtomicBool::new(false),
             burner: std::sync::Mutex::new(None),
             made: Made::default(),
         };
@@ -266,18 +276,20 @@ impl Downlink {
         Ok(())
     }
 
-    /// A backhaul link before the AP: the server's side of the server–AP link sends at most
+    /// A backhaul link before the AP: what reaches the AP from the server passes at most
     /// `mbps` (a token bucket with a queue of 1,000 full-size packets, `tc tbf`), or at line
-    /// rate again (`None`).
+    /// rate again (`None`). The bucket sits on the AP's side of the server–AP link (the link's
+    /// ingress redirected through an IFB device, [`BACKHAUL_DEV`]), after the server's capture
+    /// for the one-way delay: the delay counts the backhaul's queue.
     pub fn set_backhaul(&self, mbps: Option<f64>) -> Result<(), Error> {
         let tc = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &self.server_ns, "tc", "qdisc"];
+            let mut all = vec!["-n", &self.ap_ns];
             all.extend_from_slice(args);
-            run("ip", &all).map(|_| ())
+            run("tc", &all).map(|_| ())
         };
         let Some(mbps) = mbps else {
             // Nothing to remove is fine: the link is at line rate either way.
-            let _ = tc(&["del", "dev", "srv0", "root"]);
+            let _ = tc(&["qdisc", "del", "dev", BACKHAUL_DEV, "root"]);
             return Ok(());
         };
         if !(mbps.is_finite() && (1.0..=10_000.0).contains(&mbps)) {
@@ -287,9 +299,61 @@ impl Downlink {
                 allowed: "1..=10000 Mb/s",
             });
         }
+        if !self.backhaul.swap(true, Ordering::Relaxed) {
+            let made = run("ip", &["-n", &self.ap_ns, "link", "add", BACKHAUL_DEV, "type", "ifb"])
+                .and_then(|_| run("ip", &["-n", &self.ap_ns, "link", "set", BACKHAUL_DEV, "up"]))
+                .and_then(|_| tc(&["qdisc", "add", "dev", "ap0", "handle", "ffff:", "ingress"]))
+                .and_then(|_| {
+                    tc(&[
+                        // u32 matching everything: the classifier every kernel with tc has.
+                        "filter",
+                        "add",
+                        "dev",
+                        "ap0",
+                        "parent",
+                        "ffff:",
+                        "protocol",
+                        "ip",
+                        "u32",
+                        "match",
+                        "u32",
+                        "0",
+                        "0",
+                        "action",
+                        "mirred",
+                        "egress",
+                        "redirect",
+                        "dev",
+                        BACKHAUL_DEV,
+                    ])
+                });
+            if let Err(e) = made {
+                self.backhaul.store(false, Ordering::Relaxed);
+                let _ = tc(&["qdisc", "del", "dev", "ap0", "ingress"]);
+                let _ = run("ip", &["-n", &self.ap_ns, "link", "del", BACKHAUL_DEV]);
+                return Err(match e {
+                    Error::Command { stderr, .. } => Error::Missing {
+                        what: "an IFB device with tc's ingress redirect (the backhaul)".into(),
+                        fix: format!("a kernel with ifb, act_mirred and cls_u32 ({})", stderr.trim()),
+                    },
+                    e => e,
+                });
+            }
+        }
         let rate = format!("{}kbit", (mbps * 1000.0).round() as u64);
         tc(&[
-            "replace", "dev", "srv0", "root", "tbf", "rate", &rate, "burst", "15000", "limit", "1500000",
+            "qdisc",
+            "replace",
+            "dev",
+            BACKHAUL_DEV,
+            "root",
+            "tbf",
+            "rate",
+            &rate,
+            "burst",
+            "15000",
+            "limit",
+            "1500000",
         ])
     }
 
@@ -384,7 +448,7 @@ impl Downlink {
 }
 
 /// The CPUs other than 0, as a mask (`None` on one CPU).
-fn others_mask() -> Option<u64> {
+pub(super) fn others_mask() -> Option<u64> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(64));
     (cpus > 1).then(|| (u64::MAX >> (64 - cpus)) & !1)
 }
