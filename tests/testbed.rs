@@ -264,10 +264,16 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     );
     assert!(f.packets > 10_000 && f.retransmits.is_some(), "{f:?}");
     assert!(r.release_p99_us.is_finite(), "{r:?}");
+    // The station's TCP ACKs crossed the air in its own transmit opportunities.
+    assert!(r.uplink_air_share > 0.01 && r.uplink_air_share < 0.15, "{r:?}");
     // CoDel at the AP (as a Linux AP): Cubic's standing queue shrinks to about its target.
+    // (Here with the uplink straight through the kernel: it takes no air.)
     let mut codel = downlink_wlan(&[9]).config().clone();
     codel.aqm = aggrate::wlan::codel::Aqm::codel();
+    d.set_uplink_airtime(false).unwrap();
     let c = tcp_run(&d, &codel.check().unwrap(), "cubic", 3, 1).unwrap();
+    d.set_uplink_airtime(true).unwrap();
+    assert_eq!(c.uplink_air_share, 0.0, "{c:?}");
     let g = &c.flows[0];
     assert!(
         g.ap_delay_ms.p50 < f.ap_delay_ms.p50 / 2.0 && g.goodput_mbps > 150.0 && c.ap_dropped > 0,

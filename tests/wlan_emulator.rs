@@ -639,3 +639,131 @@ fn codel_drops_from_a_standing_queue_and_the_fifo_default_is_unchanged() {
     assert_eq!(dflt_ds, fifo_ds);
     assert_eq!(dflt.stations[0].stats, f);
 }
+
+/// Run an emulator until nothing is left to do, handing every downlink delivery to `on_down`
+/// (which may queue more, e.g. a station's ACKs) — or until `until`.
+fn drain<R: rand::Rng>(
+    sim: &mut aggrate::wlan::WlanSim<R>,
+    until: aggrate::Ts,
+    mut on_down: impl FnMut(&mut aggrate::wlan::WlanSim<R>, &Delivery),
+) -> Vec<aggrate::wlan::UplinkDelivery> {
+    let mut up = Vec::new();
+    while let Some(t) = sim.poll_timeout().filter(|&t| t <= until) {
+        sim.handle_timeout(t);
+        while let Some(d) = sim.poll_delivery() {
+            on_down(sim, &d);
+        }
+        while let Some(u) = sim.poll_uplink() {
+            up.push(u);
+        }
+    }
+    up
+}
+
+#[test]
+fn the_uplink_takes_its_own_turns_and_its_air_from_the_downlink() {
+    use aggrate::wlan::{Packet, StaId, WlanSim};
+    use aggrate::Ts;
+    use rand::SeedableRng;
+    let cfg = WlanConfig {
+        stations: vec![StationConfig::default()],
+        ..WlanConfig::default()
+    }
+    .check()
+    .unwrap();
+    let rng = |s| rand_chacha::ChaCha8Rng::seed_from_u64(s);
+    let ack = |seq| Packet {
+        seq,
+        len: 52,
+        sent: Ts::ZERO,
+    };
+    // Ten TCP ACKs queued at an idle station: one A-MPDU after AIFS (no backoff yet), received
+    // together at its PPDU's end, in order; nothing on the downlink.
+    let mut sim = WlanSim::new(cfg.clone(), rng(1));
+    for k in 0..10 {
+        sim.enqueue_uplink(Ts::ZERO, StaId(0), ack(k)).unwrap();
+    }
+    let up = drain(&mut sim, Ts::from_millis(100), |_, d| {
+        panic!("a downlink delivery {d:?}")
+    });
+    let c = cfg.config();
+    let ppdu = cfg.modes()[0].ppdu_duration(10 * timing::subframe_len(52));
+    let end = Ts::ZERO + SIFS + SLOT * c.aifsn + ppdu;
+    assert_eq!(
+        up.iter().map(|u| u.packet.seq).collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
+    assert!(
+        up.iter().all(|u| u.received == end && u.sta == StaId(0)),
+        "{up:?} vs {end:?}"
+    );
+    let st = sim.stats()[0];
+    assert_eq!((st.uplink_ampdus, st.uplink_packets, st.ampdus), (1, 10, 0));
+    // Its air: from the access (after AIFS, as the AP's exchanges count) to the Block Ack's end.
+    assert_eq!(
+        st.uplink_airtime_ns,
+        (ppdu + SIFS + timing::block_ack()).as_nanos() as u64,
+        "{st:?}"
+    );
+    assert_eq!(sim.busy_ns(), st.uplink_airtime_ns);
+    // A full station queue drops (counted).
+    for k in 0..c.queue_limit as u32 + 5 {
+        let _ = sim.enqueue_uplink(Ts::from_millis(200), StaId(0), ack(k));
+    }
+    assert_eq!(sim.stats()[0].uplink_dropped, 5);
+    assert!(sim.enqueue_uplink(Ts::from_millis(200), StaId(3), ack(0)).is_err());
+
+    // A saturated downlink of 1,500-byte packets for 0.3 s, alone and with the station sending
+    // a 52-byte ACK for every second packet it receives: the ACKs take turns of their own (the
+    // station's EDCA contends with the AP's), their air is the downlink's loss, and the rest
+    // of the air is the downlink's as before.
+    let run = |acks: bool| {
+        let mut sim = WlanSim::new(cfg.clone(), rng(2));
+        let until = Ts::from_millis(300);
+        let mut seq = 0u32;
+        let mut fill = |sim: &mut WlanSim<_>, now: Ts| {
+            while sim.queue_len(StaId(0)) < 500 {
+                seq += 1;
+                let p = Packet {
+                    seq,
+                    len: 1500,
+                    sent: now,
+                };
+                sim.enqueue(now, StaId(0), p).unwrap();
+            }
+        };
+        fill(&mut sim, Ts::ZERO);
+        let (mut bytes, mut got) = (0u64, 0u32);
+        let up = drain(&mut sim, until, |sim, d| {
+            bytes += u64::from(d.packet.len);
+            got += 1;
+            if acks && got % 2 == 0 {
+                sim.enqueue_uplink(d.mac_time, StaId(0), ack(got)).unwrap();
+            }
+            fill(sim, d.mac_time);
+        });
+        (bytes, up.len() as u64, sim.stats()[0], sim.busy_ns(), sim.collisions())
+    };
+    let (alone, none, s0, busy0, _) = run(false);
+    let (shared, acked, s1, busy1, collisions) = run(true);
+    assert_eq!((none, s0.uplink_airtime_ns), (0, 0));
+    assert!(acked > 1000 && s1.uplink_ampdus > 100, "{s1:?}");
+    // Every ACK queued before the last ones got through (a few may be in the queue at the end).
+    assert!(
+        acked + s1.uplink_dropped + 64 >= s1.delivered / 2,
+        "{acked} of {}",
+        s1.delivered / 2
+    );
+    let up_share = s1.uplink_airtime_ns as f64 / busy1 as f64;
+    let lost = 1.0 - shared as f64 / alone as f64;
+    assert!(up_share > 0.01 && up_share < 0.15, "uplink share of the air {up_share}");
+    assert!(
+        lost > 0.5 * up_share && lost < 2.0 * up_share + 0.01,
+        "downlink lost {lost}, uplink took {up_share}"
+    );
+    // The medium stayed busy but for AIFS and backoff (both runs saturate it), and the two
+    // EDCA functions collided now and then.
+    assert!(busy0 > 255_000_000 && busy1 > 255_000_000, "{busy0} {busy1}");
+    eprintln!("downlink lost {lost:.3}, uplink share {up_share:.3}, {collisions} collisions");
+    assert!(collisions > 0, "{collisions}");
+}

@@ -99,10 +99,16 @@ pub(crate) struct TestbedArgs {
     /// Linux AP) in front of the same limit.
     #[arg(long, value_enum, default_value_t = QueueKind::Fifo)]
     pub(crate) aqm: QueueKind,
-    /// A backhaul link before the AP (Mb/s; `tc tbf` with a 1,000-packet queue on the
-    /// server's side): the bottleneck moves off the air when it is below the WLAN's rate.
+    /// A backhaul link before the AP (Mb/s; `tc tbf` with a 1,000-packet queue on the AP's
+    /// side of the server's link): the bottleneck moves off the air when it is below the
+    /// WLAN's rate.
     #[arg(long)]
     pub(crate) backhaul_mbps: Option<f64>,
+    /// What the stations send the server (TCP ACKs, aggrate's feedback) goes straight through
+    /// the kernel instead of crossing the emulated air (by default it is queued at the station
+    /// and sent in the station's own transmit opportunities, taking air from the downlink).
+    #[arg(long)]
+    pub(crate) free_uplink: bool,
     /// The stations' receive path: the datasets' kernel-path settings that apply to a
     /// station (`gro`, `threaded`, `rps`, `flush=µs`, `defer=N`, `tick=µs`, `burner`: a busy
     /// thread on the stations' CPU for the whole run; comma-separated; default: plain veth).
@@ -186,7 +192,11 @@ impl TestbedArgs {
                 "FIFO of "
             },
             self.queue
-        ) + &self
+        ) + if self.free_uplink {
+            ", uplink free (not on the air)"
+        } else {
+            ""
+        } + &self
             .backhaul_mbps
             .map_or(String::new(), |m| format!(", backhaul {m} Mb/s"))
             + &if self.contenders > 0 {
@@ -205,6 +215,7 @@ impl TestbedArgs {
     fn up(&self) -> Result<Downlink> {
         let d = Downlink::up(self.stations).context("setting the testbed up")?;
         d.set_backhaul(self.backhaul_mbps).context("--backhaul-mbps")?;
+        d.set_uplink_airtime(!self.free_uplink).context("--free-uplink")?;
         let path: aggrate::testbed::KernelPath = self.receiver.parse().context("--receiver")?;
         d.set_receive_path(&path).context("--receiver")?;
         Ok(d)

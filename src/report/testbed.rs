@@ -21,14 +21,14 @@ pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
         "Testbed: {}; {} s per sender. One-way delay: from the server's egress to the station's \
          ingress per packet, matched between captures at both ends on one clock; in AP: the AP's \
          queue and air time.\n\n\
-         | sender | sta | goodput Mb/s | one-way delay mean ms | p50 | p95 | p99 | in AP mean ms | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | airtime share | AP drops | release p99 µs | AP core steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | sender | sta | goodput Mb/s | one-way delay mean ms | p50 | p95 | p99 | in AP mean ms | retrans / lost | true level | steered level (bias) | frame count (bias) | A-MPDU share | airtime share | uplink air | AP drops | release p99 µs | AP core steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         s.wlan, s.duration_s
     );
     for r in runs {
         for f in &r.flows {
             out += &format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {}{} | {} |\n",
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {:.2} | {:.2} | {:.1}% | {} | {}{} | {} |\n",
                 f.sender,
                 f.station,
                 f.goodput_mbps,
@@ -43,6 +43,7 @@ pub fn markdown(s: &Setting<'_>, runs: &[SenderRun]) -> String {
                 level_cell(f.frame_count.as_ref()),
                 f.ampdu_share,
                 f.airtime_share,
+                r.uplink_air_share * 100.0,
                 r.ap_dropped,
                 if r.release_p99_us.is_finite() {
                     format!("{:.0}", r.release_p99_us)
@@ -172,6 +173,7 @@ mod tests {
             ap_dropped: 0,
             release_p99_us: 0.0,
             cpu_bound: false,
+            uplink_air_share: 0.0,
             ap_core_steal: None,
             series: vec![
                 p(0.0, 0, 100.0, 2.0, 30),

@@ -179,6 +179,9 @@ pub struct SenderRun {
     pub release_p99_us: f64,
     /// The release error exceeded the limit.
     pub cpu_bound: bool,
+    /// Share of the medium's busy time the stations' own transmissions took (the uplink: TCP
+    /// ACKs, aggrate's feedback; 0 when the uplink does not cross the air).
+    pub uplink_air_share: f64,
     /// Share of the AP's core (core 0) that the hypervisor took during the run (steal time,
     /// `/proc/stat`): on a virtual machine, the usual reason for a late burst.
     pub ap_core_steal: Option<f64>,
@@ -531,6 +534,11 @@ impl Measured {
             ap_dropped: self.stats.dropped + self.stats.dropped_aqm,
             release_p99_us,
             cpu_bound: release_p99_us > RELEASE_P99_LIMIT_US,
+            uplink_air_share: if self.stats.busy_ns > 0 {
+                self.stats.uplink_airtime_ns as f64 / self.stats.busy_ns as f64
+            } else {
+                0.0
+            },
             ap_core_steal: self.steal,
             series,
         }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{apply_rx, enter, is_root, ns_write, pin, run, Burner, Error, KernelPath, Made, NEXT};
-use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow};
+use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow, Way};
 use crate::wlan::ValidWlanConfig;
 
 /// Most stations a downlink carries.
@@ -174,28 +174,38 @@ impl Downlink {
             "ip",
             &["-n", &ap, "rule", "add", "iif", "ap0", "lookup", "100", "pref", "100"],
         )?;
-        for i in 0..stations {
-            let sta = d.station_ns[i].clone();
+        d.stations_up(net)?;
+        d.set_uplink_airtime(true)?;
+        d.steer_off_core0()?;
+        Ok(d)
+    }
+
+    /// Each station's link from the AP, its route, and the AP's routes through the TUN device:
+    /// to each station (table 100) and, on the uplink, to the server (table 101).
+    fn stations_up(&self, net: u8) -> Result<(), Error> {
+        let ap = &self.ap_ns;
+        for (i, sta) in self.station_ns.iter().enumerate() {
             let ap_side = Ipv4Addr::new(10, 215 + i as u8, net, 1);
             let ap_dev = format!("ap{}", i + 1);
             link(
-                &ap,
+                ap,
                 &ap_dev,
                 &format!("{ap_side}/24"),
-                &sta,
-                &d.station_dev[i],
-                &format!("{}/24", d.station_ip[i]),
+                sta,
+                &self.station_dev[i],
+                &format!("{}/24", self.station_ip[i]),
             )?;
             run(
                 "ip",
-                &["-n", &sta, "route", "add", "default", "via", &ap_side.to_string()],
+                &["-n", sta, "route", "add", "default", "via", &ap_side.to_string()],
             )?;
             // What the server sends a station goes through the emulator first.
             let subnet = format!("10.{}.{net}.0/24", 215 + i);
-            run("ip", &["-n", &ap, "route", "add", &subnet, "dev", TUN, "table", "100"])?;
+            run("ip", &["-n", ap, "route", "add", &subnet, "dev", TUN, "table", "100"])?;
         }
-        d.steer_off_core0()?;
-        Ok(d)
+        // And what a station sends the server, on the uplink.
+        let server = format!("10.214.{net}.0/24");
+        run("ip", &["-n", ap, "route", "add", &server, "dev", TUN, "table", "101"]).map(|_| ())
     }
 
     /// The AP's thread keeps core 0 to itself: what the kernel does for the packets (the
@@ -224,6 +234,37 @@ impl Downlink {
                 &format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus"),
                 &format!("{mask:x}"),
             )?;
+        }
+        Ok(())
+    }
+
+    /// Whether what the stations send the server (TCP ACKs, a receiver's feedback) crosses the
+    /// emulated WLAN — queued at the station and sent in the station's own transmit
+    /// opportunities, taking air from the downlink (the default) — or goes straight to the
+    /// server through the kernel (`false`: the uplink free, as before it was emulated).
+    pub fn set_uplink_airtime(&self, on: bool) -> Result<(), Error> {
+        for i in 0..self.station_ip.len() {
+            let dev = format!("ap{}", i + 1);
+            let pref = (110 + i).to_string();
+            // Removing a rule that is not there is fine: the uplink is direct either way.
+            let _ = run("ip", &["-n", &self.ap_ns, "rule", "del", "pref", &pref]);
+            if on {
+                run(
+                    "ip",
+                    &[
+                        "-n",
+                        &self.ap_ns,
+                        "rule",
+                        "add",
+                        "iif",
+                        &dev,
+                        "lookup",
+                        "101",
+                        "pref",
+                        &pref,
+                    ],
+                )?;
+            }
         }
         Ok(())
     }
@@ -468,12 +509,18 @@ fn realtime() {
 
 /// The station (index into `stations`) an IP packet is for, from its IPv4 destination
 /// (`None`: not one of ours, or not IPv4).
-fn station_of(stations: &[Ipv4Addr], packet: &[u8]) -> Option<usize> {
+/// Which way an IPv4 packet crosses the air, and its station: to a station (by destination),
+/// or from one (by source) on the uplink.
+fn station_of(stations: &[Ipv4Addr], packet: &[u8]) -> Option<(Way, usize)> {
     if packet.len() < 20 || packet[0] >> 4 != 4 {
         return None;
     }
+    let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
     let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
-    stations.iter().position(|&s| s == dst)
+    match stations.iter().position(|&s| s == dst) {
+        Some(i) => Some((Way::Down, i)),
+        None => stations.iter().position(|&s| s == src).map(|i| (Way::Up, i)),
+    }
 }
 
 /// A veth pair from `a` (device `da`, address `aa`) to `b` (`db`, `ab`), both ends up.
@@ -556,12 +603,12 @@ fn mark_dscp(p: &mut [u8], dscp: u8) {
 }
 
 impl ApPort for TunPort {
-    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)> {
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(Way, usize, usize)> {
         loop {
             match self.tun.read(buf) {
                 Ok(0) => return None,
                 Ok(n) => match station_of(&self.stations, &buf[..n]) {
-                    Some(i) => return Some((i, n)),
+                    Some(way_sta) => return Some((way_sta.0, way_sta.1, n)),
                     None => stats.foreign += 1,
                 },
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -584,6 +631,13 @@ impl ApPort for TunPort {
             None => bytes,
         };
         if self.tun.write(out).map_or(true, |n| n < out.len()) {
+            self.short_writes += 1;
+        }
+    }
+
+    fn send_up(&mut self, _i: usize, bytes: &[u8]) {
+        // Back into the TUN device: the kernel routes it on to the server.
+        if self.tun.write(bytes).map_or(true, |n| n < bytes.len()) {
             self.short_writes += 1;
         }
     }
@@ -634,14 +688,19 @@ mod tests {
     }
 
     #[test]
-    fn a_packet_goes_to_the_station_its_destination_names() {
+    fn a_packet_goes_to_the_station_its_destination_names_or_comes_from_its_source() {
         let stations = [Ipv4Addr::new(10, 215, 0, 2), Ipv4Addr::new(10, 216, 0, 2)];
         let mut p = [0u8; 40];
         p[0] = 0x45;
+        p[12..16].copy_from_slice(&[10, 214, 0, 1]);
         p[16..20].copy_from_slice(&[10, 216, 0, 2]);
-        assert_eq!(station_of(&stations, &p), Some(1));
+        assert_eq!(station_of(&stations, &p), Some((Way::Down, 1)));
         p[16..20].copy_from_slice(&[10, 217, 0, 2]);
         assert_eq!(station_of(&stations, &p), None);
+        // From station 0 to the server: its uplink.
+        p[12..16].copy_from_slice(&[10, 215, 0, 2]);
+        p[16..20].copy_from_slice(&[10, 214, 0, 1]);
+        assert_eq!(station_of(&stations, &p), Some((Way::Up, 0)));
         p[0] = 0x60;
         assert_eq!(station_of(&stations, &p), None);
         assert_eq!(station_of(&stations, &p[..19]), None);

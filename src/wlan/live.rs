@@ -167,6 +167,21 @@ pub struct ApStats {
     /// Dropped by the queue discipline (CoDel) as they left the queue.
     #[serde(skip_serializing_if = "is_zero")]
     pub dropped_aqm: u64,
+    /// Packets from stations to the AP (the uplink, on a port that carries one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_in: u64,
+    /// Uplink packets passed on after their air time.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_out: u64,
+    /// Uplink packets dropped at a station's full queue.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_dropped: u64,
+    /// Medium time of the stations' own exchanges (ns).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_airtime_ns: u64,
+    /// Medium time of every exchange, the AP's, the stations' and the contenders' (ns).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub busy_ns: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -285,11 +300,14 @@ pub fn run_ap(
 /// and out (to the station). A port handles its own control traffic; the AP loop sees only
 /// the data that enters the emulated WLAN.
 pub trait ApPort {
-    /// The next data packet waiting for some station, copied into `buf`: (station, length);
-    /// `None` when nothing waits. Counts what it drops or relays in `stats`.
-    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)>;
+    /// The next data packet waiting, copied into `buf`: (its way — for a station, or from one
+    /// on the uplink —, the station, length); `None` when nothing waits. Counts what it drops
+    /// or relays in `stats`.
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(Way, usize, usize)>;
     /// Release `bytes` to station `i`; `starts_ampdu`: the first packet of an A-MPDU.
     fn send(&mut self, i: usize, bytes: &[u8], starts_ampdu: bool);
+    /// Pass on `bytes` that station `i` sent the AP (the uplink; a port without one has none).
+    fn send_up(&mut self, _i: usize, _bytes: &[u8]) {}
     /// Bytes a packet from [`ApPort::recv`] lacks of its IP length (28 for a UDP payload over
     /// IPv4, 0 for an IP packet): the emulator's airtime counts IP packets.
     fn l3_overhead(&self) -> usize;
@@ -304,8 +322,17 @@ struct UdpPort {
     at: usize,
 }
 
+/// Which way a packet crosses the emulated WLAN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// From the AP to a station.
+    Down,
+    /// From a station to the AP, in the station's own transmit opportunities.
+    Up,
+}
+
 impl ApPort for UdpPort {
-    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(usize, usize)> {
+    fn recv(&mut self, buf: &mut [u8], stats: &mut ApStats) -> Option<(Way, usize, usize)> {
         while self.at < self.socks.len() {
             let i = self.at;
             match self.socks[i].recv_from(buf) {
@@ -314,7 +341,7 @@ impl ApPort for UdpPort {
                         let _ = self.socks[i].send_to(&buf[..n], to);
                     }
                     Route::Drop => {}
-                    Route::Data => return Some((i, n)),
+                    Route::Data => return Some((Way::Down, i, n)),
                 },
                 Err(_) => self.at += 1,
             }
@@ -407,7 +434,7 @@ pub fn run_ap_on(
         // packets must not hold back A-MPDUs whose end time has come.
         let mut batch = 0;
         while batch < RECV_BATCH {
-            let Some((i, n)) = port.recv(&mut buf, &mut stats) else {
+            let Some((way, i, n)) = port.recv(&mut buf, &mut stats) else {
                 break;
             };
             batch += 1;
@@ -416,7 +443,7 @@ pub fn run_ap_on(
                 stats.foreign += 1;
                 continue;
             }
-            store.admit(&mut sim, vnow(), i, &buf[..n], port.l3_overhead(), &mut stats);
+            store.admit(&mut sim, vnow(), (way, i), &buf[..n], port.l3_overhead(), &mut stats);
         }
         let now = vnow();
         if sim.poll_timeout().is_some_and(|t| t <= now) {
@@ -447,6 +474,7 @@ pub fn run_ap_on(
                 }
             }
         }
+        busy |= store.pass_uplink(&mut sim, port, &mut stats);
         let now = vnow();
         while held.front().is_some_and(|h| h.0 <= now) {
             if let Some((at, i, arrived, first, bytes)) = held.pop_front() {
@@ -462,8 +490,14 @@ pub fn run_ap_on(
     if let Some(t) = truth.as_mut() {
         rows_of(t, &mut acc, open_start);
     }
-    stats.dropped_aqm = sim.stats().iter().map(|s| s.dropped_aqm).sum();
-    stats
+    let per_sta = sim.stats();
+    ApStats {
+        dropped_aqm: per_sta.iter().map(|s| s.dropped_aqm).sum(),
+        uplink_dropped: per_sta.iter().map(|s| s.uplink_dropped).sum(),
+        uplink_airtime_ns: per_sta.iter().map(|s| s.uplink_airtime_ns).sum(),
+        busy_ns: sim.busy_ns(),
+        ..stats
+    }
 }
 
 /// The packets the emulator holds, by id: a ring, bounded whatever the emulator drops.
@@ -479,19 +513,22 @@ impl Store {
         Store { slots, next_id: 0 }
     }
 
-    /// A packet for station `i` (`l3_overhead` bytes short of its IP length) arrived `now`:
-    /// into the emulator's queue (or dropped at a full one, counted), its bytes kept until the
-    /// emulator releases it.
+    /// A packet for station `i` (`l3_overhead` bytes short of its IP length) arrived `now`, or
+    /// one from station `i` on the uplink: into the emulator's queue (or dropped at a full one,
+    /// counted), its bytes kept until the emulator releases it.
     fn admit<R: rand::Rng>(
         &mut self,
         sim: &mut super::WlanSim<R>,
         now: Ts,
-        i: usize,
+        (way, i): (Way, usize),
         bytes: &[u8],
         l3_overhead: usize,
         stats: &mut ApStats,
     ) {
-        stats.data_in += 1;
+        match way {
+            Way::Down => stats.data_in += 1,
+            Way::Up => stats.uplink_in += 1,
+        }
         sim.handle_timeout(now);
         self.next_id = self.next_id.wrapping_add(1);
         let pkt = super::Packet {
@@ -499,15 +536,38 @@ impl Store {
             len: (bytes.len() + l3_overhead).min(u16::MAX as usize) as u16,
             sent: now,
         };
-        if sim.enqueue(now, super::StaId(i as u16), pkt).is_ok() {
+        let queued = match way {
+            Way::Down => sim.enqueue(now, super::StaId(i as u16), pkt),
+            Way::Up => sim.enqueue_uplink(now, super::StaId(i as u16), pkt),
+        };
+        if queued.is_ok() {
             let slot = &mut self.slots[self.next_id as usize % AP_STORE_CAP];
             if slot.is_some() {
                 stats.evicted += 1;
             }
             *slot = Some((self.next_id, now, bytes.to_vec()));
-        } else {
+        } else if way == Way::Down {
             stats.dropped += 1;
         }
+    }
+
+    /// The uplink: pass on what reached the AP from a station (not counted in the truth,
+    /// which is the downlink's). Whether there was any.
+    fn pass_uplink<R: rand::Rng>(
+        &mut self,
+        sim: &mut super::WlanSim<R>,
+        port: &mut dyn ApPort,
+        stats: &mut ApStats,
+    ) -> bool {
+        let mut any = false;
+        while let Some(u) = sim.poll_uplink() {
+            any = true;
+            if let Some((_, bytes)) = self.take(u.packet.seq) {
+                port.send_up(u.sta.0 as usize, &bytes);
+                stats.uplink_out += 1;
+            }
+        }
+        any
     }
 
     /// The arrival time and bytes of packet `seq`, if still kept.

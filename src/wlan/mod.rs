@@ -16,6 +16,13 @@
 //! MPDUs, a delivery is one packet and says which MPDU it came in. Optional per-MPDU errors requeue the MPDU at the
 //! head of its queue (retry flag set) until the retry limit. Optional contending stations run
 //! their own EDCA with Poisson arrivals of single-MPDU frames; equal backoff ends collide.
+//!
+//! Uplink: what a station sends the AP ([`WlanSim::enqueue_uplink`]: TCP ACKs, a receiver's
+//! feedback) waits in the station's own queue and goes out in the station's own transmit
+//! opportunities — an EDCA function per station contending with the AP's and the contenders',
+//! an A-MPDU of what it holds under the same limits, at its PHY mode, Block Ack after — and
+//! reaches the AP at its PPDU's end ([`WlanSim::poll_uplink`]). So the uplink takes air the
+//! downlink then lacks, and collides. Uplink MPDUs draw no errors.
 
 pub mod codel;
 pub mod config;
@@ -145,6 +152,18 @@ pub struct StaStats {
     pub airtime_ns: u64,
     /// Current queue length.
     pub queued: u64,
+    /// Packets the station sent the AP (uplink).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_packets: u64,
+    /// A-MPDUs the station sent the AP.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_ampdus: u64,
+    /// Medium time of the station's own exchanges (ns; its collisions not counted).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_airtime_ns: u64,
+    /// Uplink packets dropped at the station's full queue.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uplink_dropped: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -185,6 +204,28 @@ struct Contender {
     next_arrival: Ts,
 }
 
+/// A station's own transmissions to the AP: its queue and EDCA function.
+#[derive(Clone, Debug)]
+struct Uplink {
+    queue: VecDeque<Queued>,
+    edcaf: Edcaf,
+    /// When the head of the queue became available (`None`: nothing queued).
+    avail: Option<Ts>,
+}
+
+/// A packet a station sent that the AP received (the uplink).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UplinkDelivery {
+    /// Sending station.
+    pub sta: StaId,
+    /// The packet.
+    pub packet: Packet,
+    /// When it was queued at the station.
+    pub enqueued: Ts,
+    /// When the AP received it (its PPDU's end).
+    pub received: Ts,
+}
+
 #[derive(Clone, Debug)]
 struct Exchange {
     ppdu_end: Ts,
@@ -192,6 +233,10 @@ struct Exchange {
     delivered: bool,
     ap_success: Option<bool>,
     contenders: Vec<(usize, bool)>,
+    /// Stations that sent on the uplink, and whether they got through.
+    uplink: Vec<(usize, bool)>,
+    /// Packets of the uplink A-MPDU that got through.
+    uplink_packets: usize,
 }
 
 /// The emulator.
@@ -206,6 +251,8 @@ pub struct WlanSim<R: Rng> {
     ap_avail: Option<Ts>,
     contenders: Vec<Contender>,
     contender_mean_gap_ns: f64,
+    uplink: Vec<Uplink>,
+    uplink_out: VecDeque<UplinkDelivery>,
     idle_since: Ts,
     aifs: Duration,
     exchange: Option<Exchange>,
@@ -265,6 +312,18 @@ impl<R: Rng> WlanSim<R> {
             ap_avail: None,
             contenders,
             contender_mean_gap_ns: gap,
+            uplink: vec![
+                Uplink {
+                    queue: VecDeque::new(),
+                    edcaf: Edcaf {
+                        backoff: 0,
+                        cw: c.cw_min,
+                    },
+                    avail: None,
+                };
+                n
+            ],
+            uplink_out: VecDeque::new(),
             idle_since: Ts::ZERO,
             exchange: None,
             ampdu: Vec::with_capacity(c.max_ampdu_mpdus as usize),
@@ -345,6 +404,61 @@ impl<R: Rng> WlanSim<R> {
         self.out.pop_front()
     }
 
+    /// Station `sta` has a packet for the AP at `now` (the uplink; call
+    /// [`WlanSim::handle_timeout`] for earlier deadlines first). Dropped when the station's
+    /// queue holds `queue_limit` packets.
+    pub fn enqueue_uplink(&mut self, now: Ts, sta: StaId, pkt: Packet) -> Result<(), Dropped> {
+        let limit = self.cfg.config().queue_limit;
+        let i = sta.0 as usize;
+        let u = self.uplink.get_mut(i).ok_or(Dropped::NoSuchStation(sta))?;
+        if u.queue.len() >= limit {
+            self.stats[i].uplink_dropped += 1;
+            return Err(Dropped::QueueFull(sta));
+        }
+        u.queue.push_back(Queued {
+            pkt,
+            enq: now,
+            retries: 0,
+            dot11_seq: None,
+        });
+        if u.avail.is_none() {
+            u.avail = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Next packet the AP received from a station.
+    pub fn poll_uplink(&mut self) -> Option<UplinkDelivery> {
+        self.uplink_out.pop_front()
+    }
+
+    /// Packets waiting in `sta`'s uplink queue.
+    pub fn uplink_queue_len(&self, sta: StaId) -> usize {
+        self.uplink.get(sta.0 as usize).map_or(0, |u| u.queue.len())
+    }
+
+    /// The packets (MPDUs) and PSDU bytes of station `i`'s next uplink A-MPDU, under the AP's
+    /// limits.
+    fn uplink_ampdu(&self, i: usize) -> (usize, usize) {
+        let c = self.cfg.config();
+        let (max_n, max_bytes, max_ppdu) = (
+            c.max_ampdu_mpdus as usize,
+            c.max_ampdu_bytes,
+            Duration::from_micros(c.max_ppdu_us as u64),
+        );
+        let mode = self.mode[i];
+        let (mut n, mut bytes) = (0usize, 0usize);
+        for q in &self.uplink[i].queue {
+            let sub = timing::subframe_len(q.pkt.len as usize);
+            if n > 0 && (n >= max_n || bytes + sub > max_bytes || mode.ppdu_duration(bytes + sub) > max_ppdu) {
+                break;
+            }
+            bytes += sub;
+            n += 1;
+        }
+        (n, bytes)
+    }
+
     /// When [`WlanSim::handle_timeout`] next has work (`None`: idle until the next enqueue).
     pub fn poll_timeout(&self) -> Option<Ts> {
         match &self.exchange {
@@ -368,6 +482,12 @@ impl<R: Rng> WlanSim<R> {
             let avail = if c.queue > 0 { c.head_avail } else { c.next_arrival };
             let t = self.candidate(&c.edcaf, avail);
             best = Some(best.map_or(t, |b| b.min(t)));
+        }
+        for u in &self.uplink {
+            if let Some(a) = u.avail {
+                let t = self.candidate(&u.edcaf, a);
+                best = Some(best.map_or(t, |b| b.min(t)));
+            }
         }
         best.map(|t| (t, ()))
     }
@@ -414,7 +534,9 @@ impl<R: Rng> WlanSim<R> {
         }
     }
 
-    fn start_exchange(&mut self, t: Ts) {
+    /// Who transmits at `t` — the AP, contenders, stations on the uplink — with everyone's
+    /// backoff counted down by the idle slots up to `t`.
+    fn transmitters(&mut self, t: Ts) -> (bool, Vec<usize>, Vec<usize>) {
         let t0 = self.t0();
         let elapsed = if t >= t0 {
             (t.saturating_since(t0).as_nanos() / SLOT.as_nanos()) as u32
@@ -422,17 +544,31 @@ impl<R: Rng> WlanSim<R> {
             0
         };
         let ap_tx = self.ap_avail.is_some_and(|a| self.candidate(&self.ap, a) == t);
-        let mut cont_tx = Vec::new();
-        for (i, c) in self.contenders.iter().enumerate() {
-            if c.queue > 0 && self.candidate(&c.edcaf, c.head_avail) == t {
-                cont_tx.push(i);
-            }
-        }
+        let cont_tx: Vec<usize> = (0..self.contenders.len())
+            .filter(|&i| {
+                let c = &self.contenders[i];
+                c.queue > 0 && self.candidate(&c.edcaf, c.head_avail) == t
+            })
+            .collect();
+        let up_tx: Vec<usize> = (0..self.uplink.len())
+            .filter(|&i| {
+                let u = &self.uplink[i];
+                u.avail.is_some_and(|a| self.candidate(&u.edcaf, a) == t)
+            })
+            .collect();
         self.ap.backoff = self.ap.backoff.saturating_sub(elapsed);
         for c in &mut self.contenders {
             c.edcaf.backoff = c.edcaf.backoff.saturating_sub(elapsed);
         }
-        if !ap_tx && cont_tx.is_empty() {
+        for u in &mut self.uplink {
+            u.edcaf.backoff = u.edcaf.backoff.saturating_sub(elapsed);
+        }
+        (ap_tx, cont_tx, up_tx)
+    }
+
+    fn start_exchange(&mut self, t: Ts) {
+        let (ap_tx, cont_tx, up_tx) = self.transmitters(t);
+        if !ap_tx && cont_tx.is_empty() && up_tx.is_empty() {
             // A contender's counter ran out with nothing to send (its frame arrives later):
             // nothing starts; the medium stays idle.
             self.idle_since = t.saturating_sub(self.aifs);
@@ -446,7 +582,7 @@ impl<R: Rng> WlanSim<R> {
         let mut on_air = Duration::ZERO; // longest transmission (collisions)
         let mut ppdu_end = t;
         let mut end_after_ppdu = SIFS + timing::block_ack();
-        let collision = (ap_tx as usize + cont_tx.len()) > 1;
+        let collision = (ap_tx as usize + cont_tx.len() + up_tx.len()) > 1;
         if ap_tx {
             self.build_ampdu(t);
             let sta = self.ampdu_sta;
@@ -481,12 +617,32 @@ impl<R: Rng> WlanSim<R> {
                 end_after_ppdu = SIFS + ack;
             }
         }
+        let mut uplink_packets = 0;
+        for &i in &up_tx {
+            let (k, psdu) = self.uplink_ampdu(i);
+            let rts = psdu > rts_threshold;
+            let dur = self.mode[i].ppdu_duration(psdu);
+            if collision {
+                on_air = on_air.max(if rts { timing::rts() } else { dur });
+            } else {
+                let prot = if rts {
+                    timing::rts() + SIFS + ack + SIFS
+                } else {
+                    Duration::ZERO
+                };
+                ppdu_end = t + prot + dur;
+                end_after_ppdu = if k == 1 { SIFS + ack } else { SIFS + timing::block_ack() };
+                uplink_packets = k;
+            }
+        }
         let mut ex = Exchange {
             ppdu_end,
             end: ppdu_end + end_after_ppdu,
             delivered: false,
             ap_success: None,
             contenders: Vec::new(),
+            uplink: Vec::new(),
+            uplink_packets,
         };
         if collision {
             self.collisions += 1;
@@ -497,6 +653,7 @@ impl<R: Rng> WlanSim<R> {
                 self.ampdu.iter_mut().for_each(|f| f.ok = false);
             }
             ex.contenders = cont_tx.iter().map(|&i| (i, false)).collect();
+            ex.uplink = up_tx.iter().map(|&i| (i, false)).collect();
         } else if ap_tx {
             // One error draw per MPDU: an A-MSDU is lost or received whole.
             let mut any = false;
@@ -512,9 +669,13 @@ impl<R: Rng> WlanSim<R> {
             }
             ex.ap_success = Some(any);
             self.stats[self.ampdu_sta].ampdus += 1;
-        } else {
+        } else if !cont_tx.is_empty() {
             ex.contenders = cont_tx.iter().map(|&i| (i, true)).collect();
             self.contender_frames += 1;
+        } else if let Some(&i) = up_tx.first() {
+            ex.uplink = vec![(i, true)];
+            self.stats[i].uplink_ampdus += 1;
+            self.stats[i].uplink_airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
         }
         if ap_tx {
             self.stats[self.ampdu_sta].airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
@@ -654,6 +815,21 @@ impl<R: Rng> WlanSim<R> {
 
     fn release_deliveries(&mut self) {
         let Some(x) = &self.exchange else { return };
+        // An uplink A-MPDU that got through: its packets reach the AP at the PPDU's end.
+        if let Some(&(i, true)) = x.uplink.first() {
+            let (k, at) = (x.uplink_packets, x.ppdu_end);
+            let u = &mut self.uplink[i];
+            for q in u.queue.drain(..k.min(u.queue.len())) {
+                self.uplink_out.push_back(UplinkDelivery {
+                    sta: StaId(i as u16),
+                    packet: q.pkt,
+                    enqueued: q.enq,
+                    received: at,
+                });
+            }
+            self.stats[i].uplink_packets += k as u64;
+            return;
+        }
         if x.ap_success.is_none() || self.ampdu.is_empty() || !self.ampdu.iter().any(|f| f.ok) {
             return;
         }
@@ -749,6 +925,16 @@ impl<R: Rng> WlanSim<R> {
             }
             e.edcaf.cw = if ok { cw_min } else { (e.edcaf.cw * 2 + 1).min(cw_max) };
             e.edcaf.backoff = self.rng.random_range(0..=e.edcaf.cw);
+        }
+        // Stations' uplink: what got through left at its PPDU's end (release_deliveries); the
+        // rest is sent again after a longer backoff.
+        for (i, ok) in x.uplink {
+            let u = &mut self.uplink[i];
+            u.edcaf.cw = if ok { cw_min } else { (u.edcaf.cw * 2 + 1).min(cw_max) };
+            u.edcaf.backoff = self.rng.random_range(0..=u.edcaf.cw);
+            if ok {
+                u.avail = (!u.queue.is_empty()).then_some(x.end);
+            }
         }
         self.ap_avail = if self.queues.iter().any(|q| !q.is_empty()) {
             Some(x.end)
