@@ -34,6 +34,24 @@ fn sender_ap_receiver_processes_close_the_loop() {
         .unwrap();
     assert!(!o.status.success());
     assert!(text(&o).1.contains("aggrate keygen"), "{}", text(&o).1);
+    // A survey file that is not there, or not a survey: named, before anything runs.
+    std::fs::write(dir.path().join("survey"), "12 busy 3\n").unwrap();
+    for (file, want) in [("missing", "missing"), ("survey", "busy_ns")] {
+        let o = aggrate(
+            dir.path(),
+            &[
+                "-q",
+                "recv",
+                "--key-file",
+                "key",
+                "--duration",
+                "1",
+                "--survey-file",
+                file,
+            ],
+        );
+        assert!(!o.status.success() && text(&o).1.contains(want), "{}", text(&o).1);
+    }
     let (ap, rx) = (port(), port());
     let spawn = |args: Vec<String>| {
         Command::new(bin)

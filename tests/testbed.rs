@@ -266,6 +266,14 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     assert!(r.release_p99_us.is_finite(), "{r:?}");
     // The station's TCP ACKs crossed the air in its own transmit opportunities.
     assert!(r.uplink_air_share > 0.01 && r.uplink_air_share < 0.15, "{r:?}");
+    // The channel's survey as the AP left it: 3 s and more observed, Cubic kept the channel
+    // busy, all of it the cell's own (no other transmitter).
+    let line = std::fs::read_to_string(&d.survey_file.0).unwrap();
+    let [active, busy, own] = aggrate::livelog::parse_survey(&line).unwrap();
+    assert!(
+        active > 2_500_000_000 && busy > active / 2 && own <= busy && own > busy * 9 / 10,
+        "{line}"
+    );
     // CoDel at the AP (as a Linux AP): Cubic's standing queue shrinks to about its target.
     // (Here with the uplink straight through the kernel: it takes no air.)
     let mut codel = downlink_wlan(&[9]).config().clone();

@@ -116,8 +116,13 @@ pub(crate) struct RecvArgs {
     /// Share of the channel other transmissions take (0 ≤ x < 1), e.g. from `iw dev IFACE survey
     /// dump` (busy time less this station's receive time, over the survey's time): the airtime
     /// level counts it. Unknown (0): the level is the least the station can be at.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, conflicts_with = "survey_file")]
     pub(crate) others_share: f64,
+    /// A channel survey kept current by the radio's side (one line, `active_ns busy_ns
+    /// own_ns`, cumulative; the testbed's AP writes one): read every 50 ms, the share of the
+    /// channel others took since the last reading sets --others-share as it moves.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) survey_file: Option<PathBuf>,
     /// Write every report sent (CSV: interval, packets, frames, frame count, the level steered
     /// by, receive rate, delay, losses), for `aggrate join` with the AP's --truth.
     #[arg(long)]
@@ -225,6 +230,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         }),
         release_tick: Duration::from_micros(a.release_tick_us),
         on_release: None,
+        survey: None,
     };
     let s = aggrate::wlan::live::run_ap(
         &listen,
@@ -271,6 +277,69 @@ fn warn_about(ui: &Ui, stats: &aggrate::transport::ReceiverStats) {
          (give recv --size the sender's)",
             stats.frames_refused
         ));
+    }
+}
+
+/// How often `recv --survey-file` reads the survey.
+const SURVEY_EVERY: Duration = Duration::from_millis(50);
+
+/// `recv --survey-file`: the survey read every [`SURVEY_EVERY`], the share of others it gives
+/// handed to the estimator; a reading that fails keeps the last share (counted).
+struct SurveyPoll {
+    path: PathBuf,
+    file: aggrate::livelog::SurveyFile,
+    last: std::time::Instant,
+    failed: u64,
+}
+
+impl SurveyPoll {
+    fn open(path: &std::path::Path) -> Result<SurveyPoll> {
+        Ok(SurveyPoll {
+            path: path.to_path_buf(),
+            file: aggrate::livelog::SurveyFile::open(path)?,
+            last: std::time::Instant::now(),
+            failed: 0,
+        })
+    }
+
+    fn poll(&mut self, rx: &mut Receiver) {
+        if self.last.elapsed() < SURVEY_EVERY {
+            return;
+        }
+        self.last = std::time::Instant::now();
+        match self.file.poll() {
+            Ok(Some(share)) => rx.estimator_mut().set_others_share(share),
+            Ok(None) => {}
+            Err(_) => self.failed += 1,
+        }
+    }
+}
+
+/// `recv --self-calibrate`'s lines: one per [`SELF_CAL_LOG_EVERY`] at most (a window ends every
+/// 0.4 s at 500 Mb/s) — the first window, then what the windows since came to.
+fn self_cal_lines(ui: &Ui) -> impl FnMut(&aggrate::selfcal::Step) + '_ {
+    // What the windows since the last line came to: (windows, too far).
+    let (mut logged, mut since) = (None, (0u64, 0u64));
+    move |s| {
+        since.0 += 1;
+        since.1 += u64::from(s.too_far);
+        if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
+            ui.info(format!(
+                "self-calibration: {} window(s) ({} too far) up to window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
+                since.0,
+                since.1,
+                s.window,
+                s.rate_mbps,
+                s.nearest,
+                s.distance,
+                if s.too_far { " (too far: the model's own)" } else { "" },
+                s.threshold,
+                s.load,
+                s.knots
+            ));
+            logged = Some(std::time::Instant::now());
+            since = (0, 0);
+        }
     }
 }
 
@@ -321,8 +390,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         .as_deref()
         .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), &mut rx))
         .transpose()?;
-    // What the windows since the last line came to: (windows, too far).
-    let (mut logged, mut since) = (None, (0u64, 0u64));
+    let mut survey = a.survey_file.as_deref().map(SurveyPoll::open).transpose()?;
     let mut hooks = io::ReceiverHooks::new();
     hooks.cal = cal.as_mut();
     hooks.on_report = Box::new(|r| {
@@ -338,38 +406,26 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
             r.lost
         ))
     });
-    hooks.on_step = Box::new(|s| {
-        // One line per SELF_CAL_LOG_EVERY at most (a window ends every 0.4 s at 500 Mb/s):
-        // the first window, then what the windows since came to.
-        since.0 += 1;
-        since.1 += u64::from(s.too_far);
-        if logged.is_none_or(|t: std::time::Instant| t.elapsed() >= SELF_CAL_LOG_EVERY) {
-            ui.info(format!(
-                    "self-calibration: {} window(s) ({} too far) up to window {}: {:.0} Mb/s, nearest training receiver {} at {:.2}{}, threshold {:+.3} at load {:.3} ({} knots)",
-                    since.0,
-                    since.1,
-                    s.window,
-                    s.rate_mbps,
-                    s.nearest,
-                    s.distance,
-                    if s.too_far { " (too far: the model's own)" } else { "" },
-                    s.threshold,
-                    s.load,
-                    s.knots
-                ));
-            logged = Some(std::time::Instant::now());
-            since = (0, 0);
-        }
-    });
+    hooks.on_step = Box::new(self_cal_lines(ui));
     let duration = a.session.seconds(incoming.is_some())?;
-    if let Some(inc) = incoming.as_mut() {
-        hooks.each = Box::new(|rx| inc.poll(rx));
-    }
+    hooks.each = Box::new(|rx| {
+        if let Some(s) = survey.as_mut() {
+            s.poll(rx);
+        }
+        incoming.as_mut().is_none_or(|inc| inc.poll(rx))
+    });
     let stats = io::run_receiver_with(&sock, &mut rx, duration, &stop, hooks)?;
     if let Some(l) = log {
         l.finish()?;
     }
     warn_about(ui, &stats);
+    if let Some(s) = survey.filter(|s| s.failed > 0) {
+        ui.warn(format!(
+            "{} reading(s) of the survey {} failed: the share of others stayed at the last one read",
+            s.failed,
+            s.path.display()
+        ));
+    }
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);

@@ -898,6 +898,14 @@ fn aggrate_flows(
             .args(["-q", "recv", "--listen", "0.0.0.0:9000", "--phy-mbps"])
             .arg(format!("{phy:.1}"))
             .args(d.ampdu_marks().then_some("--ap-marks"))
+            // With other transmitters on the channel, the receivers read its survey (as a
+            // station reads its driver's): the airtime level counts the air others take.
+            .args(
+                (wlan.config().contenders > 0)
+                    .then(|| [std::ffi::OsStr::new("--survey-file"), d.survey_file.0.as_os_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--interval-ms", &ms, "--duration"])
             .arg((secs + 2).to_string())
             .arg("--log")

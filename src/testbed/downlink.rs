@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{apply_rx, enter, is_root, ns_write, pin, run, Burner, Error, KernelPath, Made, NEXT};
-use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, TruthRow, Way};
+use crate::wlan::live::{run_ap_on, ApOptions, ApPort, ApStats, ApTruth, Released, Survey, TruthRow, Way};
 use crate::wlan::ValidWlanConfig;
 
 /// Most stations a downlink carries.
@@ -39,6 +39,30 @@ pub const TRUTH_ROWS_MAX: usize = 36_000 * MAX_STATIONS;
 
 /// The server's device (toward the AP) in the server's namespace.
 pub const SERVER_DEV: &str = "srv0";
+
+/// How often the AP's survey file is rewritten.
+pub const SURVEY_EVERY: Duration = Duration::from_millis(10);
+
+/// A file removed when dropped (a downlink's survey).
+#[derive(Debug)]
+pub struct SurveyPath(pub std::path::PathBuf);
+
+impl Drop for SurveyPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Keep `path` holding `survey`'s line until `stop` (written whole: a new file renamed over).
+fn write_survey(path: &std::path::Path, survey: &Survey, stop: &AtomicBool) {
+    let tmp = path.with_extension("new");
+    while !stop.load(Ordering::Relaxed) {
+        if std::fs::write(&tmp, survey.line()).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+        std::thread::sleep(SURVEY_EVERY);
+    }
+}
 
 /// The IFB device in the AP's namespace that carries a backhaul's token bucket
 /// ([`Downlink::set_backhaul`]).
@@ -65,6 +89,10 @@ pub struct Downlink {
     pub station_ip: Vec<Ipv4Addr>,
     /// The station-side device in each station's namespace.
     pub station_dev: Vec<String>,
+    /// The emulated channel's survey while the AP serves (`active_ns busy_ns own_ns`, the cell's
+    /// exchanges as own; rewritten every [`SURVEY_EVERY`]): what `recv --survey-file` reads.
+    /// Removed with the downlink.
+    pub survey_file: SurveyPath,
     /// The AP's release tick (µs; 0: none), from [`Downlink::set_receive_path`].
     tick_us: std::sync::atomic::AtomicU64,
     /// Whether the AP marks each A-MPDU in its packets' DSCP bits ([`Downlink::set_ampdu_marks`]).
@@ -108,6 +136,7 @@ impl Downlink {
             marks: AtomicBool::new(false),
             backhaul: AtomicBool::new(false),
             burner: std::sync::Mutex::new(None),
+            survey_file: SurveyPath(std::env::temp_dir().join(format!("{base}-survey"))),
             made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
@@ -433,6 +462,20 @@ impl Downlink {
         let stations = self.station_ip.clone();
         let release_tick = Duration::from_micros(self.tick_us.load(Ordering::Relaxed));
         let marks = self.marks.load(Ordering::Relaxed);
+        // The channel survey, kept in a file by a thread off the AP's core while it serves.
+        let survey = Arc::new(Survey::default());
+        let _ = std::fs::write(&self.survey_file.0, survey.line());
+        let (path, s, st) = (self.survey_file.0.clone(), survey.clone(), stop.clone());
+        let failed = stop.clone();
+        std::thread::Builder::new()
+            .name("ap-survey".into())
+            .spawn(move || {
+                if let Some(m) = others_mask() {
+                    pin(m.trailing_zeros() as usize);
+                }
+                write_survey(&path, &s, &st)
+            })
+            .map_err(super::io("starting the survey thread"))?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || -> Result<Served, Error> {
             // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
@@ -471,19 +514,22 @@ impl Downlink {
                 }),
                 release_tick,
                 on_release: Some(&mut *on_release),
+                survey: Some(&survey),
             };
             let stats = run_ap_on(&mut port, wlan, seed, limit, &stop, opts);
             Ok((stats, truth))
         });
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(handle),
-            Ok(Err(_)) | Err(_) => match handle.join() {
-                Ok(Err(e)) => Err(e),
-                _ => Err(Error::Io {
-                    what: "starting the AP thread",
-                    source: std::io::Error::other("the AP thread ended before it opened the TUN device"),
-                }),
-            },
+        if let Ok(Ok(())) = ready_rx.recv() {
+            return Ok(handle);
+        }
+        // No AP: the survey's thread ends too.
+        failed.store(true, Ordering::Relaxed);
+        match handle.join() {
+            Ok(Err(e)) => Err(e),
+            _ => Err(Error::Io {
+                what: "starting the AP thread",
+                source: std::io::Error::other("the AP thread ended before it opened the TUN device"),
+            }),
         }
     }
 }

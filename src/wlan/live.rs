@@ -255,6 +255,40 @@ pub struct ApOptions<'a> {
     pub release_tick: Duration,
     /// Called with every packet released to a station (how long it stayed in the AP).
     pub on_release: Option<&'a mut dyn FnMut(&Released)>,
+    /// The emulated channel's survey counters, kept current for readers in other threads.
+    pub survey: Option<&'a Survey>,
+}
+
+/// A channel survey of the emulated WLAN, as a station's driver keeps one (`iw dev … survey
+/// dump`): cumulative times since the AP started (ns). Updated by the AP's loop; read by
+/// anyone ([`Survey::line`]).
+#[derive(Debug, Default)]
+pub struct Survey {
+    /// Time the channel was observed.
+    pub active_ns: std::sync::atomic::AtomicU64,
+    /// Time it was busy (every exchange: the AP's, its stations', other transmitters').
+    pub busy_ns: std::sync::atomic::AtomicU64,
+    /// Time this AP's own cell took (its A-MPDUs to its stations and theirs to it).
+    pub cell_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Survey {
+    /// The emulator's counters at `now`.
+    fn update<R: rand::Rng>(&self, now: Ts, sim: &super::WlanSim<R>) {
+        self.active_ns.store(now.as_nanos(), Ordering::Relaxed);
+        self.busy_ns.store(sim.busy_ns(), Ordering::Relaxed);
+        self.cell_ns.store(sim.cell_airtime_ns(), Ordering::Relaxed);
+    }
+
+    /// The survey file's line: `active_ns busy_ns own_ns` (what `recv --survey-file` reads).
+    pub fn line(&self) -> String {
+        format!(
+            "{} {} {}\n",
+            self.active_ns.load(Ordering::Relaxed),
+            self.busy_ns.load(Ordering::Relaxed),
+            self.cell_ns.load(Ordering::Relaxed)
+        )
+    }
 }
 
 /// Datagrams the live AP keeps while the emulator holds their packets (at most; 65,536 × up to
@@ -391,6 +425,7 @@ pub fn run_ap_on(
         mut truth,
         release_tick,
         mut on_release,
+        survey,
     } = opts;
     let n_sta = wlan.config().stations.len();
     let tick_ns = release_tick.as_nanos() as u64;
@@ -449,13 +484,11 @@ pub fn run_ap_on(
         if sim.poll_timeout().is_some_and(|t| t <= now) {
             sim.handle_timeout(now);
         }
-        if let Some(t) = truth.as_mut() {
-            let real = real0 + start.elapsed().as_nanos() as u64;
-            while real >= open_start + step {
-                rows_of(t, &mut acc, open_start);
-                open_start += step;
-            }
+        if let Some(s) = survey {
+            s.update(now, &sim);
         }
+        let real = real0 + start.elapsed().as_nanos() as u64;
+        close_rows(truth.as_mut(), &mut acc, &mut open_start, (real, step));
         while let Some(d) = sim.poll_delivery() {
             busy = true;
             let first = d.ampdu_ref != last_ref;
@@ -623,6 +656,17 @@ fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStat
 }
 
 /// Every station's truth row of the interval starting at `start_ns`, to `t.on_row`.
+/// Every truth interval that ended by `real` (ns, `CLOCK_REALTIME`; intervals of `step`) out,
+/// from `open_start` on.
+fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start: &mut u64, (real, step): (u64, u64)) {
+    if let Some(t) = truth {
+        while real >= *open_start + step {
+            rows_of(t, acc, *open_start);
+            *open_start += step;
+        }
+    }
+}
+
 fn rows_of(t: &mut ApTruth<'_>, acc: &mut [TruthAcc], start_ns: u64) {
     for (i, a) in acc.iter_mut().enumerate() {
         (t.on_row)(&a.finish(start_ns, i as u16));

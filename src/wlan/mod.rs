@@ -150,6 +150,9 @@ pub struct StaStats {
     pub dropped_retry: u64,
     /// Medium time of exchanges to this station (ns).
     pub airtime_ns: u64,
+    /// Of which lost in collisions (ns).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub collided_airtime_ns: u64,
     /// Current queue length.
     pub queued: u64,
     /// Packets the station sent the AP (uplink).
@@ -362,6 +365,17 @@ impl<R: Rng> WlanSim<R> {
         self.busy_ns
     }
 
+    /// Medium time of the exchanges of every station of this AP that got through so far — its
+    /// A-MPDUs to them and theirs to it (ns): the cell's own share of the busy time, as a
+    /// station's survey counts its own receive and transmit time (a collision is busy time, not
+    /// a frame it received).
+    pub fn cell_airtime_ns(&self) -> u64 {
+        self.stats
+            .iter()
+            .map(|s| s.airtime_ns - s.collided_airtime_ns + s.uplink_airtime_ns)
+            .sum()
+    }
+
     /// Collisions so far.
     pub fn collisions(&self) -> u64 {
         self.collisions
@@ -435,6 +449,26 @@ impl<R: Rng> WlanSim<R> {
     /// Packets waiting in `sta`'s uplink queue.
     pub fn uplink_queue_len(&self, sta: StaId) -> usize {
         self.uplink.get(sta.0 as usize).map_or(0, |u| u.queue.len())
+    }
+
+    /// Station `i`'s next uplink A-MPDU: its packets, its time on the air should it collide
+    /// (its RTS, or its PPDU), and without a collision its PPDU's end from the access and the
+    /// exchange's rest after it (a Block Ack, or an ACK for one MPDU).
+    fn uplink_timing(&self, i: usize, rts_threshold: usize) -> (usize, Duration, (Duration, Duration)) {
+        let (k, psdu) = self.uplink_ampdu(i);
+        let rts = psdu > rts_threshold;
+        let dur = self.mode[i].ppdu_duration(psdu);
+        let prot = if rts {
+            timing::rts() + SIFS + timing::ack() + SIFS
+        } else {
+            Duration::ZERO
+        };
+        let after = if k == 1 {
+            SIFS + timing::ack()
+        } else {
+            SIFS + timing::block_ack()
+        };
+        (k, if rts { timing::rts() } else { dur }, (prot + dur, after))
     }
 
     /// The packets (MPDUs) and PSDU bytes of station `i`'s next uplink A-MPDU, under the AP's
@@ -619,20 +653,11 @@ impl<R: Rng> WlanSim<R> {
         }
         let mut uplink_packets = 0;
         for &i in &up_tx {
-            let (k, psdu) = self.uplink_ampdu(i);
-            let rts = psdu > rts_threshold;
-            let dur = self.mode[i].ppdu_duration(psdu);
+            let (k, on, after) = self.uplink_timing(i, rts_threshold);
             if collision {
-                on_air = on_air.max(if rts { timing::rts() } else { dur });
+                on_air = on_air.max(on);
             } else {
-                let prot = if rts {
-                    timing::rts() + SIFS + ack + SIFS
-                } else {
-                    Duration::ZERO
-                };
-                ppdu_end = t + prot + dur;
-                end_after_ppdu = if k == 1 { SIFS + ack } else { SIFS + timing::block_ack() };
-                uplink_packets = k;
+                (ppdu_end, end_after_ppdu, uplink_packets) = (t + after.0, after.1, k);
             }
         }
         let mut ex = Exchange {
@@ -678,7 +703,11 @@ impl<R: Rng> WlanSim<R> {
             self.stats[i].uplink_airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
         }
         if ap_tx {
-            self.stats[self.ampdu_sta].airtime_ns += ex.end.saturating_since(t).as_nanos() as u64;
+            let air = ex.end.saturating_since(t).as_nanos() as u64;
+            self.stats[self.ampdu_sta].airtime_ns += air;
+            if collision {
+                self.stats[self.ampdu_sta].collided_airtime_ns += air;
+            }
         }
         self.busy_ns += ex.end.saturating_since(t).as_nanos() as u64;
         self.exchange = Some(ex);

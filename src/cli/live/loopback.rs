@@ -63,6 +63,7 @@ pub(crate) fn live_loop(
                     }),
                     release_tick: Duration::ZERO,
                     on_release: None,
+                    survey: None,
                 },
             )
         });
