@@ -360,6 +360,22 @@ pub fn cleanup_stale() -> usize {
             n += 1;
         }
     }
+    // A downlink's survey directory (`aggrate-<pid>-w<k>`, downlink::SurveyPath) of a process
+    // that is gone.
+    if let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("aggrate-")
+                .and_then(|r| r.split('-').next()?.parse::<u32>().ok());
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if let (Some(pid), true) = (pid, is_dir) {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
     n
 }
 

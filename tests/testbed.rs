@@ -293,6 +293,15 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     d.set_backhaul(Some(100.0)).unwrap();
     let b = tcp_run(&d, &downlink_wlan(&[9]), "cubic", 3, 1).unwrap();
     d.set_backhaul(None).unwrap();
+    // Off: the redirect through the IFB device is gone with it.
+    let links = std::process::Command::new("ip")
+        .args(["-n", &d.ap_ns, "link"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&links.stdout).contains(aggrate::testbed::downlink::BACKHAUL_DEV),
+        "{links:?}"
+    );
     let h = &b.flows[0];
     assert!(
         h.goodput_mbps < 100.0 && h.goodput_mbps > 60.0 && h.ap_delay_ms.p50 < 2.0,
@@ -309,6 +318,8 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&k.stdout).contains("generic-receive-offload: on"));
+    // GRO merges what the station receives: arrivals are captured as the AP hands them over.
+    assert_eq!(d.arrival_tap(0), (d.ap_ns.as_str(), "ap1".to_string(), true));
     // The burner thread (named) and its CPU time (utime + stime, in USER_HZ ticks).
     let burner = || -> Option<u64> {
         std::fs::read_dir("/proc/self/task").unwrap().flatten().find_map(|t| {
@@ -341,6 +352,10 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     let burned = (burner().unwrap() - before) as f64 / 100.0;
     assert!(burned > 0.3, "the burner took {burned} s of 0.5");
     d.set_receive_path(&"veth".parse().unwrap()).unwrap();
+    assert_eq!(
+        d.arrival_tap(0),
+        (d.station_ns[0].as_str(), d.station_dev[0].clone(), false)
+    );
     // (Joined; the kernel drops the task from /proc a moment after.)
     assert!(
         (0..100).any(|_| {

@@ -742,7 +742,18 @@ fn the_uplink_takes_its_own_turns_and_its_air_from_the_downlink() {
             }
             fill(sim, d.mac_time);
         });
-        (bytes, up.len() as u64, sim.stats()[0], sim.busy_ns(), sim.collisions())
+        // Every ACK queued came through once, in order, or was dropped, or is still queued.
+        let seqs: Vec<u32> = up.iter().map(|u| u.packet.seq).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "uplink out of order or duplicated"
+        );
+        let s = sim.stats()[0];
+        assert_eq!(
+            up.len() as u64 + s.uplink_dropped + sim.uplink_queue_len(StaId(0)) as u64,
+            if acks { u64::from(got / 2) } else { 0 }
+        );
+        (bytes, up.len() as u64, s, sim.busy_ns(), sim.collisions())
     };
     let (alone, none, s0, busy0, _) = run(false);
     let (shared, acked, s1, busy1, collisions) = run(true);

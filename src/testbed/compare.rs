@@ -580,8 +580,9 @@ fn measure<T>(
         stations: d.station_ip.clone(),
     };
     let mut taps = vec![Tap::start(&d.server_ns, SERVER_DEV, filter(true), cpu)?];
-    for (ns, dev) in d.station_ns.iter().zip(&d.station_dev) {
-        taps.push(Tap::start(ns, dev, filter(false), cpu)?);
+    for i in 0..d.station_ip.len() {
+        let (ns, dev, outgoing) = d.arrival_tap(i);
+        taps.push(Tap::start(ns, &dev, filter(outgoing), cpu)?);
     }
     let ticks0 = core0_ticks();
     let t0_ns = realtime_ns();
@@ -601,6 +602,12 @@ fn measure<T>(
         .flat_map(|t| std::mem::take(&mut t.seen))
         .collect();
     for t in &tapped {
+        if t.merged > 0 {
+            eprintln!(
+                "testbed: a capture for the one-way delay saw {} packets merged by GRO: they match nothing sent, and count as unmatched",
+                t.merged
+            );
+        }
         if t.dropped > 0 || t.overflow > 0 {
             eprintln!(
                 "testbed: a capture for the one-way delay missed packets ({} dropped by its socket, {} past its limit): the delays are of the rest",

@@ -43,13 +43,29 @@ pub const SERVER_DEV: &str = "srv0";
 /// How often the AP's survey file is rewritten.
 pub const SURVEY_EVERY: Duration = Duration::from_millis(10);
 
-/// A file removed when dropped (a downlink's survey).
+/// A downlink's survey file, in a directory of its own (made anew, mode 0700, named after the
+/// downlink: [`super::cleanup_stale`] removes those of a killed process), removed when dropped.
 #[derive(Debug)]
 pub struct SurveyPath(pub std::path::PathBuf);
 
+impl SurveyPath {
+    fn make(base: &str) -> Result<SurveyPath, Error> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(base);
+        // Refuses what is there already (a file, a symlink): nothing is written through it.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(super::io("making the survey's directory"))?;
+        Ok(SurveyPath(dir.join("survey")))
+    }
+}
+
 impl Drop for SurveyPath {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -99,6 +115,8 @@ pub struct Downlink {
     marks: AtomicBool,
     /// Whether the backhaul's IFB device and redirect are made ([`Downlink::set_backhaul`]).
     backhaul: AtomicBool,
+    /// Whether the stations' receive path merges packets (GRO; [`Downlink::set_receive_path`]).
+    gro: AtomicBool,
     /// The stations' CPU burner while their receive path has one ([`Downlink::set_receive_path`];
     /// its thread is named [`STATION_BURNER`]).
     burner: std::sync::Mutex<Option<Burner>>,
@@ -135,8 +153,9 @@ impl Downlink {
             tick_us: Default::default(),
             marks: AtomicBool::new(false),
             backhaul: AtomicBool::new(false),
+            gro: AtomicBool::new(false),
             burner: std::sync::Mutex::new(None),
-            survey_file: SurveyPath(std::env::temp_dir().join(format!("{base}-survey"))),
+            survey_file: SurveyPath::make(&base)?,
             made: Made::default(),
         };
         let all: Vec<String> = [d.server_ns.clone(), d.ap_ns.clone()]
@@ -343,6 +362,7 @@ impl Downlink {
             .then(|| Burner::start(cpu, STATION_BURNER))
             .transpose()?;
         self.tick_us.store(path.tick_us as u64, Ordering::Relaxed);
+        self.gro.store(path.gro, Ordering::Relaxed);
         Ok(())
     }
 
@@ -358,8 +378,12 @@ impl Downlink {
             run("tc", &all).map(|_| ())
         };
         let Some(mbps) = mbps else {
-            // Nothing to remove is fine: the link is at line rate either way.
-            let _ = tc(&["qdisc", "del", "dev", BACKHAUL_DEV, "root"]);
+            // The redirect and the IFB device go too: the link is as it was made. (Nothing to
+            // remove is fine: the link is at line rate either way.)
+            if self.backhaul.swap(false, Ordering::Relaxed) {
+                let _ = tc(&["qdisc", "del", "dev", "ap0", "ingress"]);
+                let _ = run("ip", &["-n", &self.ap_ns, "link", "del", BACKHAUL_DEV]);
+            }
             return Ok(());
         };
         if !(mbps.is_finite() && (1.0..=10_000.0).contains(&mbps)) {
@@ -427,6 +451,18 @@ impl Downlink {
         ])
     }
 
+    /// Where packets arriving at station `i` are captured for the one-way delay: (namespace,
+    /// device, whether the device sends them). The station's own device — unless its receive
+    /// path merges packets (GRO), which no packet the server sent matches: then the AP's device
+    /// toward it, as the AP hands each packet over.
+    pub fn arrival_tap(&self, i: usize) -> (&str, String, bool) {
+        if self.gro.load(Ordering::Relaxed) {
+            (&self.ap_ns, format!("ap{}", i + 1), true)
+        } else {
+            (&self.station_ns[i], self.station_dev[i].clone(), false)
+        }
+    }
+
     /// A command run in namespace `ns` (one of this downlink's), off the AP's core.
     pub fn command(&self, ns: &str, program: &str) -> Command {
         let mut c = Command::new("ip");
@@ -462,68 +498,47 @@ impl Downlink {
         let stations = self.station_ip.clone();
         let release_tick = Duration::from_micros(self.tick_us.load(Ordering::Relaxed));
         let marks = self.marks.load(Ordering::Relaxed);
-        // The channel survey, kept in a file by a thread off the AP's core while it serves.
-        let survey = Arc::new(Survey::default());
-        let _ = std::fs::write(&self.survey_file.0, survey.line());
-        let (path, s, st) = (self.survey_file.0.clone(), survey.clone(), stop.clone());
-        let failed = stop.clone();
-        std::thread::Builder::new()
-            .name("ap-survey".into())
-            .spawn(move || {
-                if let Some(m) = others_mask() {
-                    pin(m.trailing_zeros() as usize);
-                }
-                write_survey(&path, &s, &st)
-            })
-            .map_err(super::io("starting the survey thread"))?;
+        let survey_path = self.survey_file.0.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || -> Result<Served, Error> {
-            // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
-            let _ = nix::sys::prctl::set_timerslack(1);
-            realtime();
-            pin(0);
-            let opened = enter(&ap).and_then(|()| open_tun(TUN));
-            let tun = match opened {
-                Ok(t) => {
-                    let _ = ready_tx.send(Ok(()));
-                    t
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.to_string()));
-                    return Err(e);
-                }
-            };
-            let n = stations.len();
-            let mut port = TunPort {
-                tun,
-                stations,
-                short_writes: 0,
-                marks: marks.then(|| vec![0; n]),
-                scratch: Vec::with_capacity(65_536),
-            };
-            let mut truth = Vec::new();
-            let mut on_row = |r: &TruthRow| {
-                if truth.len() < TRUTH_ROWS_MAX {
-                    truth.push(*r);
-                }
-            };
-            let opts = ApOptions {
-                truth: Some(ApTruth {
-                    interval,
-                    on_row: &mut on_row,
-                }),
-                release_tick,
-                on_release: Some(&mut *on_release),
-                survey: Some(&survey),
-            };
-            let stats = run_ap_on(&mut port, wlan, seed, limit, &stop, opts);
-            Ok((stats, truth))
+            // The channel survey, kept in a file by a thread off the AP's core while the AP
+            // serves (started before this thread turns real-time: it does not inherit that),
+            // and joined when it ends.
+            let survey = Survey::default();
+            let done = AtomicBool::new(false);
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    if let Some(m) = others_mask() {
+                        pin(m.trailing_zeros() as usize);
+                    }
+                    write_survey(&survey_path, &survey, &done)
+                });
+                let served = serve_tun(&ap, (stations, marks), ready_tx, |port| {
+                    let mut truth = Vec::new();
+                    let mut on_row = |r: &TruthRow| {
+                        if truth.len() < TRUTH_ROWS_MAX {
+                            truth.push(*r);
+                        }
+                    };
+                    let opts = ApOptions {
+                        truth: Some(ApTruth {
+                            interval,
+                            on_row: &mut on_row,
+                        }),
+                        release_tick,
+                        on_release: Some(&mut *on_release),
+                        survey: Some(&survey),
+                    };
+                    let stats = run_ap_on(port, wlan, seed, limit, &stop, opts);
+                    (stats, truth)
+                });
+                done.store(true, Ordering::Relaxed);
+                served
+            })
         });
         if let Ok(Ok(())) = ready_rx.recv() {
             return Ok(handle);
         }
-        // No AP: the survey's thread ends too.
-        failed.store(true, Ordering::Relaxed);
         match handle.join() {
             Ok(Err(e)) => Err(e),
             _ => Err(Error::Io {
@@ -532,6 +547,39 @@ impl Downlink {
             }),
         }
     }
+}
+
+/// The AP's thread: real time on core 0, in the AP's namespace `ap`, the TUN device opened (said
+/// on `ready`) and served by `run` as a port for `stations` (A-MPDU marks or not).
+fn serve_tun(
+    ap: &str,
+    (stations, marks): (Vec<Ipv4Addr>, bool),
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+    run: impl FnOnce(&mut dyn ApPort) -> Served,
+) -> Result<Served, Error> {
+    // Sleeps end when asked, not up to 50 µs later: the AP releases bursts on time.
+    let _ = nix::sys::prctl::set_timerslack(1);
+    realtime();
+    pin(0);
+    let tun = match enter(ap).and_then(|()| open_tun(TUN)) {
+        Ok(t) => {
+            let _ = ready.send(Ok(()));
+            t
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return Err(e);
+        }
+    };
+    let n = stations.len();
+    let mut port = TunPort {
+        tun,
+        stations,
+        short_writes: 0,
+        marks: marks.then(|| vec![0; n]),
+        scratch: Vec::with_capacity(65_536),
+    };
+    Ok(run(&mut port))
 }
 
 /// The CPUs other than 0, as a mask (`None` on one CPU).

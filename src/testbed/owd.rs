@@ -54,6 +54,8 @@ pub struct Tapped {
     pub dropped: u64,
     /// Packets without a kernel stamp (not kept).
     pub unstamped: u64,
+    /// Packets longer than an Ethernet MTU: merged by GRO, matching no packet sent (kept).
+    pub merged: u64,
 }
 
 /// A capture running in a thread of a namespace until stopped.
@@ -92,8 +94,8 @@ impl Tap {
                         ..rxstamp::Options::default()
                     };
                     rxstamp::PacketSocket::open(&dev, &o).map_err(|e| Error::Io {
-                        what: "opening a capture on the downlink (packet socket)",
-                        source: std::io::Error::other(e.to_string()),
+                        what: "opening a capture for the one-way delay (packet socket)",
+                        source: std::io::Error::other(format!("{dev} in {ns}: {e}")),
                     })
                 });
                 let mut sock = match opened {
@@ -110,8 +112,8 @@ impl Tap {
                 let mut buf = [0u8; SNAP];
                 while !s.load(Ordering::Relaxed) {
                     let Some(p) = sock.recv(&mut buf).map_err(|e| Error::Io {
-                        what: "reading a capture on the downlink",
-                        source: std::io::Error::other(e.to_string()),
+                        what: "reading a capture for the one-way delay",
+                        source: std::io::Error::other(format!("{dev} in {ns}: {e}")),
                     })?
                     else {
                         continue;
@@ -125,6 +127,9 @@ impl Tap {
                     let Some(key) = key_of(&buf[..p.len.min(SNAP)], &filter.stations) else {
                         continue;
                     };
+                    if u16::from_be_bytes([buf[2], buf[3]]) > 1500 {
+                        out.merged += 1;
+                    }
                     match p.kernel {
                         None => out.unstamped += 1,
                         Some(_) if out.seen.len() >= TAP_MAX => out.overflow += 1,

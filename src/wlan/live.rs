@@ -655,9 +655,8 @@ fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStat
     held.push_back(h);
 }
 
-/// Every station's truth row of the interval starting at `start_ns`, to `t.on_row`.
 /// Every truth interval that ended by `real` (ns, `CLOCK_REALTIME`; intervals of `step`) out,
-/// from `open_start` on.
+/// from `open_start` on ([`rows_of`] each).
 fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start: &mut u64, (real, step): (u64, u64)) {
     if let Some(t) = truth {
         while real >= *open_start + step {
@@ -667,6 +666,7 @@ fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start:
     }
 }
 
+/// Every station's truth row of the interval starting at `start_ns`, to `t.on_row`.
 fn rows_of(t: &mut ApTruth<'_>, acc: &mut [TruthAcc], start_ns: u64) {
     for (i, a) in acc.iter_mut().enumerate() {
         (t.on_row)(&a.finish(start_ns, i as u16));

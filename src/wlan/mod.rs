@@ -424,6 +424,8 @@ impl<R: Rng> WlanSim<R> {
     pub fn enqueue_uplink(&mut self, now: Ts, sta: StaId, pkt: Packet) -> Result<(), Dropped> {
         let limit = self.cfg.config().queue_limit;
         let i = sta.0 as usize;
+        // The medium is busy while an exchange runs (from its access to its Block Ack's end).
+        let busy = self.exchange.is_some();
         let u = self.uplink.get_mut(i).ok_or(Dropped::NoSuchStation(sta))?;
         if u.queue.len() >= limit {
             self.stats[i].uplink_dropped += 1;
@@ -437,6 +439,12 @@ impl<R: Rng> WlanSim<R> {
         });
         if u.avail.is_none() {
             u.avail = Some(now);
+            // A frame that finds the medium busy and the station's backoff run out draws a new
+            // backoff (802.11-2016 10.22.2.2): it must not take the medium at the first AIFS
+            // after the exchange, ahead of everyone. (On an idle medium it goes after AIFS.)
+            if busy && u.edcaf.backoff == 0 {
+                u.edcaf.backoff = self.rng.random_range(0..=u.edcaf.cw);
+            }
         }
         Ok(())
     }
