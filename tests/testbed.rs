@@ -269,7 +269,7 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
     // The channel's survey as the AP left it: 3 s and more observed, Cubic kept the channel
     // busy, all of it the cell's own (no other transmitter).
     let line = std::fs::read_to_string(&d.survey_file.0).unwrap();
-    let [active, busy, own] = aggrate::livelog::parse_survey(&line).unwrap();
+    let [active, busy, own] = aggrate::transport::io::parse_survey(&line).unwrap();
     assert!(
         active > 2_500_000_000 && busy > active / 2 && own <= busy && own > busy * 9 / 10,
         "{line}"

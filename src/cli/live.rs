@@ -249,72 +249,6 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// What a receiver's counters say the user should know.
-fn warn_about(ui: &Ui, stats: &aggrate::transport::ReceiverStats) {
-    if let Some(v) = stats.other_version_seen {
-        ui.warn(format!(
-        "{} datagrams of protocol version {v}: the sender runs another aggrate (this one speaks version {}); run the same version at both ends",
-        stats.other_version,
-        aggrate::transport::wire::VERSION
-    ));
-    }
-    if stats.clock_skewed > 0 {
-        ui.warn(format!(
-            "{} packets carried a send time more than an hour from their receive time: the sender's and this \
-         host's clocks disagree, so the reports carried no one-way delay for them (sync the clocks, e.g. NTP)",
-            stats.clock_skewed
-        ));
-    }
-    if stats.replayed > 0 || stats.hellos_limited > 0 || stats.hellos_refused > 0 {
-        ui.warn(format!(
-        "refused {} replayed data datagrams, {} hellos over the rate, {} hellos while another address's handshake was pending",
-        stats.replayed, stats.hellos_limited, stats.hellos_refused
-    ));
-    }
-    if stats.frames_refused > 0 {
-        ui.warn(format!(
-            "{} verified datagrams carried reliable frames this receiver refused: does the sender use another --size? \
-         (give recv --size the sender's)",
-            stats.frames_refused
-        ));
-    }
-}
-
-/// How often `recv --survey-file` reads the survey.
-const SURVEY_EVERY: Duration = Duration::from_millis(50);
-
-/// `recv --survey-file`: the survey read every [`SURVEY_EVERY`], the share of others it gives
-/// handed to the estimator; a reading that fails keeps the last share (counted).
-struct SurveyPoll {
-    path: PathBuf,
-    file: aggrate::livelog::SurveyFile,
-    last: std::time::Instant,
-    failed: u64,
-}
-
-impl SurveyPoll {
-    fn open(path: &std::path::Path) -> Result<SurveyPoll> {
-        Ok(SurveyPoll {
-            path: path.to_path_buf(),
-            file: aggrate::livelog::SurveyFile::open(path)?,
-            last: std::time::Instant::now(),
-            failed: 0,
-        })
-    }
-
-    fn poll(&mut self, rx: &mut Receiver) {
-        if self.last.elapsed() < SURVEY_EVERY {
-            return;
-        }
-        self.last = std::time::Instant::now();
-        match self.file.poll() {
-            Ok(Some(share)) => rx.estimator_mut().set_others_share(share),
-            Ok(None) => {}
-            Err(_) => self.failed += 1,
-        }
-    }
-}
-
 /// `recv --self-calibrate`'s lines: one per [`SELF_CAL_LOG_EVERY`] at most (a window ends every
 /// 0.4 s at 500 Mb/s) — the first window, then what the windows since came to.
 fn self_cal_lines(ui: &Ui) -> impl FnMut(&aggrate::selfcal::Step) + '_ {
@@ -390,9 +324,10 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         .as_deref()
         .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), &mut rx))
         .transpose()?;
-    let mut survey = a.survey_file.as_deref().map(SurveyPoll::open).transpose()?;
+    let mut survey = a.survey_file.as_deref().map(io::SurveyFeed::open).transpose()?;
     let mut hooks = io::ReceiverHooks::new();
     hooks.cal = cal.as_mut();
+    hooks.survey = survey.as_mut();
     hooks.on_report = Box::new(|r| {
         if let Some(l) = log.as_mut() {
             l.line(&aggrate::livelog::report_line(r));
@@ -408,24 +343,18 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     });
     hooks.on_step = Box::new(self_cal_lines(ui));
     let duration = a.session.seconds(incoming.is_some())?;
-    hooks.each = Box::new(|rx| {
-        if let Some(s) = survey.as_mut() {
-            s.poll(rx);
-        }
-        incoming.as_mut().is_none_or(|inc| inc.poll(rx))
-    });
+    if let Some(inc) = incoming.as_mut() {
+        hooks.each = Box::new(|rx| inc.poll(rx));
+    }
     let stats = io::run_receiver_with(&sock, &mut rx, duration, &stop, hooks)?;
     if let Some(l) = log {
         l.finish()?;
     }
-    warn_about(ui, &stats);
-    if let Some(s) = survey.filter(|s| s.failed > 0) {
-        ui.warn(format!(
-            "{} reading(s) of the survey {} failed: the share of others stayed at the last one read",
-            s.failed,
-            s.path.display()
-        ));
-    }
+    let survey_note = survey.and_then(|s| s.failure_note());
+    io::receiver_warnings(&stats)
+        .into_iter()
+        .chain(survey_note)
+        .for_each(|w| ui.warn(w));
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {
         o.insert("self_calibration".into(), serde_json::to_value(c.summary())?);

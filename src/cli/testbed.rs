@@ -12,7 +12,6 @@ use anyhow::{bail, Context, Result};
 use aggrate::testbed::compare::{aggrate_run, steal_note, tcp_run, AggrateRun, SenderRun, SenderSpec};
 use aggrate::testbed::downlink::Downlink;
 use aggrate::wlan::codel::Aqm;
-use aggrate::wlan::config::StationConfig;
 use aggrate::wlan::{ValidWlanConfig, WlanConfig};
 
 use super::progress::Ui;
@@ -159,15 +158,6 @@ impl TestbedArgs {
     fn wlan_with(&self, aqm: QueueKind) -> Result<ValidWlanConfig> {
         let mcs = super::mcs_per_station(&self.mcs, self.stations)?;
         let cfg = WlanConfig {
-            stations: mcs
-                .iter()
-                .map(|&mcs| StationConfig {
-                    mcs,
-                    nss: self.nss,
-                    bw_mhz: self.bw,
-                    ..StationConfig::default()
-                })
-                .collect(),
             queue_limit: self.queue,
             contenders: self.contenders,
             contender_rate_mbps: self.contender_mbps,
@@ -175,7 +165,7 @@ impl TestbedArgs {
                 QueueKind::Fifo => Aqm::Fifo,
                 QueueKind::Codel => Aqm::codel(),
             },
-            ..WlanConfig::default()
+            ..WlanConfig::vht_stations_with(&mcs, self.nss, self.bw)
         };
         Ok(cfg.check()?)
     }

@@ -14,8 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::downlink::Downlink;
-use super::downlink::SERVER_DEV;
-use super::owd::{match_delays, Filter, Seen, Tap};
+use super::owd::Captures;
 use super::{run, Error};
 use crate::bottleneck::{Schedule, Switch};
 use crate::metrics::LevelError;
@@ -504,15 +503,7 @@ impl Measured {
                 sender: sender.to_string(),
                 station: i,
                 goodput_mbps: f.goodput_mbps,
-                owd_ms: {
-                    let mut d: Vec<u64> = self
-                        .owd
-                        .delays
-                        .get(i)
-                        .map_or(Vec::new(), |d| d.iter().map(|x| x.1).collect());
-                    d.sort_unstable();
-                    DelayMs::of_sorted_ns(&d)
-                },
+                owd_ms: DelayMs::of_sorted_ns(&self.owd.sorted_delays(i)),
                 owd_unmatched: self.owd.unmatched.get(i).copied().unwrap_or(0),
                 ap_delay_ms: DelayMs::of(&self.delays[i], 1.0),
                 retransmits: f.retransmits,
@@ -573,17 +564,7 @@ fn measure<T>(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let limit = Duration::from_secs(secs as u64 + 30);
-    // Captures at the server's egress and each station's ingress, off the AP's core.
-    let cpu = super::downlink::others_mask().map(|m| m.trailing_zeros() as usize);
-    let filter = |outgoing| Filter {
-        outgoing,
-        stations: d.station_ip.clone(),
-    };
-    let mut taps = vec![Tap::start(&d.server_ns, SERVER_DEV, filter(true), cpu)?];
-    for i in 0..d.station_ip.len() {
-        let (ns, dev, outgoing) = d.arrival_tap(i);
-        taps.push(Tap::start(ns, &dev, filter(outgoing), cpu)?);
-    }
+    let captures = Captures::start(d)?;
     let ticks0 = core0_ticks();
     let t0_ns = realtime_ns();
     let ap = d.serve(wlan.clone(), seed, limit, interval, stop.clone(), on_release)?;
@@ -595,27 +576,7 @@ fn measure<T>(
         source: std::io::Error::other("panicked"),
     })??;
     let out = result?;
-    let mut tapped = taps.iter_mut().map(Tap::finish).collect::<Result<Vec<_>, _>>()?;
-    let sent = std::mem::take(&mut tapped[0].seen);
-    let got: Vec<Seen> = tapped[1..]
-        .iter_mut()
-        .flat_map(|t| std::mem::take(&mut t.seen))
-        .collect();
-    for t in &tapped {
-        if t.merged > 0 {
-            eprintln!(
-                "testbed: a capture for the one-way delay saw {} packets merged by GRO: they match nothing sent, and count as unmatched",
-                t.merged
-            );
-        }
-        if t.dropped > 0 || t.overflow > 0 {
-            eprintln!(
-                "testbed: a capture for the one-way delay missed packets ({} dropped by its socket, {} past its limit): the delays are of the rest",
-                t.dropped, t.overflow
-            );
-        }
-    }
-    let owd = match_delays(sent, got, d.station_ip.len());
+    let owd = captures.finish()?;
     let sink = std::mem::replace(
         &mut *sink.lock().map_err(|_| Error::Io {
             what: "the AP's delays",
@@ -899,28 +860,23 @@ fn aggrate_flows(
     let mut receivers = Vec::new();
     for (i, ns) in d.station_ns.iter().enumerate() {
         let phy = wlan.modes()[i].rate_bps().unwrap_or(0) as f64 / 1e6;
-        let child = d
-            .command(ns, &exe.to_string_lossy())
-            .env("AGGRATE_KEY", key)
+        let mut recv = d.command(ns, &exe.to_string_lossy());
+        recv.env("AGGRATE_KEY", key)
             .args(["-q", "recv", "--listen", "0.0.0.0:9000", "--phy-mbps"])
             .arg(format!("{phy:.1}"))
             .args(d.ampdu_marks().then_some("--ap-marks"))
-            // With other transmitters on the channel, the receivers read its survey (as a
-            // station reads its driver's): the airtime level counts the air others take.
-            .args(
-                (wlan.config().contenders > 0)
-                    .then(|| [std::ffi::OsStr::new("--survey-file"), d.survey_file.0.as_os_str()])
-                    .into_iter()
-                    .flatten(),
-            )
             .args(["--interval-ms", &ms, "--duration"])
             .arg((secs + 2).to_string())
             .arg("--log")
             .arg(&logs[i])
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(super::io("starting aggrate recv"))?;
+            .stderr(Stdio::piped());
+        // With other transmitters on the channel, the receivers read its survey (as a station
+        // reads its driver's): the airtime level counts the air others take.
+        if wlan.config().contenders > 0 {
+            recv.arg("--survey-file").arg(&d.survey_file.0);
+        }
+        let child = recv.spawn().map_err(super::io("starting aggrate recv"))?;
         receivers.push(Reaped(child));
     }
     wait_udp(d, 9000)?;

@@ -41,7 +41,7 @@ pub const TRUTH_ROWS_MAX: usize = 36_000 * MAX_STATIONS;
 pub const SERVER_DEV: &str = "srv0";
 
 /// How often the AP's survey file is rewritten.
-pub const SURVEY_EVERY: Duration = Duration::from_millis(10);
+pub const SURVEY_WRITE_EVERY: Duration = Duration::from_millis(10);
 
 /// A downlink's survey file, in a directory of its own (made anew, mode 0700, named after the
 /// downlink: [`super::cleanup_stale`] removes those of a killed process), removed when dropped.
@@ -76,7 +76,7 @@ fn write_survey(path: &std::path::Path, survey: &Survey, stop: &AtomicBool) {
         if std::fs::write(&tmp, survey.line()).is_ok() {
             let _ = std::fs::rename(&tmp, path);
         }
-        std::thread::sleep(SURVEY_EVERY);
+        std::thread::sleep(SURVEY_WRITE_EVERY);
     }
 }
 
@@ -106,7 +106,7 @@ pub struct Downlink {
     /// The station-side device in each station's namespace.
     pub station_dev: Vec<String>,
     /// The emulated channel's survey while the AP serves (`active_ns busy_ns own_ns`, the cell's
-    /// exchanges as own; rewritten every [`SURVEY_EVERY`]): what `recv --survey-file` reads.
+    /// exchanges as own; rewritten every [`SURVEY_WRITE_EVERY`]): what `recv --survey-file` reads.
     /// Removed with the downlink.
     pub survey_file: SurveyPath,
     /// The AP's release tick (µs; 0: none), from [`Downlink::set_receive_path`].
@@ -380,10 +380,7 @@ impl Downlink {
         let Some(mbps) = mbps else {
             // The redirect and the IFB device go too: the link is as it was made. (Nothing to
             // remove is fine: the link is at line rate either way.)
-            if self.backhaul.swap(false, Ordering::Relaxed) {
-                let _ = tc(&["qdisc", "del", "dev", "ap0", "ingress"]);
-                let _ = run("ip", &["-n", &self.ap_ns, "link", "del", BACKHAUL_DEV]);
-            }
+            self.remove_backhaul();
             return Ok(());
         };
         if !(mbps.is_finite() && (1.0..=10_000.0).contains(&mbps)) {
@@ -422,9 +419,7 @@ impl Downlink {
                     ])
                 });
             if let Err(e) = made {
-                self.backhaul.store(false, Ordering::Relaxed);
-                let _ = tc(&["qdisc", "del", "dev", "ap0", "ingress"]);
-                let _ = run("ip", &["-n", &self.ap_ns, "link", "del", BACKHAUL_DEV]);
+                self.remove_backhaul();
                 return Err(match e {
                     Error::Command { stderr, .. } => Error::Missing {
                         what: "an IFB device with tc's ingress redirect (the backhaul)".into(),
@@ -460,6 +455,14 @@ impl Downlink {
             (&self.ap_ns, format!("ap{}", i + 1), true)
         } else {
             (&self.station_ns[i], self.station_dev[i].clone(), false)
+        }
+    }
+
+    /// Remove the backhaul's redirect and IFB device, if made (what is not there is fine).
+    fn remove_backhaul(&self) {
+        if self.backhaul.swap(false, Ordering::Relaxed) {
+            let _ = run("tc", &["-n", &self.ap_ns, "qdisc", "del", "dev", "ap0", "ingress"]);
+            let _ = run("ip", &["-n", &self.ap_ns, "link", "del", BACKHAUL_DEV]);
         }
     }
 

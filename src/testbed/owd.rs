@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::downlink::{Downlink, SERVER_DEV};
 use super::{enter, io, Error};
 use crate::rxstamp;
 
@@ -273,6 +274,71 @@ pub struct Matched {
     pub delays: Vec<Vec<(u64, u64)>>,
     /// Per station: packets seen leaving that were never seen arriving.
     pub unmatched: Vec<u64>,
+}
+
+impl Matched {
+    /// Station `i`'s one-way delays (ns), smallest first.
+    pub fn sorted_delays(&self, i: usize) -> Vec<u64> {
+        let mut d: Vec<u64> = self
+            .delays
+            .get(i)
+            .map_or(Vec::new(), |d| d.iter().map(|x| x.1).collect());
+        d.sort_unstable();
+        d
+    }
+}
+
+/// The captures of one run on a downlink: the server's egress and every station's arrivals
+/// ([`Downlink::arrival_tap`]), off the AP's core.
+pub struct Captures {
+    taps: Vec<Tap>,
+    stations: usize,
+}
+
+impl Captures {
+    /// Start them.
+    pub fn start(d: &Downlink) -> Result<Captures, Error> {
+        let cpu = super::downlink::others_mask().map(|m| m.trailing_zeros() as usize);
+        let filter = |outgoing| Filter {
+            outgoing,
+            stations: d.station_ip.clone(),
+        };
+        let mut taps = vec![Tap::start(&d.server_ns, SERVER_DEV, filter(true), cpu)?];
+        for i in 0..d.station_ip.len() {
+            let (ns, dev, outgoing) = d.arrival_tap(i);
+            taps.push(Tap::start(ns, &dev, filter(outgoing), cpu)?);
+        }
+        Ok(Captures {
+            taps,
+            stations: d.station_ip.len(),
+        })
+    }
+
+    /// Stop them and match what they saw (what a capture missed or could not match is said on
+    /// stderr).
+    pub fn finish(mut self) -> Result<Matched, Error> {
+        let mut tapped = self.taps.iter_mut().map(Tap::finish).collect::<Result<Vec<_>, _>>()?;
+        for t in &tapped {
+            if t.merged > 0 {
+                eprintln!(
+                    "testbed: a capture for the one-way delay saw {} packets merged by GRO: they match nothing sent, and count as unmatched",
+                    t.merged
+                );
+            }
+            if t.dropped > 0 || t.overflow > 0 {
+                eprintln!(
+                    "testbed: a capture for the one-way delay missed packets ({} dropped by its socket, {} past its limit): the delays are of the rest",
+                    t.dropped, t.overflow
+                );
+            }
+        }
+        let sent = std::mem::take(&mut tapped[0].seen);
+        let got = tapped[1..]
+            .iter_mut()
+            .flat_map(|t| std::mem::take(&mut t.seen))
+            .collect();
+        Ok(match_delays(sent, got, self.stations))
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,9 @@ use crate::rxstamp;
 use crate::selfcal::{OnlineCalibrator, Step};
 use crate::time::Ts;
 
+mod survey;
+pub use survey::{parse_survey, SurveyFeed, SurveyFile, SURVEY_EVERY};
+
 /// An IO step failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{what}: {source}")]
@@ -108,6 +111,41 @@ pub struct ReceiverHooks<'a> {
     /// Runs after every datagram and every read timeout (e.g. drains a reliable stream);
     /// `false` ends the run.
     pub each: Box<dyn FnMut(&mut Receiver) -> bool + 'a>,
+    /// A channel survey the estimator's share of others follows (`recv --survey-file`).
+    pub survey: Option<&'a mut SurveyFeed>,
+}
+
+/// What a receiver's counters say its user should know, a sentence each (none: nothing).
+pub fn receiver_warnings(stats: &ReceiverStats) -> Vec<String> {
+    let mut w = Vec::new();
+    if let Some(v) = stats.other_version_seen {
+        w.push(format!(
+            "{} datagrams of protocol version {v}: the sender runs another aggrate (this one speaks version {}); run the same version at both ends",
+            stats.other_version,
+            crate::transport::wire::VERSION
+        ));
+    }
+    if stats.clock_skewed > 0 {
+        w.push(format!(
+            "{} packets carried a send time more than an hour from their receive time: the sender's and this \
+             host's clocks disagree, so the reports carried no one-way delay for them (sync the clocks, e.g. NTP)",
+            stats.clock_skewed
+        ));
+    }
+    if stats.replayed > 0 || stats.hellos_limited > 0 || stats.hellos_refused > 0 {
+        w.push(format!(
+            "refused {} replayed data datagrams, {} hellos over the rate, {} hellos while another address's handshake was pending",
+            stats.replayed, stats.hellos_limited, stats.hellos_refused
+        ));
+    }
+    if stats.frames_refused > 0 {
+        w.push(format!(
+            "{} verified datagrams carried reliable frames this receiver refused: does the sender use another --size? \
+             (give recv --size the sender's)",
+            stats.frames_refused
+        ));
+    }
+    w
 }
 
 impl Default for ReceiverHooks<'_> {
@@ -117,6 +155,7 @@ impl Default for ReceiverHooks<'_> {
             on_report: Box::new(|_| {}),
             on_step: Box::new(|_| {}),
             each: Box::new(|_| true),
+            survey: None,
         }
     }
 }
@@ -145,6 +184,7 @@ pub fn run_receiver_with(
         mut on_report,
         mut on_step,
         mut each,
+        mut survey,
     } = hooks;
     sock.set_read_timeout(Some(Duration::from_millis(5)))
         .map_err(io("receiver timeout"))?;
@@ -170,6 +210,9 @@ pub fn run_receiver_with(
                     on_report(r);
                 }
             }
+        }
+        if let Some(s) = survey.as_deref_mut() {
+            s.poll(rx);
         }
         if !each(rx) {
             break;

@@ -56,11 +56,19 @@ pub struct RateAdaptation {
 impl WlanConfig {
     /// The default AP with one VHT station (2 SS, 80 MHz, short GI) per MCS in `mcs`.
     pub fn vht_stations(mcs: &[u8]) -> WlanConfig {
+        let s = StationConfig::default();
+        WlanConfig::vht_stations_with(mcs, s.nss, s.bw_mhz)
+    }
+
+    /// The default AP with one VHT station of `nss` streams on `bw_mhz` per MCS in `mcs`.
+    pub fn vht_stations_with(mcs: &[u8], nss: u8, bw_mhz: u32) -> WlanConfig {
         WlanConfig {
             stations: mcs
                 .iter()
-                .map(|&m| StationConfig {
-                    mcs: m,
+                .map(|&mcs| StationConfig {
+                    mcs,
+                    nss,
+                    bw_mhz,
                     ..StationConfig::default()
                 })
                 .collect(),

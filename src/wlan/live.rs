@@ -488,7 +488,7 @@ pub fn run_ap_on(
             s.update(now, &sim);
         }
         let real = real0 + start.elapsed().as_nanos() as u64;
-        close_rows(truth.as_mut(), &mut acc, &mut open_start, (real, step));
+        close_rows(truth.as_mut(), &mut acc, &mut open_start, real, step);
         while let Some(d) = sim.poll_delivery() {
             busy = true;
             let first = d.ampdu_ref != last_ref;
@@ -657,7 +657,7 @@ fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStat
 
 /// Every truth interval that ended by `real` (ns, `CLOCK_REALTIME`; intervals of `step`) out,
 /// from `open_start` on ([`rows_of`] each).
-fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start: &mut u64, (real, step): (u64, u64)) {
+fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start: &mut u64, real: u64, step: u64) {
     if let Some(t) = truth {
         while real >= *open_start + step {
             rows_of(t, acc, *open_start);
