@@ -17,7 +17,7 @@
 #![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
-pub use aggrate_core::{airtime, control, features, runtime, selfcal, time, watch};
+pub use aggrate_core::{airtime, control, features, level, runtime, selfcal, time, watch};
 
 pub mod bottleneck;
 pub mod bulk;

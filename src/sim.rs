@@ -36,6 +36,7 @@ use crate::wlan::traffic::{Backhaul, BackhaulConfig};
 use crate::wlan::{Packet, StaId, WlanConfig, WlanSim};
 
 mod cubic;
+pub mod learned_level;
 use cubic::Baseline;
 
 /// Which sender.
@@ -111,9 +112,13 @@ pub struct SimConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Steer {
-    /// The level from airtime (each receiver's, and the cell's with several stations), where the
-    /// PHY rate is known ([`crate::runtime::LevelConfig`]); the default.
+    /// The receivers' level as they report it ([`AggReport::level`]): the learned level when
+    /// the model file carries one ([`crate::level`]), else the airtime level; the default.
     #[default]
+    Level,
+    /// The level from airtime alone (each receiver's, and the cell's with several stations),
+    /// where the PHY rate is known ([`crate::runtime::LevelConfig`]), even when the model
+    /// carries a learned level.
     Airtime,
     /// The receivers' frame counts alone (packets ÷ predicted starts): the study's estimator.
     FrameCount,
@@ -136,7 +141,7 @@ impl Default for SimConfig {
             duration_s: 60.0,
             seed: 1,
             self_calibrate: None,
-            steer: Steer::Airtime,
+            steer: Steer::Level,
             survey: false,
             bulk: false,
         }
@@ -186,6 +191,11 @@ pub struct Sample {
     pub mean_agg: f64,
     /// The same report's frame count: packets ÷ frames the receiver closed.
     pub count_agg: f64,
+    /// The same report's airtime level (0 without one).
+    pub airtime_agg: f64,
+    /// The same report's features for the learned level.
+    #[serde(skip)]
+    pub features: Option<crate::level::LevelFeatures>,
     /// True μ_N of the interval the report covers (MPDUs ÷ A-MPDUs by MAC time; 0 without).
     pub true_agg: f64,
     /// True A-MPDUs in it.
@@ -641,11 +651,13 @@ impl<'c> Loop<'c> {
                     EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
                     EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
                 };
-                if cfg.steer == Steer::FrameCount {
-                    est.set_level_config(crate::runtime::LevelConfig {
+                match cfg.steer {
+                    Steer::FrameCount => est.set_level_config(crate::runtime::LevelConfig {
                         airtime: None,
                         ..est.level_config().clone()
-                    })?;
+                    })?,
+                    Steer::Airtime => est.set_level_model(None)?,
+                    Steer::Level => {}
                 }
                 Ok(Station {
                     noise: model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64)),
@@ -803,6 +815,8 @@ impl<'c> Loop<'c> {
                 t: now.as_secs_f64(),
                 sta: i as u16,
                 count_agg: r.mean_agg,
+                airtime_agg: r.airtime_agg.unwrap_or(0.0),
+                features: r.features,
                 true_agg: if ampdus > 0 { mpdus as f64 / ampdus as f64 } else { 0.0 },
                 true_ampdus: ampdus,
                 rate_mbps: match &self.side {

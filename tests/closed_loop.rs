@@ -457,6 +457,9 @@ fn the_queue_guard_bounds_what_the_level_misses() {
                 queue_guard_ms: guard,
                 ..aggrate::control::PiParams::default()
             },
+            // The airtime level alone (the shipped model's learned level would see the
+            // contenders: tests/closed_loop.rs's test of it below).
+            steer: aggrate::sim::Steer::Airtime,
             ..SimConfig::default()
         })
     };
@@ -549,4 +552,83 @@ fn a_reliable_stream_behind_a_lossy_backhaul_keeps_the_loop_on_it() {
         b.delay_ms_mean,
         p.delay_ms_mean
     );
+}
+
+/// Others on the channel that nobody announced (no survey), of three kinds: the shipped model's
+/// learned level holds the true level near the target where the airtime level alone lets it run
+/// to the Block Ack window, with the delay that costs.
+#[test]
+fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
+    use aggrate::sim::{EstimatorKind, Steer};
+    use aggrate::wlan::Arrivals;
+    let shipped = aggrate::model::ModelFile::shipped().unwrap();
+    assert!(shipped.level.is_some(), "the shipped model carries a learned level");
+    for (n, mbps, ampdu, arrivals) in [
+        (1, 5.0, 1, Arrivals::Poisson),
+        (1, 50.0, 32, Arrivals::Poisson),
+        (1, 0.0, 8, Arrivals::Saturated),
+    ] {
+        let run_with = |steer: Steer| {
+            let mut wlan = stations(&[9]);
+            wlan.contenders = n;
+            wlan.contender_rate_mbps = mbps;
+            wlan.contender_ampdu = ampdu;
+            wlan.contender_arrivals = arrivals;
+            go(&SimConfig {
+                wlan,
+                noise: aggrate::wlan::noise::NoisePreset::Laptop.path(),
+                estimator: EstimatorKind::Model(Box::new(shipped.clone())),
+                duration_s: 12.0,
+                steer,
+                ..SimConfig::default()
+            })
+        };
+        let (learned, airtime) = (run_with(Steer::Level), run_with(Steer::Airtime));
+        let (l, a) = (&learned.stations[0], &airtime.stations[0]);
+        eprintln!("{n} × {mbps} Mb/s, A-MPDU {ampdu}, {arrivals:?}\n learned {l:?}\n airtime {a:?}");
+        assert!(
+            a.mean_agg > 1.4 * 32.0,
+            "the premise: the airtime level alone reads low: {a:?}"
+        );
+        assert!(
+            (l.mean_agg - 32.0).abs() < 0.12 * 32.0,
+            "learned: true μ_N {} (target 32)",
+            l.mean_agg
+        );
+        assert!(l.delay_ms_p95 < 0.5 * a.delay_ms_p95, "{l:?} vs {a:?}");
+        let e = l.level_error.unwrap();
+        assert!(e.bias.abs() < 0.1, "learned level's bias per interval {e:?}");
+    }
+}
+
+/// Other traffic out of range is refused, naming the flag or field.
+#[test]
+fn other_traffic_out_of_range_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (&["sim", "--contenders", "65"][..], "contenders = 65"),
+        (
+            &["sim", "--contenders", "1", "--contender-ampdu", "0"],
+            "contender_ampdu = 0",
+        ),
+        (
+            &["sim", "--contenders", "1", "--contender-mbps=-3"],
+            "contender_rate_mbps",
+        ),
+        (
+            &["sim", "--contenders", "1", "--contender-arrivals", "on-off:abc"],
+            "on-off:ON_MS/OFF_MS",
+        ),
+        (
+            &["sim", "--contenders", "1", "--contender-arrivals", "on-off:0/5"],
+            "contender_arrivals",
+        ),
+    ] {
+        let o = common::aggrate(dir.path(), args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains(needle) && !e.contains("panicked"),
+            "{args:?}: {e}"
+        );
+    }
 }

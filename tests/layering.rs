@@ -21,6 +21,7 @@ const CORE: &[&str] = &[
     "control",
     "selfcal",
     "airtime",
+    "level",
     "model",
     "transport",
     "watch",
@@ -68,7 +69,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "transport::io",
         ],
     ),
-    ("sim", &["metrics", "wlan", "train", "bottleneck"]),
+    ("sim", &["metrics", "wlan", "train", "bottleneck", "parallel"]),
     (
         "report",
         &[

@@ -308,6 +308,51 @@ fn errors_retries_contention_and_backhaul() {
     assert!(busy.collisions > 10);
     assert!(busy.stations[0].received_mbps < alone.stations[0].received_mbps * 0.9);
 
+    // Other kinds of other traffic. A neighbouring AP aggregating (A-MPDUs of up to 32) carries
+    // the same load in fewer, longer transmissions: fewer of them, fewer collisions.
+    let with = |ampdu: u16, arrivals: aggrate::wlan::Arrivals, mbps: f64| {
+        go(Scenario {
+            wlan: WlanConfig {
+                contenders: 1,
+                contender_rate_mbps: mbps,
+                contender_ampdu: ampdu,
+                contender_arrivals: arrivals,
+                ..WlanConfig::default()
+            },
+            ..ns3_like(1000.0, 0.5)
+        })
+        .0
+    };
+    let single = with(1, aggrate::wlan::Arrivals::Poisson, 50.0);
+    let neighbour = with(32, aggrate::wlan::Arrivals::Poisson, 50.0);
+    assert!(
+        neighbour.collisions * 2 < single.collisions,
+        "{} vs {} collisions",
+        neighbour.collisions,
+        single.collisions
+    );
+    // A saturated neighbour takes whatever EDCA gives it: about half the transmit
+    // opportunities, far more air than any offered load above.
+    let saturated = with(8, aggrate::wlan::Arrivals::Saturated, 1.0);
+    assert!(
+        saturated.stations[0].received_mbps < 0.75 * alone.stations[0].received_mbps,
+        "{} vs {}",
+        saturated.stations[0].received_mbps,
+        alone.stations[0].received_mbps
+    );
+    assert!(saturated.stations[0].received_mbps < single.stations[0].received_mbps);
+    // On/off at the same mean load costs about what Poisson does.
+    let bursty = with(
+        1,
+        aggrate::wlan::Arrivals::OnOff {
+            on_ms: 100.0,
+            off_ms: 100.0,
+        },
+        50.0,
+    );
+    let r = bursty.stations[0].received_mbps / single.stations[0].received_mbps;
+    assert!((0.9..1.1).contains(&r), "{r}");
+
     // A backhaul below the WLAN rate is the bottleneck: WLAN aggregation stays low.
     let s = Scenario {
         backhaul: Some(BackhaulConfig {

@@ -35,6 +35,7 @@ mod sweep;
 mod testbed;
 mod tool;
 mod train;
+mod train_level;
 
 pub(crate) use common::*;
 
@@ -70,6 +71,13 @@ pub(crate) enum Command {
     Features(features::FeaturesArgs),
     /// Train an estimator with contiguous k-fold cross-validation; write model + reports.
     Train(train::TrainArgs),
+    /// Train the learned level (per report interval, from the receive timing) on closed-loop
+    /// emulator runs across receive paths and other traffic; write it into a model file.
+    TrainLevel(train_level::TrainLevelArgs),
+    /// The loop table: closed loops on the virtual clock across receive paths and other
+    /// traffic, steered by MAC timestamps, the learned level, the airtime level and the frame
+    /// count.
+    LevelLoop(train_level::LevelLoopArgs),
     /// The study's sweeps (m, σ, SVM loss, SVR d) with contiguous CV, and its Figure 13 panels.
     Sweep(sweep::SweepArgs),
     /// Score a trained model on other captures or datasets, per send rate.
@@ -223,6 +231,8 @@ pub(crate) fn run(args: Args) -> Result<Exit> {
         Command::Simulate(a) => simulate::run_cmd(&ui, a),
         Command::Dataset(c) => dataset::run(&ui, c),
         Command::Train(a) => train::run(&ui, a),
+        Command::TrainLevel(a) => train_level::run(&ui, a),
+        Command::LevelLoop(a) => train_level::run_loop(&ui, a),
         Command::Sweep(a) => sweep::run(&ui, a),
         Command::Sim(a) => sim::run_cmd(&ui, a),
         Command::Ap(a) => live::ap(&ui, a),

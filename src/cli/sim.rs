@@ -71,9 +71,18 @@ pub(crate) struct SimArgs {
     /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
     #[arg(long)]
     pub(crate) self_calibrate_max_distance: Option<f64>,
-    /// Contending stations on the channel (single-MPDU frames at VHT MCS 7, 1 SS, Poisson).
+    /// Others on the channel: contending transmitters at VHT MCS 7, 1 SS (0..=64).
     #[arg(long, default_value_t = 0)]
     pub(crate) contenders: u32,
+    /// Frames a contender sends per transmit opportunity: 1 is a station's single frames, more
+    /// a neighbouring network's AP aggregating its downlink (1..=64).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) contender_ampdu: u16,
+    /// How the contenders' frames arrive: `poisson`, `saturated` (always a frame queued:
+    /// whatever EDCA gives it; --contender-mbps is then unused) or `on-off:ON_MS/OFF_MS` (bursts,
+    /// e.g. a video stream's chunks, at the same mean load).
+    #[arg(long, default_value = "poisson")]
+    pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
     /// Offered load of each contender (Mb/s).
     #[arg(long, default_value_t = 10.0)]
     pub(crate) contender_mbps: f64,
@@ -85,10 +94,12 @@ pub(crate) struct SimArgs {
     /// datasets/README.md) instead of --noise.
     #[arg(long, conflicts_with = "noise")]
     pub(crate) receiver: Option<PathBuf>,
-    /// What the aggregation-target sender steers by, with --model: `airtime` (the level the
-    /// delivery rate and PHY rate give, from each receiver and, with several stations, the
-    /// cell) or `frame-count` (packets ÷ the model's predicted starts, the study's estimator).
-    #[arg(long, value_enum, default_value_t = SteerArg::Airtime)]
+    /// What the aggregation-target sender steers by, with --model: `level` (the receivers'
+    /// level: the learned level when the model carries one, else the airtime level), `airtime`
+    /// (the level the delivery rate and PHY rate give, from each receiver and, with several
+    /// stations, the cell) or `frame-count` (packets ÷ the model's predicted starts, the study's
+    /// estimator).
+    #[arg(long, value_enum, default_value_t = SteerArg::Level)]
     pub(crate) steer: SteerArg,
     /// The aggregation-target sender's data carries a reliable stream to each station (an
     /// endless seeded one, checked byte by byte): what reliable delivery costs the loop in rate
@@ -107,6 +118,8 @@ pub(crate) struct SimArgs {
 /// `--steer`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum SteerArg {
+    /// The receivers' level (learned when the model has one).
+    Level,
     /// The level from airtime.
     Airtime,
     /// The frame count.
@@ -152,6 +165,8 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
     let mut wlan = WlanConfig::vht_stations(&mcs);
     wlan.contenders = a.contenders;
     wlan.contender_rate_mbps = a.contender_mbps;
+    wlan.contender_ampdu = a.contender_ampdu;
+    wlan.contender_arrivals = a.contender_arrivals;
     let mut cfg = SimConfig {
         wlan,
         noise,
@@ -174,6 +189,7 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
             false => None,
         },
         steer: match a.steer {
+            SteerArg::Level => aggrate::sim::Steer::Level,
             SteerArg::Airtime => aggrate::sim::Steer::Airtime,
             SteerArg::FrameCount => aggrate::sim::Steer::FrameCount,
         },

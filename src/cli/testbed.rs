@@ -121,6 +121,13 @@ pub(crate) struct TestbedArgs {
     /// Offered load of each contender (Mb/s).
     #[arg(long, default_value_t = 10.0)]
     pub(crate) contender_mbps: f64,
+    /// Frames a contender sends per transmit opportunity (above 1: a neighbouring network's AP
+    /// aggregating its downlink; 1..=64).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) contender_ampdu: u16,
+    /// How the contenders' frames arrive: `poisson`, `saturated` or `on-off:ON_MS/OFF_MS`.
+    #[arg(long, default_value = "poisson")]
+    pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -161,6 +168,8 @@ impl TestbedArgs {
             queue_limit: self.queue,
             contenders: self.contenders,
             contender_rate_mbps: self.contender_mbps,
+            contender_ampdu: self.contender_ampdu,
+            contender_arrivals: self.contender_arrivals,
             aqm: match aqm {
                 QueueKind::Fifo => Aqm::Fifo,
                 QueueKind::Codel => Aqm::codel(),

@@ -124,6 +124,14 @@ pub struct WlanConfig {
     pub contender_bytes: usize,
     /// Contenders' link.
     pub contender_phy: StationConfig,
+    /// Most frames a contender sends in one transmit opportunity: above 1 it is a neighbouring
+    /// network's AP aggregating its downlink (an A-MPDU of up to this many of its queued frames,
+    /// answered by a Block Ack); 1 is a station sending single frames.
+    #[serde(skip_serializing_if = "is_one")]
+    pub contender_ampdu: u16,
+    /// How the contenders' frames arrive.
+    #[serde(skip_serializing_if = "Arrivals::is_poisson")]
+    pub contender_arrivals: Arrivals,
     /// Where TSFT is stamped.
     pub tsft_at: TsftAt,
     /// TSF at emulator time zero (µs).
@@ -161,11 +169,63 @@ impl Default for WlanConfig {
                 nss: 1,
                 ..StationConfig::default()
             },
+            contender_ampdu: 1,
+            contender_arrivals: Arrivals::Poisson,
             tsft_at: TsftAt::Start,
             tsf_offset_us: 0,
             channel_mhz: 5210,
             amsdu_max_msdus: 1,
             amsdu_max_bytes: 7935,
+        }
+    }
+}
+
+fn is_one(v: &u16) -> bool {
+    *v == 1
+}
+
+/// How a contender's frames arrive (its offered load is `contender_rate_mbps` in every kind but
+/// the saturated one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Arrivals {
+    /// Poisson arrivals at the offered load.
+    #[default]
+    Poisson,
+    /// Always a frame queued: the contender takes whatever EDCA gives it.
+    Saturated,
+    /// On/off: Poisson arrivals during `on_ms`, none during `off_ms` (a video stream's chunks),
+    /// the same mean load; each contender's phase is drawn from the seed.
+    OnOff {
+        /// Length of a burst (ms).
+        on_ms: f64,
+        /// Silence between bursts (ms).
+        off_ms: f64,
+    },
+}
+
+impl Arrivals {
+    fn is_poisson(&self) -> bool {
+        *self == Arrivals::Poisson
+    }
+}
+
+impl std::str::FromStr for Arrivals {
+    type Err = String;
+    /// `poisson`, `saturated`, or `on-off:ON_MS/OFF_MS`.
+    fn from_str(s: &str) -> Result<Arrivals, String> {
+        let err =
+            || format!("contender arrivals {s:?}: use poisson, saturated or on-off:ON_MS/OFF_MS (e.g. on-off:200/800)");
+        match s {
+            "poisson" => Ok(Arrivals::Poisson),
+            "saturated" => Ok(Arrivals::Saturated),
+            _ => {
+                let rest = s.strip_prefix("on-off:").ok_or_else(err)?;
+                let (on, off) = rest.split_once('/').ok_or_else(err)?;
+                let on_ms: f64 = on.trim().parse().map_err(|_| err())?;
+                let off_ms: f64 = off.trim().parse().map_err(|_| err())?;
+                Ok(Arrivals::OnOff { on_ms, off_ms })
+            }
         }
     }
 }
@@ -350,14 +410,41 @@ impl WlanConfig {
         if !(0.0..1.0).contains(&self.mpdu_error_rate) {
             return Err(bad("mpdu_error_rate", self.mpdu_error_rate, "0 <= p < 1"));
         }
-        if self.contenders > 0 && !(self.contender_rate_mbps > 0.0 && self.contender_rate_mbps.is_finite()) {
-            return Err(bad("contender_rate_mbps", self.contender_rate_mbps, "> 0"));
+        if self.contenders > 64 {
+            return Err(bad("contenders", self.contenders, "0..=64"));
+        }
+        if self.contenders > 0
+            && self.contender_arrivals != Arrivals::Saturated
+            && !(self.contender_rate_mbps > 0.0 && self.contender_rate_mbps <= 10_000.0)
+        {
+            return Err(bad(
+                "contender_rate_mbps",
+                self.contender_rate_mbps,
+                "0 < load <= 10000 Mb/s",
+            ));
         }
         if !(1..=64).contains(&self.amsdu_max_msdus) {
             return Err(bad("amsdu_max_msdus", self.amsdu_max_msdus, "1..=64 (1: no A-MSDU)"));
         }
         if !(1600..=11_398).contains(&self.amsdu_max_bytes) {
             return Err(bad("amsdu_max_bytes", self.amsdu_max_bytes, "1600..=11398"));
+        }
+        if !(1..=64).contains(&self.contender_ampdu) {
+            return Err(bad(
+                "contender_ampdu",
+                self.contender_ampdu,
+                "1..=64 frames per transmit opportunity",
+            ));
+        }
+        if let Arrivals::OnOff { on_ms, off_ms } = self.contender_arrivals {
+            let ok = |v: f64| v.is_finite() && (0.1..=60_000.0).contains(&v);
+            if !ok(on_ms) || !(off_ms == 0.0 || ok(off_ms)) {
+                return Err(bad(
+                    "contender_arrivals",
+                    format!("on-off {on_ms}/{off_ms} ms"),
+                    "on 0.1..=60000 ms, off 0 or 0.1..=60000 ms",
+                ));
+            }
         }
         if !(40..=7900).contains(&self.contender_bytes) {
             return Err(bad("contender_bytes", self.contender_bytes, "40..=7900"));

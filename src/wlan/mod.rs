@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use rand::{Rng, RngExt};
 
-pub use config::{ConfigError, RateAdaptation, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
+pub use config::{Arrivals, ConfigError, RateAdaptation, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
 use timing::{PhyMode, SIFS, SLOT};
 
 use crate::time::{Ts, Tsft};
@@ -205,7 +205,12 @@ struct Contender {
     queue: u64,
     head_avail: Ts,
     next_arrival: Ts,
+    /// On/off arrivals: where this contender's cycle starts (ns, drawn from the seed).
+    phase_ns: u64,
 }
+
+/// A saturated contender's queue: never runs out in any run.
+const SATURATED: u64 = 1 << 62;
 
 /// A station's own transmissions to the AP: its queue and EDCA function.
 #[derive(Clone, Debug)]
@@ -235,7 +240,8 @@ struct Exchange {
     end: Ts,
     delivered: bool,
     ap_success: Option<bool>,
-    contenders: Vec<(usize, bool)>,
+    /// Contenders that sent, whether they got through, and how many frames they sent.
+    contenders: Vec<(usize, bool, u64)>,
     /// Stations that sent on the uplink, and whether they got through.
     uplink: Vec<(usize, bool)>,
     /// Packets of the uplink A-MPDU that got through.
@@ -282,22 +288,45 @@ impl<R: Rng> WlanSim<R> {
     pub fn new(cfg: ValidWlanConfig, mut rng: R) -> Self {
         let c = cfg.config();
         let n = c.stations.len();
-        let gap = if c.contenders > 0 {
+        let mut gap = if c.contenders > 0 {
             c.contender_bytes as f64 * 8.0 / (c.contender_rate_mbps * 1e6) * 1e9
         } else {
             0.0
         };
+        if let config::Arrivals::OnOff { on_ms, off_ms } = c.contender_arrivals {
+            // The same mean load, offered during the on periods only.
+            gap *= on_ms / (on_ms + off_ms);
+        }
         let contenders = (0..c.contenders)
             .map(|_| {
-                let first = Ts(exp_ns(&mut rng, gap));
-                Contender {
-                    edcaf: Edcaf {
-                        backoff: 0,
-                        cw: c.cw_min,
+                let edcaf = Edcaf {
+                    backoff: 0,
+                    cw: c.cw_min,
+                };
+                match c.contender_arrivals {
+                    config::Arrivals::Saturated => Contender {
+                        edcaf,
+                        queue: SATURATED,
+                        head_avail: Ts::ZERO,
+                        next_arrival: Ts(u64::MAX / 4),
+                        phase_ns: 0,
                     },
-                    queue: 0,
-                    head_avail: first,
-                    next_arrival: first,
+                    arrivals => {
+                        let phase_ns = match arrivals {
+                            config::Arrivals::OnOff { on_ms, off_ms } => {
+                                (rng.random::<f64>() * (on_ms + off_ms) * 1e6) as u64
+                            }
+                            _ => 0,
+                        };
+                        let first = on_off_next(c.contender_arrivals, phase_ns, Ts(exp_ns(&mut rng, gap)));
+                        Contender {
+                            edcaf,
+                            queue: 0,
+                            head_avail: first,
+                            next_arrival: first,
+                            phase_ns,
+                        }
+                    }
                 }
             })
             .collect();
@@ -538,12 +567,13 @@ impl<R: Rng> WlanSim<R> {
         for i in 0..self.contenders.len() {
             while self.contenders[i].next_arrival <= upto {
                 let gap = exp_ns(&mut self.rng, self.contender_mean_gap_ns);
+                let arrivals = self.cfg.config().contender_arrivals;
                 let c = &mut self.contenders[i];
                 if c.queue == 0 {
                     c.head_avail = c.next_arrival;
                 }
                 c.queue += 1;
-                c.next_arrival = c.next_arrival + Duration::from_nanos(gap.max(1));
+                c.next_arrival = on_off_next(arrivals, c.phase_ns, c.next_arrival + Duration::from_nanos(gap.max(1)));
             }
         }
     }
@@ -616,9 +646,14 @@ impl<R: Rng> WlanSim<R> {
             self.idle_since = t.saturating_sub(self.aifs);
             return;
         }
-        let (rts_threshold, contender_bytes, p) = {
+        let (rts_threshold, contender_bytes, contender_ampdu, p) = {
             let c = self.cfg.config();
-            (c.rts_threshold, c.contender_bytes, c.mpdu_error_rate)
+            (
+                c.rts_threshold,
+                c.contender_bytes,
+                c.contender_ampdu as u64,
+                c.mpdu_error_rate,
+            )
         };
         let ack = timing::ack();
         let mut on_air = Duration::ZERO; // longest transmission (collisions)
@@ -648,15 +683,21 @@ impl<R: Rng> WlanSim<R> {
                 self.ampdu_meta = (start, ppdu_end);
             }
         }
-        if !cont_tx.is_empty() {
+        // Frames each sending contender puts in its PPDU: up to its A-MPDU limit of what it has
+        // queued (a neighbouring AP aggregates; a station sends one).
+        let cont_frames: Vec<u64> = cont_tx
+            .iter()
+            .map(|&i| self.contenders[i].queue.clamp(1, contender_ampdu))
+            .collect();
+        for &k in &cont_frames {
             let dur = self
                 .cfg
                 .contender_mode
-                .ppdu_duration(timing::subframe_len(contender_bytes));
+                .ppdu_duration(k as usize * timing::subframe_len(contender_bytes));
             on_air = on_air.max(dur);
             if !collision {
                 ppdu_end = t + dur;
-                end_after_ppdu = SIFS + ack;
+                end_after_ppdu = SIFS + if k > 1 { timing::block_ack() } else { ack };
             }
         }
         let mut uplink_packets = 0;
@@ -685,7 +726,7 @@ impl<R: Rng> WlanSim<R> {
                 ex.ap_success = Some(false);
                 self.ampdu.iter_mut().for_each(|f| f.ok = false);
             }
-            ex.contenders = cont_tx.iter().map(|&i| (i, false)).collect();
+            ex.contenders = cont_tx.iter().zip(&cont_frames).map(|(&i, &k)| (i, false, k)).collect();
             ex.uplink = up_tx.iter().map(|&i| (i, false)).collect();
         } else if ap_tx {
             // One error draw per MPDU: an A-MSDU is lost or received whole.
@@ -703,8 +744,8 @@ impl<R: Rng> WlanSim<R> {
             ex.ap_success = Some(any);
             self.stats[self.ampdu_sta].ampdus += 1;
         } else if !cont_tx.is_empty() {
-            ex.contenders = cont_tx.iter().map(|&i| (i, true)).collect();
-            self.contender_frames += 1;
+            ex.contenders = cont_tx.iter().zip(&cont_frames).map(|(&i, &k)| (i, true, k)).collect();
+            self.contender_frames += cont_frames.iter().sum::<u64>();
         } else if let Some(&i) = up_tx.first() {
             ex.uplink = vec![(i, true)];
             self.stats[i].uplink_ampdus += 1;
@@ -954,10 +995,13 @@ impl<R: Rng> WlanSim<R> {
             self.ap.cw = if ok { cw_min } else { (self.ap.cw * 2 + 1).min(cw_max) };
             self.ap.backoff = self.rng.random_range(0..=self.ap.cw);
         }
-        for (i, ok) in x.contenders {
+        for (i, ok, k) in x.contenders {
             let e = &mut self.contenders[i];
             if ok {
-                e.queue -= 1;
+                e.queue = e.queue.saturating_sub(k);
+                if e.queue < SATURATED / 2 && self.cfg.config().contender_arrivals == config::Arrivals::Saturated {
+                    e.queue = SATURATED;
+                }
                 e.head_avail = x.end;
             }
             e.edcaf.cw = if ok { cw_min } else { (e.edcaf.cw * 2 + 1).min(cw_max) };
@@ -991,6 +1035,24 @@ pub(crate) fn exp_sample<R: Rng>(rng: &mut R, mean: f64) -> f64 {
         return 0.0;
     }
     -(1.0 - rng.random::<f64>()).ln() * mean
+}
+
+/// The first arrival time at or after `t` that on/off arrivals allow: `t` itself in an on
+/// period (and for every other kind), else the start of the next on period.
+fn on_off_next(arrivals: config::Arrivals, phase_ns: u64, t: Ts) -> Ts {
+    let config::Arrivals::OnOff { on_ms, off_ms } = arrivals else {
+        return t;
+    };
+    let (on, cycle) = ((on_ms * 1e6) as u64, ((on_ms + off_ms) * 1e6) as u64);
+    if cycle == 0 || on >= cycle {
+        return t;
+    }
+    let pos = (t.0.saturating_add(phase_ns)) % cycle;
+    if pos < on {
+        t
+    } else {
+        Ts(t.0.saturating_add(cycle - pos))
+    }
 }
 
 /// [`exp_sample`] in whole ns; a mean ≤ 0 means "never" (a time far beyond any run).

@@ -34,6 +34,7 @@ pub mod airtime;
 pub mod bottleneck_weights;
 pub mod control;
 pub mod features;
+pub mod level;
 pub mod model;
 pub mod runtime;
 pub mod selfcal;

@@ -146,6 +146,10 @@ pub struct ModelFile {
     /// Headline metrics (CV), free-form.
     #[serde(default)]
     pub metrics: serde_json::Value,
+    /// The learned level ([`crate::level`]): per report interval, the level from the receive
+    /// timing beyond the airtime relation; the online estimator reports it when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<crate::level::LevelModel>,
 }
 
 /// Errors loading a model file.
@@ -224,6 +228,7 @@ impl ModelFile {
             model,
             training,
             metrics: serde_json::Value::Null,
+            level: None,
         }
     }
 
@@ -281,7 +286,11 @@ impl ModelFile {
     /// Widths and numbers that must agree with the spec (a hand-edited or truncated file would
     /// otherwise predict garbage quietly).
     fn validate(&self) -> Result<(), (&'static str, String)> {
-        validate_model(&self.spec, &self.model)
+        validate_model(&self.spec, &self.model)?;
+        if let Some(l) = &self.level {
+            l.check().map_err(|e| ("level", e.to_string()))?;
+        }
+        Ok(())
     }
 }
 

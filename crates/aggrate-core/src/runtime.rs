@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::airtime::{AirtimeParams, Measured};
 use crate::features::{FeatureSpec, FrameSlots, GapWindow};
+use crate::level::{GapHist, IntervalInputs, LevelFeatures, LevelModel};
 use crate::model::Predict;
 use crate::model::{EstimatorModel, ModelFile};
 use crate::time::{Ts, Tsft};
@@ -133,6 +134,13 @@ pub struct AggReport {
     pub owd_p95_ms: Option<f64>,
     /// μ_R: mean PHY rate of the interval's packets (b/s), when known.
     pub phy_rate_bps: Option<f64>,
+    /// The airtime relation's level alone (the least the station can be at when others use the
+    /// channel unannounced), when the PHY rate is known.
+    pub airtime_agg: Option<f64>,
+    /// The interval's features for the learned level ([`crate::level`]), when the airtime level
+    /// exists.
+    #[serde(skip)]
+    pub features: Option<LevelFeatures>,
 }
 
 impl AggReport {
@@ -157,6 +165,8 @@ struct Acc {
     /// and how many there are.
     active_ns: u64,
     active_gaps: u64,
+    /// Those gaps by octave.
+    gaps: GapHist,
 }
 
 /// A gap between packets at least this long is a pause of the sender, not receiving time (the
@@ -219,6 +229,8 @@ pub struct OnlineEstimator {
     /// Receive time of the last packet (for receiving time across intervals).
     last_host: Option<Ts>,
     clock_skewed: u64,
+    /// The learned level (from the model file), used when the airtime level exists.
+    level_model: Option<std::sync::Arc<LevelModel>>,
 }
 
 /// Send and receive times further apart than this (an hour) are clocks that disagree, not a
@@ -237,7 +249,27 @@ impl OnlineEstimator {
     /// An estimator for a loaded model file (its spec decides m, σ, N_max and the slots).
     pub fn from_model(file: &ModelFile, interval: Duration) -> Result<OnlineEstimator, Error> {
         let spec = file.spec.check().map_err(Error::Spec)?;
-        OnlineEstimator::new(Mode::Model(Box::new(file.model.clone())), spec, interval)
+        let mut e = OnlineEstimator::new(Mode::Model(Box::new(file.model.clone())), spec, interval)?;
+        e.set_level_model(file.level.clone())?;
+        Ok(e)
+    }
+
+    /// Use this learned level (checked) when the airtime level exists, or none: the airtime
+    /// level alone.
+    pub fn set_level_model(&mut self, m: Option<LevelModel>) -> Result<(), Error> {
+        if let Some(m) = &m {
+            m.check().map_err(|e| Error::Mismatch {
+                field: "level",
+                what: e.to_string(),
+            })?;
+        }
+        self.level_model = m.map(std::sync::Arc::new);
+        Ok(())
+    }
+
+    /// Whether a learned level is in use.
+    pub fn has_level_model(&self) -> bool {
+        self.level_model.is_some()
     }
 
     /// An estimator with an explicit mode and spec.
@@ -286,6 +318,7 @@ impl OnlineEstimator {
             level,
             last_host: None,
             clock_skewed: 0,
+            level_model: None,
         })
     }
 
@@ -395,6 +428,7 @@ impl OnlineEstimator {
             if gap < SILENCE.as_nanos() as u64 {
                 a.active_ns += gap;
                 a.active_gaps += 1;
+                a.gaps.add(gap);
             }
         }
         if let Some(rate) = p.phy_rate_bps {
@@ -554,17 +588,51 @@ impl OnlineEstimator {
         } else {
             self.level.phy_rate_bps.map(|v| v as f64)
         };
-        let airtime = match (&self.level.airtime, phy) {
-            (Some(p), Some(phy_bps)) if a.active_gaps > 0 && a.active_ns > 0 && a.packets > 0 => p.level_with_count(
-                &Measured {
+        let count = (a.frames > 0).then(|| a.level_sum as f64 / a.frames as f64);
+        let loss_rate = if a.lost.saturating_add(a.packets) > 0 {
+            a.lost as f64 / (a.lost as f64 + a.packets as f64)
+        } else {
+            0.0
+        };
+        let (airtime, features) = match (&self.level.airtime, phy) {
+            (Some(p), Some(phy_bps)) if a.active_gaps > 0 && a.active_ns > 0 && a.packets > 0 => {
+                let m = Measured {
                     pkt_rate: a.active_gaps as f64 * 1e9 / a.active_ns as f64,
                     ip_len: a.bytes as f64 / a.packets as f64 + self.level.l3_overhead_bytes as f64,
                     phy_bps,
                     others_share: self.level.others_share,
-                },
+                };
                 // Near the RTS threshold the frame count tells which regime the AP is in.
-                (a.frames > 0).then(|| a.level_sum as f64 / a.frames as f64),
-            ),
+                let n0 = p.level_with_count(&m, count);
+                let features = n0.map(|n0| {
+                    LevelFeatures::of(
+                        &IntervalInputs {
+                            airtime: n0,
+                            count: count.unwrap_or(0.0),
+                            data_share: m.pkt_rate * p.subframe_bytes(m.ip_len) * 8.0 / phy_bps,
+                            overhead_share: m.pkt_rate * p.fixed_us() * 1e-6,
+                            survey_share: self.level.others_share,
+                            loss_rate,
+                            airtime_with: &|x| {
+                                p.level_with_count(
+                                    &Measured {
+                                        others_share: (self.level.others_share + x).min(0.99),
+                                        ..m
+                                    },
+                                    count,
+                                )
+                            },
+                        },
+                        &a.gaps,
+                    )
+                });
+                (n0, features)
+            }
+            _ => (None, None),
+        };
+        let cap = self.n_max as f64;
+        let learned = match (&self.level_model, airtime, &features) {
+            (Some(lm), Some(n0), Some(x)) => Some((n0 * (lm.predict(x) as f64).exp()).clamp(1.0, cap)),
             _ => None,
         };
         AggReport {
@@ -577,19 +645,17 @@ impl OnlineEstimator {
             } else {
                 0.0
             },
-            corrected_agg: airtime
-                .map(|v| v.min(self.n_max as f64))
-                .or(self.svr_latest.map(|v| v.clamp(1.0, self.n_max as f64))),
+            corrected_agg: learned
+                .or(airtime.map(|v| v.min(cap)))
+                .or(self.svr_latest.map(|v| v.clamp(1.0, cap))),
             rx_rate_bps: a.bytes as f64 * 8.0 / secs,
             lost: a.lost,
-            loss_rate: if a.lost.saturating_add(a.packets) > 0 {
-                a.lost as f64 / (a.lost as f64 + a.packets as f64)
-            } else {
-                0.0
-            },
+            loss_rate,
             owd_mean_ms,
             owd_p95_ms,
             phy_rate_bps: phy,
+            airtime_agg: airtime.map(|v| v.min(cap)),
+            features,
         }
     }
 }

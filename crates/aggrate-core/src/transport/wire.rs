@@ -843,6 +843,9 @@ pub fn parse_feedback(b: &[u8], keys: &SessionKeys) -> Result<Feedback, WireErro
             owd_mean_ms: back(f(88)),
             owd_p95_ms: back(f(96)),
             phy_rate_bps: back(f(104)),
+            // Not on the wire: the receiver's own diagnostics.
+            airtime_agg: None,
+            features: None,
         },
     })
 }
