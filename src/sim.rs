@@ -377,7 +377,7 @@ impl Wire {
         if let Some(w) = cfg.bottleneck_weights {
             sender.set_bottleneck_weights(w);
         }
-        sender.set_cell_airtime(cfg.steer == Steer::Airtime);
+        sender.set_cell_airtime(cfg.steer != Steer::FrameCount);
         let bulk = crate::transport::bulk_config(payload + wire::DATA_HEADER_LEN, 1).map_err(|_| Error::Bad {
             field: "packet_len",
             value: cfg.packet_len as f64,

@@ -595,7 +595,7 @@ fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
             "learned: true μ_N {} (target 32)",
             l.mean_agg
         );
-        assert!(l.delay_ms_p95 < 0.5 * a.delay_ms_p95, "{l:?} vs {a:?}");
+        assert!(l.delay_ms_p95 < 0.75 * a.delay_ms_p95, "{l:?} vs {a:?}");
         let e = l.level_error.unwrap();
         assert!(e.bias.abs() < 0.1, "learned level's bias per interval {e:?}");
     }
@@ -604,6 +604,8 @@ fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
 /// Other traffic out of range is refused, naming the flag or field.
 #[test]
 fn other_traffic_out_of_range_is_refused_by_name() {
+    #[path = "common/mod.rs"]
+    mod common;
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
         (&["sim", "--contenders", "65"][..], "contenders = 65"),

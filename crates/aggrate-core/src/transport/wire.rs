@@ -936,6 +936,8 @@ mod tests {
             owd_mean_ms: Some(1.5),
             owd_p95_ms: None,
             phy_rate_bps: Some(866.7e6),
+            airtime_agg: None,
+            features: None,
         }
     }
 
