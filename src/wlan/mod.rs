@@ -646,14 +646,9 @@ impl<R: Rng> WlanSim<R> {
             self.idle_since = t.saturating_sub(self.aifs);
             return;
         }
-        let (rts_threshold, contender_bytes, contender_ampdu, p) = {
+        let (rts_threshold, p) = {
             let c = self.cfg.config();
-            (
-                c.rts_threshold,
-                c.contender_bytes,
-                c.contender_ampdu as u64,
-                c.mpdu_error_rate,
-            )
+            (c.rts_threshold, c.mpdu_error_rate)
         };
         let ack = timing::ack();
         let mut on_air = Duration::ZERO; // longest transmission (collisions)
@@ -683,21 +678,12 @@ impl<R: Rng> WlanSim<R> {
                 self.ampdu_meta = (start, ppdu_end);
             }
         }
-        // Frames each sending contender puts in its PPDU: up to its A-MPDU limit of what it has
-        // queued (a neighbouring AP aggregates; a station sends one).
-        let cont_frames: Vec<u64> = cont_tx
-            .iter()
-            .map(|&i| self.contenders[i].queue.clamp(1, contender_ampdu))
-            .collect();
-        for &k in &cont_frames {
-            let dur = self
-                .cfg
-                .contender_mode
-                .ppdu_duration(k as usize * timing::subframe_len(contender_bytes));
-            on_air = on_air.max(dur);
+        let (cont_frames, cont_ppdu, cont_after) = self.contender_ppdus(&cont_tx);
+        if !cont_tx.is_empty() {
+            on_air = on_air.max(cont_ppdu);
             if !collision {
-                ppdu_end = t + dur;
-                end_after_ppdu = SIFS + if k > 1 { timing::block_ack() } else { ack };
+                ppdu_end = t + cont_ppdu;
+                end_after_ppdu = cont_after;
             }
         }
         let mut uplink_packets = 0;
@@ -760,6 +746,33 @@ impl<R: Rng> WlanSim<R> {
         }
         self.busy_ns += ex.end.saturating_since(t).as_nanos() as u64;
         self.exchange = Some(ex);
+    }
+
+    /// The sending contenders' PPDUs: the frames each puts in its PPDU (up to its A-MPDU limit
+    /// of what it has queued: a neighbouring AP aggregates, a station sends one), the longest
+    /// PPDU, and what follows the PPDU when it goes alone (SIFS and an Ack, or a Block Ack).
+    fn contender_ppdus(&self, cont_tx: &[usize]) -> (Vec<u64>, Duration, Duration) {
+        let c = self.cfg.config();
+        let frames: Vec<u64> = cont_tx
+            .iter()
+            .map(|&i| self.contenders[i].queue.clamp(1, c.contender_ampdu as u64))
+            .collect();
+        let longest = frames
+            .iter()
+            .map(|&k| {
+                self.cfg
+                    .contender_mode
+                    .ppdu_duration(k as usize * timing::subframe_len(c.contender_bytes))
+            })
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let after = SIFS
+            + if frames.iter().any(|&k| k > 1) {
+                timing::block_ack()
+            } else {
+                timing::ack()
+            };
+        (frames, longest, after)
     }
 
     /// Rate adaptation: step the station's MCS once its dwell time has passed.

@@ -148,6 +148,8 @@ pub struct RunSummary {
     pub receiver: Option<ReceivePath>,
     /// Collisions with contending stations.
     pub collisions: u64,
+    /// Frames the contenders got through.
+    pub contender_frames: u64,
     /// Virtual time simulated (s).
     pub simulated_s: f64,
     /// Packets delivered in all.
@@ -265,6 +267,7 @@ pub fn run(
         receiver_dropped: noise.iter().map(|n| n.dropped()).sum(),
         receiver: scn.noise.as_ref().map(|p| p.path().clone()),
         collisions: sim.collisions(),
+        contender_frames: sim.contender_frames(),
         simulated_s: now.as_secs_f64(),
     }
 }
