@@ -48,8 +48,22 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
     if !(1..=10_000).contains(&a.trees) {
         bail!("--trees = {}: 1..=10000", a.trees);
     }
-    let mut file = ModelFile::load(&a.model)?;
-    file.level = None;
+    // The learned level in the file is replaced: one fitted on other features (an older build)
+    // must not stop the refit.
+    let text = std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model.display()))?;
+    let mut doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not JSON (line {}, column {}): {e}",
+            a.model.display(),
+            e.line(),
+            e.column()
+        )
+    })?;
+    if let Some(o) = doc.as_object_mut() {
+        o.remove("level");
+    }
+    let file = ModelFile::from_json(&doc.to_string(), &a.model.display().to_string())?;
+    let mut file = file;
     let p = GbdtParams {
         trees: a.trees,
         ..GbdtParams::default()

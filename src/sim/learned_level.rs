@@ -138,6 +138,9 @@ pub struct Run {
     pub mcs: u8,
     /// The airtime-steered loop's target.
     pub target: f64,
+    /// A fixed send rate instead of a loop (Mb/s): the open-loop rows a capture at a constant
+    /// rate gives, from an idle AP to an overloaded one.
+    pub fixed_mbps: Option<f64>,
     /// Report interval (ms).
     pub interval_ms: u64,
     /// Seed.
@@ -151,7 +154,8 @@ pub fn plan_round(seed: u64, per_cell: usize, round: u64) -> Vec<Run> {
 }
 
 /// The plan: for every receive path (the presets and `random` draws) and every kind of other
-/// traffic, `per_cell` runs with MCS, target, load and interval drawn from `seed`.
+/// traffic, `per_cell` runs with MCS, target (or, in half of them, a fixed send rate of
+/// 50–650 Mb/s), load and interval drawn from `seed`.
 pub fn plan(seed: u64, per_cell: usize) -> Vec<Run> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let receivers = [
@@ -163,7 +167,13 @@ pub fn plan(seed: u64, per_cell: usize) -> Vec<Run> {
     let mut runs = Vec::new();
     for r in receivers {
         for kind in OthersKind::ALL {
-            for _ in 0..per_cell {
+            // Random receive paths are many: twice the runs, so that the fit meets more of them.
+            let runs_here = if r == NoisePreset::Random {
+                2 * per_cell
+            } else {
+                per_cell
+            };
+            for _ in 0..runs_here {
                 let receiver = match r {
                     NoisePreset::Random => Receiver::Random(rng.random()),
                     p => Receiver::Preset(p),
@@ -175,11 +185,13 @@ pub fn plan(seed: u64, per_cell: usize) -> Vec<Run> {
                     OthersKind::Saturated => (rng.random_range(1..=2), 0.0),
                     OthersKind::Bursty => (rng.random_range(1..=2), [5.0, 10.0, 25.0][rng.random_range(0..3)]),
                 };
+                let fixed = rng.random_bool(0.5);
                 runs.push(Run {
                     receiver,
                     others: Others { kind, n, mbps },
                     mcs: rng.random_range(4..=9),
                     target: rng.random_range(6.0..58.0f64).round(),
+                    fixed_mbps: fixed.then(|| rng.random_range(50.0..650.0f64).round()),
                     interval_ms: if rng.random_bool(0.75) { 100 } else { 500 },
                     seed: rng.random(),
                 });
@@ -259,9 +271,19 @@ pub fn collect(
                     level: steer_by.cloned(),
                     ..model.clone()
                 })),
-                control: crate::control::PiParams {
-                    target: r.target,
-                    ..Default::default()
+                control: match r.fixed_mbps {
+                    None => crate::control::PiParams {
+                        target: r.target,
+                        ..Default::default()
+                    },
+                    Some(x) => crate::control::PiParams {
+                        initial_mbps: x,
+                        min_mbps: x,
+                        max_mbps: x,
+                        // No queue guard: the rate is the run's, whatever the delay.
+                        queue_guard_ms: 0.0,
+                        ..Default::default()
+                    },
                 },
                 interval: Duration::from_millis(r.interval_ms),
                 duration_s: RUN_SECONDS,
@@ -565,9 +587,14 @@ pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -
         .collect()
 }
 
-/// The learned level of a row (as the online estimator computes it, before the N_max cap).
+/// The learned level of a row, as the online estimator reports it ([`crate::level::combine`]).
 pub fn learned(m: &LevelModel, r: &Row) -> f64 {
-    (r.airtime * (m.predict(&r.features) as f64).exp()).max(1.0)
+    crate::level::combine(
+        r.airtime,
+        m.predict(&r.features),
+        (r.count > 0.0).then_some(r.count),
+        64.0,
+    )
 }
 
 #[cfg(test)]
@@ -580,7 +607,8 @@ mod tests {
         Row {
             features: f,
             airtime: 10.0,
-            count: 10.0,
+            // A count above both: the trees' level is the median.
+            count: 40.0,
             truth,
             ampdus: 50,
             run,
@@ -618,11 +646,11 @@ mod tests {
     #[test]
     fn the_plan_is_seeded_and_covers_every_cell() {
         let (a, b) = (plan(7, 2), plan(7, 2));
-        assert_eq!(a.len(), 4 * 5 * 2);
+        assert_eq!(a.len(), 5 * 5 * 2, "random receive paths get twice the runs");
         assert!(a.iter().zip(&b).all(|(x, y)| x.seed == y.seed && x.target == y.target));
         assert!(plan(8, 2).iter().zip(&a).any(|(x, y)| x.seed != y.seed));
         for k in OthersKind::ALL {
-            assert_eq!(a.iter().filter(|r| r.others.kind == k).count(), 8);
+            assert_eq!(a.iter().filter(|r| r.others.kind == k).count(), 10);
         }
     }
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 pub const GAP_BINS: usize = 12;
 
 /// Length of [`LevelFeatures`].
-pub const LEVEL_FEATURES: usize = 8 + 2 * GAP_BINS + 2 * EXCESS.len();
+pub const LEVEL_FEATURES: usize = 8 + 2 * GAP_BINS + 2 * EXCESS.len() + 2;
 
 /// Gaps longer than these (µs) are counted as time others may have taken: beyond the longest
 /// gap an access point leaves between its own A-MPDUs (AIFS, the largest first backoff, the
@@ -69,6 +69,8 @@ pub fn feature_names() -> Vec<String> {
     for t in EXCESS {
         v.push(format!("ln_airtime_with_others_over_{t}us"));
     }
+    v.push(format!("ln_mean_gap_over_{}us", EXCESS[0]));
+    v.push(format!("cv_gap_over_{}us", EXCESS[0]));
     v
 }
 
@@ -91,6 +93,10 @@ pub(crate) struct GapHist {
     sq_us: f64,
     /// Per [`EXCESS`] threshold: the sum over longer gaps of what they exceed [`OWN_GAP_US`] by.
     excess_us: [f64; 2],
+    /// The gaps longer than the first threshold: how many, their sum and sum of squares (µs) —
+    /// a receive path's timer releases them at one period (a small spread), others' transmit
+    /// opportunities at many lengths.
+    long: (u32, f64, f64),
 }
 
 impl GapHist {
@@ -108,6 +114,11 @@ impl GapHist {
             if us > t {
                 *e += g - OWN_GAP_US;
             }
+        }
+        if us > EXCESS[0] {
+            self.long.0 = self.long.0.saturating_add(1);
+            self.long.1 += g;
+            self.long.2 += g * g;
         }
     }
 }
@@ -166,9 +177,31 @@ impl LevelFeatures {
                 let with = (i.airtime_with)(share).unwrap_or(n0).max(n0);
                 f[8 + 2 * GAP_BINS + EXCESS.len() + k] = (with / n0).ln() as f32;
             }
+            let (k, sum, sq) = h.long;
+            if k > 0 {
+                let mean = sum / k as f64;
+                f[8 + 2 * GAP_BINS + 2 * EXCESS.len()] = mean.ln() as f32;
+                f[8 + 2 * GAP_BINS + 2 * EXCESS.len() + 1] =
+                    ((sq / k as f64 - mean * mean).max(0.0).sqrt() / mean) as f32;
+            }
         }
         LevelFeatures(f)
     }
+}
+
+/// The level the estimator reports from the airtime level `n0`, the trees' prediction
+/// `ln_ratio` (ln of the level over `n0`) and the frame count (packets ÷ predicted starts, when
+/// any frame closed): the median of the three, at least 1 and at most `cap`.
+///
+/// The trees move the level off the airtime floor only as far as the frame count goes the same
+/// way. A receive path whose timer leaves gaps like a contender's (which the trees can take for
+/// others' air) but whose count is right is held by the count; one whose count hides starts
+/// under others' traffic is held by the trees; where the count invents starts the floor stands.
+pub fn combine(n0: f64, ln_ratio: f32, count: Option<f64>, cap: f64) -> f64 {
+    let learned = n0 * (ln_ratio as f64).exp();
+    let mut v = [learned, n0, count.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(n0)];
+    v.sort_by(f64::total_cmp);
+    v[1].clamp(1.0, cap.max(1.0))
 }
 
 /// One regression tree, complete to its depth: internal node `k` (heap order, root 0, children
@@ -356,6 +389,21 @@ mod tests {
         assert!((time - 1.0).abs() < 1e-5 && (count - 1.0).abs() < 1e-5);
         assert!((f.0[2] - 2f32.ln()).abs() < 1e-6);
         assert_eq!(feature_names().len(), LEVEL_FEATURES);
+    }
+
+    #[test]
+    fn the_reported_level_is_the_median_of_trees_floor_and_count() {
+        let up = 2f32.ln();
+        assert_eq!(combine(10.0, up, Some(30.0), 64.0), 20.0, "count higher: the trees'");
+        assert_eq!(combine(10.0, up, Some(15.0), 64.0), 15.0, "count between: the count's");
+        assert_eq!(
+            combine(10.0, up, Some(5.0), 64.0),
+            10.0,
+            "count below the floor: the floor"
+        );
+        assert_eq!(combine(10.0, up, None, 64.0), 10.0, "no frames: the floor");
+        assert_eq!(combine(40.0, up, Some(100.0), 64.0), 64.0, "capped");
+        assert_eq!(combine(0.5, 0.0, Some(0.5), 64.0), 1.0, "at least one");
     }
 
     #[test]

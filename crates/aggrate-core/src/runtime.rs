@@ -632,7 +632,7 @@ impl OnlineEstimator {
         };
         let cap = self.n_max as f64;
         let learned = match (&self.level_model, airtime, &features) {
-            (Some(lm), Some(n0), Some(x)) => Some((n0 * (lm.predict(x) as f64).exp()).clamp(1.0, cap)),
+            (Some(lm), Some(n0), Some(x)) => Some(crate::level::combine(n0, lm.predict(x), count, cap)),
             _ => None,
         };
         AggReport {
