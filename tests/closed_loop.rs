@@ -604,8 +604,6 @@ fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
 /// Other traffic out of range is refused, naming the flag or field.
 #[test]
 fn other_traffic_out_of_range_is_refused_by_name() {
-    #[path = "common/mod.rs"]
-    mod common;
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
         (&["sim", "--contenders", "65"][..], "contenders = 65"),
@@ -626,7 +624,11 @@ fn other_traffic_out_of_range_is_refused_by_name() {
             "contender_arrivals",
         ),
     ] {
-        let o = common::aggrate(dir.path(), args);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_aggrate"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
         let e = String::from_utf8_lossy(&o.stderr);
         assert!(
             !o.status.success() && e.contains(needle) && !e.contains("panicked"),

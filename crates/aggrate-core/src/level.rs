@@ -292,7 +292,7 @@ impl LevelModel {
             });
         }
         let [lo, hi] = self.clamp;
-        if !(lo.is_finite() && hi.is_finite() && lo <= hi && hi - lo <= 10.0) || !self.base.is_finite() {
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi && hi - lo <= 10.0 && self.base.is_finite()) {
             return Err(LevelModelError::Field {
                 field: "clamp/base",
                 value: format!("{:?}/{}", self.clamp, self.base),
@@ -395,7 +395,10 @@ mod tests {
     fn the_reported_level_is_the_median_of_trees_floor_and_count() {
         let up = 2f32.ln();
         let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
-        assert!(near(combine(10.0, up, Some(30.0), 64.0), 20.0), "count higher: the trees'");
+        assert!(
+            near(combine(10.0, up, Some(30.0), 64.0), 20.0),
+            "count higher: the trees'"
+        );
         assert_eq!(combine(10.0, up, Some(15.0), 64.0), 15.0, "count between: the count's");
         assert_eq!(
             combine(10.0, up, Some(5.0), 64.0),
