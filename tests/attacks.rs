@@ -632,6 +632,40 @@ fn an_old_hello_replayed_from_two_ports_does_not_lock_the_sender_out() {
     assert!(rx.hellos_limited > 40_000, "{rx:?}");
 }
 
+/// Behind an access point every datagram's source is the AP: old hellos replayed there arrive
+/// from the real sender's own address. They spend their own allowance, not the sender's.
+#[test]
+fn an_old_hello_replayed_from_the_senders_own_address_does_not_lock_it_out() {
+    let old = recorded_hellos();
+    let until = Ts::from_millis(4000);
+    let (rate0, rep0, tx0, _) = attacked_loop(until, |_, _| {});
+    // 20 replays per second of each recorded hello (the rate that locked the sender out through
+    // the AP), and a burst of a hundred at the start.
+    let (rate, rep, tx, rx) = attacked_loop(until, |now, r| {
+        let burst = now == Ts::ZERO;
+        if burst || now.as_nanos().is_multiple_of(50_000_000) {
+            for b in &old {
+                for _ in 0..if burst { 100 } else { 1 } {
+                    let _ = r.handle_datagram(now, addr(1), b);
+                }
+            }
+        }
+    });
+    print_pair("old hello from the sender's address", (rate0, &rep0), (rate, &rep));
+    // The burst's cookies can cost the sender its first answer (it asks again): a session all
+    // the same, and the loop where it was without the attacker. Keyed by source alone, the
+    // replays spent the sender's allowance and it never got one.
+    assert_eq!(tx.sessions, 1, "{tx:?}");
+    assert!(rx.hellos_limited > 0, "the burst was limited: {rx:?}");
+    assert!(
+        (rate - rate0).abs() <= 0.1 * rate0 && rep.packets as f64 >= 0.9 * rep0.packets as f64,
+        "{rate} vs {rate0} Mb/s, {} vs {} packets",
+        rep.packets,
+        rep0.packets
+    );
+    assert!(tx.feedback as f64 >= 0.9 * tx0.feedback as f64, "{tx:?} vs {tx0:?}");
+}
+
 #[test]
 fn a_hello_replayed_from_one_port_draws_a_bounded_answer_of_its_own_size() {
     let old = recorded_hellos();

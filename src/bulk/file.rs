@@ -30,6 +30,9 @@ pub const UNKNOWN_SIZE: u64 = u64::MAX;
 
 /// Suffix of the temporary file a transfer writes.
 pub const PART_SUFFIX: &str = ".aggrate-part";
+/// Suffix of the file beside a part that records which offer it belongs to (a resume must offer
+/// the same file: size, SHA-256 and name).
+pub const OFFER_SUFFIX: &str = ".aggrate-offer";
 
 /// A file transfer failed; the message names the file and, where it applies, the byte offset.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,15 @@ pub enum FileError {
         size: u64,
         /// Bytes beyond it.
         extra: u64,
+    },
+    /// The output (or its partial file) is there already and may not be replaced or written
+    /// through.
+    #[error("{}: {what}", path.display())]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        what: String,
     },
     /// The stream ended with fewer bytes, or other bytes, than the offer announced: nothing was
     /// renamed to the output.
@@ -109,7 +121,22 @@ impl Offer {
             })?
             .to_string();
         check_name(&name, 0)?;
-        let mut f = File::open(path).map_err(io(path, "opening"))?;
+        // Not blocking in `open` on a FIFO with no writer; a device (`/dev/zero`), pipe or
+        // folder has no size to offer: send it as a stream (`--file -`) instead.
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(io(path, "opening"))?
+        };
+        if !f.metadata().map_err(io(path, "reading"))?.is_file() {
+            return Err(FileError::Refused {
+                path: path.to_path_buf(),
+                what: "is not a regular file (a device, pipe or folder): send it as a stream, `--file -` with it on standard input".into(),
+            });
+        }
         let mut hash = Sha256::new();
         let size = hash_from(&mut f, u64::MAX, &mut hash).map_err(io(path, "reading"))?;
         Ok(Offer {
@@ -196,6 +223,13 @@ impl Offer {
     }
 }
 
+/// A character a file name may not carry: control characters (a newline or an escape
+/// sequence would reach the terminal raw) and the bidirectional overrides and isolates that
+/// make a name read other than it is (U+202E turns `txt.exe` around).
+fn unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// A name that is one plain path component.
 fn check_name(name: &str, offset: usize) -> Result<(), FileError> {
     let plain = !name.is_empty()
@@ -203,7 +237,9 @@ fn check_name(name: &str, offset: usize) -> Result<(), FileError> {
         && name != ".."
         && name.len() <= MAX_NAME
         && !name.contains(['/', '\\', '\0'])
-        && !name.ends_with(PART_SUFFIX);
+        && !name.chars().any(unsafe_char)
+        && !name.ends_with(PART_SUFFIX)
+        && !name.ends_with(OFFER_SUFFIX);
     if plain {
         Ok(())
     } else {
@@ -221,12 +257,33 @@ pub fn part_path(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
+/// What a sink may do besides writing a new file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Replace a file already under the output's name (default: refuse, and keep the part).
+    pub overwrite: bool,
+    /// Most bytes a transfer may write (`None`: the free space of the output's file system
+    /// when the offer arrives). An offer above it is refused before any byte is written; a
+    /// stream of unknown size stops when it reaches it.
+    pub max_bytes: Option<u64>,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            overwrite: false,
+            max_bytes: None,
+        }
+    }
+}
+
 /// The receiving end: in-order stream bytes in, a whole file out.
 #[derive(Debug)]
 pub struct FileSink {
     /// Where the file goes: a path, a directory to put it in under the offer's name, or `-`
     /// (standard output).
     out: PathBuf,
+    options: SinkOptions,
     head: Vec<u8>,
     open: Option<Open>,
 }
@@ -239,6 +296,8 @@ struct Open {
     part: Option<(PathBuf, std::io::BufWriter<File>)>,
     /// File bytes written, counting those a resumed transfer kept.
     written: u64,
+    /// Most file bytes this transfer may write.
+    limit: u64,
     hash: Sha256,
     /// A stream of unknown size: its last bytes, held back (the trailer hash is among them).
     tail: Vec<u8>,
@@ -261,8 +320,14 @@ impl FileSink {
     /// standard output, whose bytes cannot be taken back: a mismatch there is an error after
     /// the fact).
     pub fn new(out: &Path) -> FileSink {
+        FileSink::with_options(out, SinkOptions::default())
+    }
+
+    /// [`FileSink::new`] with its options.
+    pub fn with_options(out: &Path, options: SinkOptions) -> FileSink {
         FileSink {
             out: out.to_path_buf(),
+            options,
             head: Vec::new(),
             open: None,
         }
@@ -321,6 +386,7 @@ impl FileSink {
                 out: self.out.clone(),
                 part: None,
                 written: 0,
+                limit: self.options.max_bytes.unwrap_or(u64::MAX),
                 hash,
                 tail: Vec::new(),
                 stdout: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout()),
@@ -334,9 +400,30 @@ impl FileSink {
             self.out.clone()
         };
         let part = part_path(&out);
+        if !self.options.overwrite && std::fs::symlink_metadata(&out).is_ok() {
+            return Err(FileError::Refused {
+                path: out,
+                what: "is there already; give --overwrite to replace it".into(),
+            });
+        }
+        let limit = match self.options.max_bytes {
+            Some(m) => m,
+            None => free_bytes(&part).map_err(io(&part, "reading the free space for"))?,
+        };
+        if offer.size != UNKNOWN_SIZE && offer.size > limit {
+            return Err(FileError::Offer {
+                offset: 5,
+                what: format!(
+                    "the offered file has {} bytes, more than the {limit} this transfer may write ({})",
+                    offer.size,
+                    if self.options.max_bytes.is_some() { "--max-size" } else { "the free space" }
+                ),
+            });
+        }
         let (file, rehash) = if offer.offset == 0 {
-            (File::create(&part).map_err(io(&part, "creating"))?, None)
+            (create_part(&part, &offer)?, None)
         } else {
+            check_part_offer(&part, &offer)?;
             let (file, reader) = resume(&part, offer.offset)?;
             let offset = offer.offset;
             let rehash = std::thread::spawn(move || {
@@ -352,6 +439,7 @@ impl FileSink {
         };
         Ok(Open {
             written: offer.offset,
+            limit,
             offer,
             out,
             part: Some((part, std::io::BufWriter::with_capacity(1 << 20, file))),
@@ -442,7 +530,24 @@ impl FileSink {
             Some((part, file)) => {
                 let file = file.into_inner().map_err(|e| io(&part, "writing")(e.into_error()))?;
                 file.sync_all().map_err(io(&part, "syncing"))?;
-                std::fs::rename(&part, &o.out).map_err(io(&o.out, "renaming the finished file to"))?;
+                if self.options.overwrite {
+                    std::fs::rename(&part, &o.out).map_err(io(&o.out, "renaming the finished file to"))?;
+                } else {
+                    // A link fails if anything (a file, a link planted meanwhile) has the name:
+                    // nothing under it is replaced.
+                    std::fs::hard_link(&part, &o.out).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::AlreadyExists => FileError::Refused {
+                            path: o.out.clone(),
+                            what: format!(
+                                "appeared while the file arrived; the whole file stays at {} (give --overwrite to replace)",
+                                part.display()
+                            ),
+                        },
+                        _ => io(&o.out, "linking the finished file to")(e),
+                    })?;
+                    std::fs::remove_file(&part).map_err(io(&part, "removing"))?;
+                }
+                let _ = std::fs::remove_file(offer_path(&part));
             }
             None => o.stdout.flush().map_err(io(Path::new("standard output"), "flushing"))?,
         }
@@ -464,6 +569,13 @@ impl Open {
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), FileError> {
+        if self.written.saturating_add(bytes.len() as u64) > self.limit {
+            return Err(FileError::TooLong {
+                path: self.part.as_ref().map_or(self.out.clone(), |p| p.0.clone()),
+                size: self.limit,
+                extra: (self.written + bytes.len() as u64).saturating_sub(self.limit),
+            });
+        }
         match &mut self.part {
             Some((path, f)) => f.write_all(bytes).map_err(io(path, "writing"))?,
             None => self
@@ -480,11 +592,19 @@ impl Open {
 /// The part file of an interrupted transfer, kept to `offset` bytes, opened to append, and a
 /// reader of it for the hash of those bytes.
 fn resume(part: &Path, offset: u64) -> Result<(File, File), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(part)
-        .map_err(io(part, "opening the partial file to resume"))?;
+        .map_err(io(part, "opening the partial file to resume (a symbolic link is refused)"))?;
+    if !f.metadata().map_err(io(part, "reading"))?.is_file() {
+        return Err(FileError::Refused {
+            path: part.to_path_buf(),
+            what: "is not a regular file: refusing to resume into it".into(),
+        });
+    }
     let have = f.metadata().map_err(io(part, "reading the size of"))?.len();
     if have < offset {
         return Err(FileError::Offer {
@@ -501,6 +621,82 @@ fn resume(part: &Path, offset: u64) -> Result<(File, File), FileError> {
     let reader = f.try_clone().map_err(io(part, "opening the partial file to resume"))?;
     f.seek(std::io::SeekFrom::Start(0)).map_err(io(part, "reading back"))?;
     Ok((f, reader))
+}
+
+/// The file beside a part recording its offer.
+pub fn offer_path(part: &Path) -> PathBuf {
+    let mut name = part.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(OFFER_SUFFIX);
+    part.with_file_name(name)
+}
+
+/// A new part file (mode 600), never through a link: a regular part left by an earlier
+/// transfer is removed first, anything else under its name (a symbolic link, a directory, a
+/// FIFO) is refused. Beside it, the offer it belongs to.
+fn create_part(part: &Path, offer: &Offer) -> Result<File, FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for p in [part.to_path_buf(), offer_path(part)] {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_file() => std::fs::remove_file(&p).map_err(io(&p, "removing the earlier"))?,
+            Ok(_) => {
+                return Err(FileError::Refused {
+                    path: p,
+                    what: "is there and is not a regular file (a symbolic link?): refusing to write through it".into(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&p, "checking")(e)),
+        }
+    }
+    let new = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(p)
+    };
+    let side = offer_path(part);
+    let mut f = new(&side).map_err(io(&side, "creating"))?;
+    f.write_all(&offer_identity(offer)).map_err(io(&side, "writing"))?;
+    new(part).map_err(io(part, "creating"))
+}
+
+/// What a part's offer file holds: the offer without its offset (a resume offers the same
+/// file from further on).
+fn offer_identity(offer: &Offer) -> Vec<u8> {
+    Offer { offset: 0, ..offer.clone() }.encode()
+}
+
+/// A resume must offer the file its part belongs to: another offer's part (another transfer's,
+/// or one whose record is gone) is not cut.
+fn check_part_offer(part: &Path, offer: &Offer) -> Result<(), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let side = offer_path(part);
+    let mut have = Vec::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&side)
+        .and_then(|f| f.take(OFFER_FIXED as u64 + MAX_NAME as u64 + 1).read_to_end(&mut have))
+        .map_err(io(&side, "reading which offer the partial file belongs to"))?;
+    if have != offer_identity(offer) {
+        return Err(FileError::Refused {
+            path: part.to_path_buf(),
+            what: "belongs to another offer (size, SHA-256 or name differ): not resumed".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes free to an unprivileged writer on the file system holding `path`'s directory.
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let s = nix::sys::statvfs::statvfs(dir).map_err(std::io::Error::from)?;
+    Ok((s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64))
 }
 
 /// Hash up to `limit` bytes of `r` into `hash` (until its end, if sooner); the bytes read.
@@ -862,4 +1058,92 @@ mod tests {
         assert_eq!((o.name.as_str(), o.size), ("real", 5));
         assert_eq!(o.sha256, <[u8; 32]>::from(Sha256::digest(b"hello")));
     }
+
+    #[test]
+    fn a_planted_link_an_existing_file_and_another_offers_part_are_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim");
+        std::fs::write(&target, b"keep me").unwrap();
+        let content = vec![9u8; 5_000];
+        let s = stream(&content, "f");
+        let out = dir.path().join("f");
+        // A symbolic link planted under the part's name (a shared, world-writable directory).
+        std::os::unix::fs::symlink(&target, part_path(&out)).unwrap();
+        let e = FileSink::new(&out).write(&s).unwrap_err().to_string();
+        assert!(e.contains("not a regular file") && e.contains(PART_SUFFIX), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        std::fs::remove_file(part_path(&out)).unwrap();
+        // A file already under the name: refused unless told to replace it.
+        std::fs::write(&out, b"old").unwrap();
+        let e = FileSink::new(&out).write(&s).unwrap_err().to_string();
+        assert!(e.contains("--overwrite"), "{e}");
+        assert_eq!(std::fs::read(&out).unwrap(), b"old");
+        let mut sink = FileSink::with_options(&out, SinkOptions { overwrite: true, max_bytes: None });
+        sink.write(&s).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), content);
+        // A link planted under the output's name while the file arrived: the whole file stays
+        // in its part, the link's target untouched.
+        let out2 = dir.path().join("g");
+        let mut sink = FileSink::new(&out2);
+        sink.write(&stream(&content, "g")).unwrap();
+        std::os::unix::fs::symlink(&target, &out2).unwrap();
+        let e = sink.finish().unwrap_err().to_string();
+        assert!(e.contains("appeared while the file arrived"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        assert_eq!(std::fs::read(part_path(&out2)).unwrap(), content);
+        // Another offer cannot cut a part by resuming into it.
+        let out3 = dir.path().join("h");
+        let mut sink = FileSink::new(&out3);
+        let mine = stream(&content, "h");
+        sink.write(&mine[..mine.len() - 1_000]).unwrap();
+        assert!(sink.finish().is_err());
+        let theirs = Offer {
+            name: "h".into(),
+            size: 8_000,
+            offset: 100,
+            sha256: [1; 32],
+        };
+        let e = FileSink::new(&out3).write(&theirs.encode()).unwrap_err().to_string();
+        assert!(e.contains("another offer"), "{e}");
+        assert_eq!(std::fs::metadata(part_path(&out3)).unwrap().len(), 4_000, "the part is not cut");
+    }
+
+    #[test]
+    fn offers_beyond_the_size_limit_and_endless_streams_stop_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let limited = |out: &Path| FileSink::with_options(out, SinkOptions { overwrite: false, max_bytes: Some(1_000) });
+        let e = limited(&dir.path().join("big")).write(&stream(&[1u8; 1_001], "big")).unwrap_err().to_string();
+        assert!(e.contains("1001 bytes") && e.contains("--max-size"), "{e}");
+        assert!(!part_path(&dir.path().join("big")).exists(), "nothing written");
+        // 2^62 bytes offered against the free space.
+        let huge = Offer { name: "x".into(), size: 1 << 62, offset: 0, sha256: [0; 32] };
+        let e = FileSink::new(&dir.path().join("x")).write(&huge.encode()).unwrap_err().to_string();
+        assert!(e.contains("free space"), "{e}");
+        // A stream of unknown size stops at the limit.
+        let endless = Offer { name: "s".into(), size: UNKNOWN_SIZE, offset: 0, sha256: [0; 32] };
+        let mut sink = limited(&dir.path().join("s"));
+        sink.write(&endless.encode()).unwrap();
+        let mut err = None;
+        for _ in 0..100 {
+            if let Err(e) = sink.write(&[7u8; 100]) {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+        assert!(err.as_deref().is_some_and(|e| e.contains("beyond the 1000")), "{err:?}");
+        assert!(std::fs::metadata(part_path(&dir.path().join("s"))).unwrap().len() <= 1_000);
+    }
+
+    #[test]
+    fn names_that_would_write_to_the_terminal_are_refused() {
+        for name in ["a\nb", "a\u{1b}[31mb", "txt.\u{202E}exe", "a\u{2066}b", "a\rb", "f.aggrate-offer"] {
+            let o = Offer { name: name.into(), size: 1, offset: 0, sha256: [0; 32] };
+            let e = Offer::decode(&o.encode()).unwrap_err().to_string();
+            assert!(e.contains("not one plain path component"), "{name:?}: {e}");
+            assert!(!e.contains('\u{1b}') && !e.contains('\u{202E}') && !e.contains('\n'), "the error quotes it escaped: {e:?}");
+        }
+    }
+
 }

@@ -146,6 +146,16 @@ pub(crate) struct RecvArgs {
     /// --window-mb or more).
     #[arg(long, requires = "out")]
     pub(crate) window_mb: Option<f64>,
+    /// With --out: replace a file already under the output's name (without it such a file is
+    /// never touched: the transfer is refused, or, if the file appeared meanwhile, the whole
+    /// file stays under PATH.aggrate-part).
+    #[arg(long, requires = "out")]
+    pub(crate) overwrite: bool,
+    /// With --out: most megabytes a transfer may write (default: the free space of the output's
+    /// file system). A larger offer is refused before a byte is written; a stream of unknown
+    /// size stops there.
+    #[arg(long, value_name = "MB", requires = "out")]
+    pub(crate) max_size: Option<f64>,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -203,8 +213,21 @@ fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEsti
 pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     let n = a.stations.len();
     let listen: Vec<SocketAddr> = (0..n)
-        .map(|i| SocketAddr::new(a.listen.ip(), a.listen.port() + i as u16))
-        .collect();
+        .map(|i| {
+            u16::try_from(a.listen.port() as usize + i)
+                .ok()
+                .filter(|_| a.listen.port() != 0)
+                .map(|p| SocketAddr::new(a.listen.ip(), p))
+        })
+        .collect::<Option<_>>()
+        .with_context(|| {
+            format!(
+                "--listen {}: station i listens on port {} + i, and {n} stations need ports up to {} (at most 65535, not 0)",
+                a.listen,
+                a.listen.port(),
+                a.listen.port() as usize + n - 1
+            )
+        })?;
     let stop = AtomicBool::new(false);
     ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
     if !(10..=60_000).contains(&a.interval_ms) {
@@ -277,7 +300,16 @@ fn self_cal_lines(ui: &Ui) -> impl FnMut(&aggrate::selfcal::Step) + '_ {
     }
 }
 
+/// The report interval `send` and `recv` share: what the estimator accepts.
+pub(crate) fn check_interval(ms: u64) -> Result<()> {
+    if !(10..=60_000).contains(&ms) {
+        bail!("--interval-ms {ms}: between 10 and 60000");
+    }
+    Ok(())
+}
+
 pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
+    check_interval(a.session.interval_ms)?;
     let model = a.model.as_deref().map(ModelFile::load).transpose()?;
     let interval = Duration::from_millis(a.session.interval_ms);
     let mut rx = Receiver::new(
@@ -322,7 +354,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let mut incoming = a
         .out
         .as_deref()
-        .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), &mut rx))
+        .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), (a.overwrite, a.max_size), &mut rx))
         .transpose()?;
     let mut survey = a.survey_file.as_deref().map(io::SurveyFeed::open).transpose()?;
     let mut hooks = io::ReceiverHooks::new();

@@ -8,8 +8,9 @@
 //! receiver answers a hello without a valid cookie with a cookie only (stateless, bound to the
 //! source address and [`wire::COOKIE_EPOCH`]), and a hello that carries one with its own nonce;
 //! both derive the session's keys from the key and both nonces ([`wire::SessionKeys`]). An old
-//! hello replayed, from any address, never opens a handshake. Hellos are limited per source
-//! ([`HELLO_PER_SOURCE`] per second, [`HELLO_SOURCES`] sources tracked) and in all
+//! hello replayed, from any address, never opens a handshake. Hellos are limited per source and
+//! hello ([`HELLO_PER_SOURCE`] per second, [`HELLO_SOURCES`] tracked: replays of an old hello
+//! through a relay, from the real sender's address, spend that hello's allowance only) and in all
 //! ([`HELLO_GLOBAL`] per second); a pending handshake is not replaced by another address's until
 //! data verifies under it or [`PENDING_TIMEOUT`] passes. Every datagram after that carries a tag
 //! under the session's keys: data the receiver cannot verify, that comes from another address
@@ -698,9 +699,14 @@ struct Peer {
     since: Ts,
 }
 
-/// Hello rates per source address (a fixed table) and in all.
+/// Hello rates per source address and hello (a fixed table) and in all.
+///
+/// Keyed by the hello's nonce as well as its source: behind an access point (or any relay)
+/// every hello comes from one address, and an old hello replayed there must spend its own
+/// allowance, not the real sender's fresh one. Only key holders make hellos (a hello carries a
+/// tag under the key), so the distinct nonces an attacker has are the old hellos it recorded.
 struct HelloLimiter {
-    sources: Vec<(SocketAddr, Bucket)>,
+    sources: Vec<((SocketAddr, [u8; wire::NONCE_LEN]), Bucket)>,
     global: Bucket,
 }
 
@@ -715,9 +721,10 @@ impl HelloLimiter {
         }
     }
 
-    /// One hello from `from` at `now`: within both rates?
-    fn allow(&mut self, from: SocketAddr, now: Ts) -> bool {
+    /// One hello (`nonce`) from `from` at `now`: within both rates?
+    fn allow(&mut self, from: SocketAddr, nonce: [u8; wire::NONCE_LEN], now: Ts) -> bool {
         let sec = Duration::from_secs(1);
+        let from = (from, nonce);
         let i = match self.sources.iter().position(|(a, _)| *a == from) {
             Some(i) => i,
             None => {
@@ -911,7 +918,7 @@ impl Receiver {
         match kind {
             Kind::Hello => {
                 let (h, cookie) = wire::parse_hello(bytes, &self.psk)?;
-                if !self.hellos.allow(from, host) {
+                if !self.hellos.allow(from, h.nonce_s, host) {
                     self.stats.hellos_limited += 1;
                     return Err(WireError::HelloFlood);
                 }

@@ -20,7 +20,15 @@ const MAX_KEY_FILE: u64 = 2 * aggrate::transport::wire::MAX_KEY_LEN as u64 + 64;
 pub(crate) fn load_key(a: &SessionArgs) -> Result<Psk> {
     if let Some(p) = &a.key_file {
         use std::io::Read;
-        let f = std::fs::File::open(p).with_context(|| format!("reading the key file {}", p.display()))?;
+        // O_NONBLOCK: a FIFO with no writer must not hang `open`; it is refused below.
+        let f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(p)
+                .with_context(|| format!("reading the key file {}", p.display()))?
+        };
         let meta = f
             .metadata()
             .with_context(|| format!("reading the key file {}", p.display()))?;

@@ -91,6 +91,13 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
     if !(min..=65_000).contains(&a.size) {
         bail!("--size = {}: {min}..=65000", a.size);
     }
+    super::check_interval(a.session.interval_ms)?;
+    if !(a.max_rate_mbps >= 0.1 && a.max_rate_mbps <= 1e5) {
+        bail!(
+            "--max-rate-mbps {}: between 0.1 and 100000 (below 0.1 Mb/s the sender would send nothing for minutes)",
+            a.max_rate_mbps
+        );
+    }
     let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
     let interval = Duration::from_millis(a.session.interval_ms);
     let control = PiParams {

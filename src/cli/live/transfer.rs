@@ -228,8 +228,14 @@ impl<'u> Incoming<'u> {
         ui: &'u Ui,
         out: &Path,
         (size, window_mb): (usize, Option<f64>),
+        (overwrite, max_mb): (bool, Option<f64>),
         rx: &mut Receiver,
     ) -> Result<Incoming<'u>> {
+        let max_bytes = match max_mb {
+            None => None,
+            Some(mb) if mb.is_finite() && mb > 0.0 && mb <= 1e12 => Some((mb * 1e6) as u64),
+            Some(mb) => bail!("--max-size {mb}: a positive number of megabytes, at most 10^12"),
+        };
         if !file::is_stdout(out) && !out.is_dir() {
             let dir = match out.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p,
@@ -247,7 +253,7 @@ impl<'u> Incoming<'u> {
         Ok(Incoming {
             ui,
             out: out.to_path_buf(),
-            sink: FileSink::new(out),
+            sink: FileSink::with_options(out, file::SinkOptions { overwrite, max_bytes }),
             bar: None,
             error: None,
             last: (0, Instant::now()),
