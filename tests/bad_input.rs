@@ -169,3 +169,92 @@ fn corrupt_pcapng_block() {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["records"], 1);
 }
+
+/// The live commands' smaller traps: a key file that is a FIFO (it used to hang in `open`), a
+/// report interval or rate the loop cannot run at, a device as the file to send, and AP ports
+/// that would wrap past 65535. Each ends at once with an error naming the flag or file.
+#[test]
+fn live_flags_and_files_that_cannot_work_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let o = aggrate(dir.path(), &["keygen", key.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let k = key.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["send", "--to", "127.0.0.1:9", "--key-file", fifo.to_str().unwrap()],
+            "not a regular file",
+        ),
+        (
+            vec!["send", "--to", "127.0.0.1:9", "--key-file", k, "--interval-ms", "0"],
+            "--interval-ms 0",
+        ),
+        (
+            vec![
+                "send",
+                "--to",
+                "127.0.0.1:9",
+                "--key-file",
+                k,
+                "--interval-ms",
+                "18446744073709551615",
+            ],
+            "--interval-ms",
+        ),
+        (
+            vec![
+                "send",
+                "--to",
+                "127.0.0.1:9",
+                "--key-file",
+                k,
+                "--max-rate-mbps",
+                "1e-300",
+            ],
+            "--max-rate-mbps",
+        ),
+        (
+            vec!["send", "--to", "127.0.0.1:9", "--key-file", k, "--file", "/dev/zero"],
+            "not a regular file",
+        ),
+        (
+            vec![
+                "ap",
+                "--listen",
+                "127.0.0.1:65535",
+                "--stations",
+                "127.0.0.1:1,127.0.0.1:2",
+            ],
+            "65536",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aggrate"))
+            .current_dir(dir.path())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("{args:?} still running after 10 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains(needle) && !e.contains("panicked"),
+            "{args:?}: {e}"
+        );
+    }
+}

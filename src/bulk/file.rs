@@ -227,7 +227,8 @@ impl Offer {
 /// sequence would reach the terminal raw) and the bidirectional overrides and isolates that
 /// make a name read other than it is (U+202E turns `txt.exe` around).
 fn unsafe_char(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A name that is one plain path component.
@@ -257,8 +258,9 @@ pub fn part_path(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
-/// What a sink may do besides writing a new file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a sink may do besides writing a new file (default: neither replace nor exceed the
+/// free space).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SinkOptions {
     /// Replace a file already under the output's name (default: refuse, and keep the part).
     pub overwrite: bool,
@@ -266,15 +268,6 @@ pub struct SinkOptions {
     /// when the offer arrives). An offer above it is refused before any byte is written; a
     /// stream of unknown size stops when it reaches it.
     pub max_bytes: Option<u64>,
-}
-
-impl Default for SinkOptions {
-    fn default() -> Self {
-        SinkOptions {
-            overwrite: false,
-            max_bytes: None,
-        }
-    }
 }
 
 /// The receiving end: in-order stream bytes in, a whole file out.
@@ -406,9 +399,10 @@ impl FileSink {
                 what: "is there already; give --overwrite to replace it".into(),
             });
         }
+        // Free space unknown (no such directory: creating the part says so): no limit here.
         let limit = match self.options.max_bytes {
             Some(m) => m,
-            None => free_bytes(&part).map_err(io(&part, "reading the free space for"))?,
+            None => free_bytes(&part).unwrap_or(u64::MAX),
         };
         if offer.size != UNKNOWN_SIZE && offer.size > limit {
             return Err(FileError::Offer {
@@ -416,7 +410,11 @@ impl FileSink {
                 what: format!(
                     "the offered file has {} bytes, more than the {limit} this transfer may write ({})",
                     offer.size,
-                    if self.options.max_bytes.is_some() { "--max-size" } else { "the free space" }
+                    if self.options.max_bytes.is_some() {
+                        "--max-size"
+                    } else {
+                        "the free space"
+                    }
                 ),
             });
         }
@@ -598,7 +596,10 @@ fn resume(part: &Path, offset: u64) -> Result<(File, File), FileError> {
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(part)
-        .map_err(io(part, "opening the partial file to resume (a symbolic link is refused)"))?;
+        .map_err(io(
+            part,
+            "opening the partial file to resume (a symbolic link is refused)",
+        ))?;
     if !f.metadata().map_err(io(part, "reading"))?.is_file() {
         return Err(FileError::Refused {
             path: part.to_path_buf(),
@@ -665,7 +666,11 @@ fn create_part(part: &Path, offer: &Offer) -> Result<File, FileError> {
 /// What a part's offer file holds: the offer without its offset (a resume offers the same
 /// file from further on).
 fn offer_identity(offer: &Offer) -> Vec<u8> {
-    Offer { offset: 0, ..offer.clone() }.encode()
+    Offer {
+        offset: 0,
+        ..offer.clone()
+    }
+    .encode()
 }
 
 /// A resume must offer the file its part belongs to: another offer's part (another transfer's,
@@ -930,8 +935,11 @@ mod tests {
         assert_eq!(sink.written(), 20_000);
         assert_eq!(sink.finish().unwrap(), out);
         assert_eq!(std::fs::read(&out).unwrap(), content);
-        // A part whose kept bytes differ fails the whole hash.
+        // A part of this offer whose kept bytes differ fails the whole hash.
+        std::fs::remove_file(&out).unwrap();
         std::fs::write(part_path(&out), vec![0u8; 8000]).unwrap();
+        let offer = Offer::decode(&s).unwrap().unwrap().0;
+        std::fs::write(offer_path(&part_path(&out)), offer_identity(&offer)).unwrap();
         let mut sink = FileSink::new(&out);
         sink.write(&resumed(8000)).unwrap();
         assert!(sink.finish().unwrap_err().to_string().contains("SHA-256"));
@@ -1079,7 +1087,13 @@ mod tests {
         let e = FileSink::new(&out).write(&s).unwrap_err().to_string();
         assert!(e.contains("--overwrite"), "{e}");
         assert_eq!(std::fs::read(&out).unwrap(), b"old");
-        let mut sink = FileSink::with_options(&out, SinkOptions { overwrite: true, max_bytes: None });
+        let mut sink = FileSink::with_options(
+            &out,
+            SinkOptions {
+                overwrite: true,
+                max_bytes: None,
+            },
+        );
         sink.write(&s).unwrap();
         sink.finish().unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), content);
@@ -1107,22 +1121,50 @@ mod tests {
         };
         let e = FileSink::new(&out3).write(&theirs.encode()).unwrap_err().to_string();
         assert!(e.contains("another offer"), "{e}");
-        assert_eq!(std::fs::metadata(part_path(&out3)).unwrap().len(), 4_000, "the part is not cut");
+        assert_eq!(
+            std::fs::metadata(part_path(&out3)).unwrap().len(),
+            4_000,
+            "the part is not cut"
+        );
     }
 
     #[test]
     fn offers_beyond_the_size_limit_and_endless_streams_stop_there() {
         let dir = tempfile::tempdir().unwrap();
-        let limited = |out: &Path| FileSink::with_options(out, SinkOptions { overwrite: false, max_bytes: Some(1_000) });
-        let e = limited(&dir.path().join("big")).write(&stream(&[1u8; 1_001], "big")).unwrap_err().to_string();
+        let limited = |out: &Path| {
+            FileSink::with_options(
+                out,
+                SinkOptions {
+                    overwrite: false,
+                    max_bytes: Some(1_000),
+                },
+            )
+        };
+        let e = limited(&dir.path().join("big"))
+            .write(&stream(&[1u8; 1_001], "big"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("1001 bytes") && e.contains("--max-size"), "{e}");
         assert!(!part_path(&dir.path().join("big")).exists(), "nothing written");
         // 2^62 bytes offered against the free space.
-        let huge = Offer { name: "x".into(), size: 1 << 62, offset: 0, sha256: [0; 32] };
-        let e = FileSink::new(&dir.path().join("x")).write(&huge.encode()).unwrap_err().to_string();
+        let huge = Offer {
+            name: "x".into(),
+            size: 1 << 62,
+            offset: 0,
+            sha256: [0; 32],
+        };
+        let e = FileSink::new(&dir.path().join("x"))
+            .write(&huge.encode())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("free space"), "{e}");
         // A stream of unknown size stops at the limit.
-        let endless = Offer { name: "s".into(), size: UNKNOWN_SIZE, offset: 0, sha256: [0; 32] };
+        let endless = Offer {
+            name: "s".into(),
+            size: UNKNOWN_SIZE,
+            offset: 0,
+            sha256: [0; 32],
+        };
         let mut sink = limited(&dir.path().join("s"));
         sink.write(&endless.encode()).unwrap();
         let mut err = None;
@@ -1138,12 +1180,26 @@ mod tests {
 
     #[test]
     fn names_that_would_write_to_the_terminal_are_refused() {
-        for name in ["a\nb", "a\u{1b}[31mb", "txt.\u{202E}exe", "a\u{2066}b", "a\rb", "f.aggrate-offer"] {
-            let o = Offer { name: name.into(), size: 1, offset: 0, sha256: [0; 32] };
+        for name in [
+            "a\nb",
+            "a\u{1b}[31mb",
+            "txt.\u{202E}exe",
+            "a\u{2066}b",
+            "a\rb",
+            "f.aggrate-offer",
+        ] {
+            let o = Offer {
+                name: name.into(),
+                size: 1,
+                offset: 0,
+                sha256: [0; 32],
+            };
             let e = Offer::decode(&o.encode()).unwrap_err().to_string();
             assert!(e.contains("not one plain path component"), "{name:?}: {e}");
-            assert!(!e.contains('\u{1b}') && !e.contains('\u{202E}') && !e.contains('\n'), "the error quotes it escaped: {e:?}");
+            assert!(
+                !e.contains('\u{1b}') && !e.contains('\u{202E}') && !e.contains('\n'),
+                "the error quotes it escaped: {e:?}"
+            );
         }
     }
-
 }
