@@ -86,7 +86,8 @@ fn log_line(now: aggrate::Ts, s: &Sender, n: usize) -> String {
     )
 }
 
-pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
+/// Flags the sender cannot run with, refused before anything opens.
+fn check_flags(a: &SendArgs) -> Result<()> {
     let min = aggrate::transport::wire::DATA_HEADER_LEN;
     if !(min..=65_000).contains(&a.size) {
         bail!("--size = {}: {min}..=65000", a.size);
@@ -98,6 +99,11 @@ pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
             a.max_rate_mbps
         );
     }
+    Ok(())
+}
+
+pub(crate) fn send(ui: &Ui, a: SendArgs) -> Result<Exit> {
+    check_flags(&a)?;
     let sock = UdpSocket::bind("0.0.0.0:0").context("binding the sender")?;
     let interval = Duration::from_millis(a.session.interval_ms);
     let control = PiParams {
