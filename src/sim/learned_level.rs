@@ -167,11 +167,13 @@ pub fn plan(seed: u64, per_cell: usize) -> Vec<Run> {
     let mut runs = Vec::new();
     for r in receivers {
         for kind in OthersKind::ALL {
-            // Random receive paths are many: twice the runs, so that the fit meets more of them.
-            let runs_here = if r == NoisePreset::Random {
-                2 * per_cell
-            } else {
-                per_cell
+            // Random receive paths are many: twice the runs, so that the fit meets more of them;
+            // four times on a quiet channel, where a receive path's own timer is the only thing
+            // that lengthens gaps (and the trees must learn that it is not others' air).
+            let runs_here = match (r, kind) {
+                (NoisePreset::Random, OthersKind::None) => 4 * per_cell,
+                (NoisePreset::Random, _) => 2 * per_cell,
+                _ => per_cell,
             };
             for _ in 0..runs_here {
                 let receiver = match r {
@@ -646,11 +648,12 @@ mod tests {
     #[test]
     fn the_plan_is_seeded_and_covers_every_cell() {
         let (a, b) = (plan(7, 2), plan(7, 2));
-        assert_eq!(a.len(), 5 * 5 * 2, "random receive paths get twice the runs");
+        assert_eq!(a.len(), (3 * 5 + 2 * 4 + 4) * 2, "random receive paths get more runs");
         assert!(a.iter().zip(&b).all(|(x, y)| x.seed == y.seed && x.target == y.target));
         assert!(plan(8, 2).iter().zip(&a).any(|(x, y)| x.seed != y.seed));
         for k in OthersKind::ALL {
-            assert_eq!(a.iter().filter(|r| r.others.kind == k).count(), 10);
+            let want = if k == OthersKind::None { 14 } else { 10 };
+            assert_eq!(a.iter().filter(|r| r.others.kind == k).count(), want);
         }
     }
 }
