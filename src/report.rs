@@ -1034,11 +1034,24 @@ pub fn receivers_png(dir: &Path, name: &str, reports: &[ReceiverReport]) -> Resu
 /// delay, AP queue) with a line per station, in `dir`.
 pub fn write_sim_series(dir: &Path, label: &str, r: &crate::sim::SimResult) -> Result<Vec<PathBuf>, WriteError> {
     use plot::Series;
-    let mut csv = String::from("t_s,station,rate_mbps,mean_agg,count_agg,true_agg,true_ampdus,delay_ms,queue,lost\n");
+    let mut csv = String::from(
+        "t_s,station,rate_mbps,mean_agg,count_agg,airtime_agg,true_agg,true_ampdus,others_share,delay_ms,queue,lost\n",
+    );
     for s in &r.series {
         csv.push_str(&format!(
-            "{:.3},{},{:.3},{:.3},{:.3},{:.3},{},{:.3},{},{}\n",
-            s.t, s.sta, s.rate_mbps, s.mean_agg, s.count_agg, s.true_agg, s.true_ampdus, s.delay_ms, s.queue, s.lost
+            "{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.4},{:.3},{},{}\n",
+            s.t,
+            s.sta,
+            s.rate_mbps,
+            s.mean_agg,
+            s.count_agg,
+            s.airtime_agg,
+            s.true_agg,
+            s.true_ampdus,
+            s.others_share,
+            s.delay_ms,
+            s.queue,
+            s.lost
         ));
     }
     let mut written = vec![write_file(dir, &format!("{label}.series.csv"), csv.into_bytes())?];

@@ -196,6 +196,9 @@ pub struct Sample {
     /// The same report's features for the learned level.
     #[serde(skip)]
     pub features: Option<crate::level::LevelFeatures>,
+    /// Truth: the share of the interval the channel was busy with anything but this station's
+    /// own exchanges (others' traffic, other stations, collisions), as an ideal survey reads it.
+    pub others_share: f64,
     /// True μ_N of the interval the report covers (MPDUs ÷ A-MPDUs by MAC time; 0 without).
     pub true_agg: f64,
     /// True A-MPDUs in it.
@@ -553,6 +556,9 @@ struct Loop<'c> {
     next_tick: Ts,
     /// The channel survey's counters at the last tick: busy, and each station's own exchanges.
     survey_last: (u64, Vec<u64>),
+    /// The same counters at the last tick for the series' truth (kept whether or not the
+    /// receivers read a survey).
+    truth_air_last: (u64, Vec<u64>),
     series: Vec<Sample>,
     /// The next switch of the backhaul schedule.
     switch_next: usize,
@@ -710,6 +716,7 @@ impl<'c> Loop<'c> {
             to_ap: VecDeque::new(),
             next_tick: Ts::ZERO + cfg.interval,
             survey_last: (0, vec![0; n]),
+            truth_air_last: (0, vec![0; n]),
             series: Vec::new(),
             switch_next: 0,
             updates_seen: 0,
@@ -789,6 +796,19 @@ impl<'c> Loop<'c> {
         if cfg.survey {
             self.survey();
         }
+        let others_share: Vec<f64> = {
+            let busy = self.sim.busy_ns();
+            let own: Vec<u64> = self.sim.stats().iter().map(|s| s.airtime_ns).collect();
+            let span = cfg.interval.as_nanos().max(1) as f64;
+            let (last_busy, last_own) = &self.truth_air_last;
+            let v = own
+                .iter()
+                .zip(last_own)
+                .map(|(o, lo)| (busy - last_busy).saturating_sub(o - lo) as f64 / span)
+                .collect();
+            self.truth_air_last = (busy, own);
+            v
+        };
         for (i, steered) in steered.into_iter().enumerate() {
             let s = &mut self.stations[i];
             let mut r = s.last;
@@ -817,6 +837,7 @@ impl<'c> Loop<'c> {
                 count_agg: r.mean_agg,
                 airtime_agg: r.airtime_agg.unwrap_or(0.0),
                 features: r.features,
+                others_share: others_share[i],
                 true_agg: if ampdus > 0 { mpdus as f64 / ampdus as f64 } else { 0.0 },
                 true_ampdus: ampdus,
                 rate_mbps: match &self.side {

@@ -598,6 +598,18 @@ fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
         assert!(l.delay_ms_p95 < 0.75 * a.delay_ms_p95, "{l:?} vs {a:?}");
         let e = l.level_error.unwrap();
         assert!(e.bias.abs() < 0.1, "learned level's bias per interval {e:?}");
+        // The truth per interval records others' share of the air beside the level.
+        let shares: Vec<f64> = learned
+            .series
+            .iter()
+            .filter(|s| s.t > 6.0)
+            .map(|s| s.others_share)
+            .collect();
+        let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+        assert!(
+            mean > 0.005 && mean < 0.9 && shares.iter().all(|x| (0.0..=1.0).contains(x)),
+            "{mean}"
+        );
     }
 }
 
