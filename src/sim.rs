@@ -554,11 +554,9 @@ struct Loop<'c> {
     /// Packets on the backhaul: (arrival at the AP, station, packet).
     to_ap: VecDeque<(Ts, usize, Packet)>,
     next_tick: Ts,
-    /// The channel survey's counters at the last tick: busy, and each station's own exchanges.
-    survey_last: (u64, Vec<u64>),
-    /// The same counters at the last tick for the series' truth (kept whether or not the
-    /// receivers read a survey).
-    truth_air_last: (u64, Vec<u64>),
+    /// The channel's counters at the last tick: busy, and each station's own exchanges (the
+    /// series' truth of others' share, and the receivers' survey with `survey`).
+    air_last: (u64, Vec<u64>),
     series: Vec<Sample>,
     /// The next switch of the backhaul schedule.
     switch_next: usize,
@@ -715,8 +713,7 @@ impl<'c> Loop<'c> {
             cals,
             to_ap: VecDeque::new(),
             next_tick: Ts::ZERO + cfg.interval,
-            survey_last: (0, vec![0; n]),
-            truth_air_last: (0, vec![0; n]),
+            air_last: (0, vec![0; n]),
             series: Vec::new(),
             switch_next: 0,
             updates_seen: 0,
@@ -793,22 +790,10 @@ impl<'c> Loop<'c> {
             }
             Side::Cubic(_) => vec![None; n],
         };
+        let others_share = self.others_shares();
         if cfg.survey {
-            self.survey();
+            self.survey(&others_share);
         }
-        let others_share: Vec<f64> = {
-            let busy = self.sim.busy_ns();
-            let own: Vec<u64> = self.sim.stats().iter().map(|s| s.airtime_ns).collect();
-            let span = cfg.interval.as_nanos().max(1) as f64;
-            let (last_busy, last_own) = &self.truth_air_last;
-            let v = own
-                .iter()
-                .zip(last_own)
-                .map(|(o, lo)| (busy - last_busy).saturating_sub(o - lo) as f64 / span)
-                .collect();
-            self.truth_air_last = (busy, own);
-            v
-        };
         for (i, steered) in steered.into_iter().enumerate() {
             let s = &mut self.stations[i];
             let mut r = s.last;
@@ -860,20 +845,30 @@ impl<'c> Loop<'c> {
         self.next_tick = self.next_tick + cfg.interval;
     }
 
-    /// Each receiver reads the channel survey: the share of the interval others took.
-    fn survey(&mut self) {
+    /// Per station, the share of the interval since the last tick the channel was busy with
+    /// anything but its own exchanges (what a channel survey reads).
+    fn others_shares(&mut self) -> Vec<f64> {
         let busy = self.sim.busy_ns();
         let own: Vec<u64> = self.sim.stats().iter().map(|s| s.airtime_ns).collect();
         let span = self.cfg.interval.as_nanos().max(1) as f64;
-        for (i, own_i) in own.iter().enumerate() {
-            let others = (busy - self.survey_last.0).saturating_sub(own_i - self.survey_last.1[i]);
-            let share = others as f64 / span;
+        let (last_busy, last_own) = &self.air_last;
+        let shares = own
+            .iter()
+            .zip(last_own)
+            .map(|(o, lo)| (busy - last_busy).saturating_sub(o - lo) as f64 / span)
+            .collect();
+        self.air_last = (busy, own);
+        shares
+    }
+
+    /// Each receiver reads the channel survey: the share of the interval others took.
+    fn survey(&mut self, shares: &[f64]) {
+        for (i, &share) in shares.iter().enumerate() {
             match &mut self.side {
                 Side::Aggrate(w) => w.receivers[i].estimator_mut().set_others_share(share),
                 Side::Cubic(_) => self.stations[i].est.set_others_share(share),
             }
         }
-        self.survey_last = (busy, own);
     }
 
     /// What leaves the sender now goes onto the backhaul (or is lost there).

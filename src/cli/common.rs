@@ -268,3 +268,34 @@ pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::Atom
     }
     Ok(stop)
 }
+
+/// Others on the channel (`sim`, `testbed`): contending transmitters in the emulated medium.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OthersArgs {
+    /// Others on the channel: contending transmitters at VHT MCS 7, 1 SS (0..=64); their packets
+    /// exist only in the emulator, their airtime is real to every station.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) contenders: u32,
+    /// Offered load of each contender (Mb/s).
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) contender_mbps: f64,
+    /// Frames a contender sends per transmit opportunity: 1 is a station's single frames, more
+    /// a neighbouring network's AP aggregating its downlink (1..=64).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) contender_ampdu: u16,
+    /// How the contenders' frames arrive: `poisson`, `saturated` (always a frame queued:
+    /// whatever EDCA gives it; --contender-mbps is then unused) or `on-off:ON_MS/OFF_MS` (bursts,
+    /// e.g. a video stream's chunks, at the same mean load).
+    #[arg(long, default_value = "poisson")]
+    pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
+}
+
+impl OthersArgs {
+    /// Set the WLAN's contenders (checked with the rest of the WLAN).
+    pub(crate) fn apply(&self, w: &mut WlanConfig) {
+        w.contenders = self.contenders;
+        w.contender_rate_mbps = self.contender_mbps;
+        w.contender_ampdu = self.contender_ampdu;
+        w.contender_arrivals = self.contender_arrivals;
+    }
+}

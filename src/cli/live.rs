@@ -134,28 +134,13 @@ pub(crate) struct RecvArgs {
     pub(crate) ap_marks: bool,
     /// Receive a file (`send --file`) to this path (an existing directory: the sender's file
     /// name inside it; `-`: standard output) and exit once it is whole. It is written under
-    /// PATH.aggrate-part and renamed to PATH only when its size and SHA-256 match the sender's;
+    /// PATH.aggrate-part and becomes PATH only when its size and SHA-256 match the sender's;
     /// an interrupted transfer leaves the part, to resume with `send --offset`. Without
     /// --duration it runs until the transfer ends (at most a day).
     #[arg(long, value_name = "PATH")]
     pub(crate) out: Option<PathBuf>,
-    /// With --out: the sender's UDP payload bytes per datagram (its --size).
-    #[arg(long, default_value_t = 1472, requires = "out")]
-    pub(crate) size: usize,
-    /// With --out: megabytes of segments held past the delivered point (the sender's
-    /// --window-mb or more).
-    #[arg(long, requires = "out")]
-    pub(crate) window_mb: Option<f64>,
-    /// With --out: replace a file already under the output's name (without it such a file is
-    /// never touched: the transfer is refused, or, if the file appeared meanwhile, the whole
-    /// file stays under PATH.aggrate-part).
-    #[arg(long, requires = "out")]
-    pub(crate) overwrite: bool,
-    /// With --out: most megabytes a transfer may write (default: the free space of the output's
-    /// file system). A larger offer is refused before a byte is written; a stream of unknown
-    /// size stops there.
-    #[arg(long, value_name = "MB", requires = "out")]
-    pub(crate) max_size: Option<f64>,
+    #[command(flatten)]
+    pub(crate) file_out: transfer::OutArgs,
     #[command(flatten)]
     pub(crate) session: SessionArgs,
 }
@@ -212,22 +197,14 @@ fn estimator(model: Option<&ModelFile>, interval: Duration) -> Result<OnlineEsti
 
 pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     let n = a.stations.len();
-    let listen: Vec<SocketAddr> = (0..n)
-        .map(|i| {
-            u16::try_from(a.listen.port() as usize + i)
-                .ok()
-                .filter(|_| a.listen.port() != 0)
-                .map(|p| SocketAddr::new(a.listen.ip(), p))
-        })
-        .collect::<Option<_>>()
-        .with_context(|| {
-            format!(
-                "--listen {}: station i listens on port {} + i, and {n} stations need ports up to {} (at most 65535, not 0)",
-                a.listen,
-                a.listen.port(),
-                a.listen.port() as usize + n - 1
-            )
-        })?;
+    let listen = aggrate::wlan::live::station_ports(a.listen, n).with_context(|| {
+        format!(
+            "--listen {}: station i listens on port {} + i, and {n} stations need ports up to {} (at most 65535, not 0)",
+            a.listen,
+            a.listen.port(),
+            a.listen.port() as usize + n - 1
+        )
+    })?;
     let stop = AtomicBool::new(false);
     ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
     if !(10..=60_000).contains(&a.interval_ms) {
@@ -354,7 +331,7 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     let mut incoming = a
         .out
         .as_deref()
-        .map(|out| transfer::Incoming::new(ui, out, (a.size, a.window_mb), (a.overwrite, a.max_size), &mut rx))
+        .map(|out| transfer::Incoming::new(ui, out, &a.file_out, &mut rx))
         .transpose()?;
     let mut survey = a.survey_file.as_deref().map(io::SurveyFeed::open).transpose()?;
     let mut hooks = io::ReceiverHooks::new();

@@ -71,21 +71,8 @@ pub(crate) struct SimArgs {
     /// the model's training WLAN (VHT MCS 9, 2 SS, 80 MHz), 1 at any other.
     #[arg(long)]
     pub(crate) self_calibrate_max_distance: Option<f64>,
-    /// Others on the channel: contending transmitters at VHT MCS 7, 1 SS (0..=64).
-    #[arg(long, default_value_t = 0)]
-    pub(crate) contenders: u32,
-    /// Frames a contender sends per transmit opportunity: 1 is a station's single frames, more
-    /// a neighbouring network's AP aggregating its downlink (1..=64).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) contender_ampdu: u16,
-    /// How the contenders' frames arrive: `poisson`, `saturated` (always a frame queued:
-    /// whatever EDCA gives it; --contender-mbps is then unused) or `on-off:ON_MS/OFF_MS` (bursts,
-    /// e.g. a video stream's chunks, at the same mean load).
-    #[arg(long, default_value = "poisson")]
-    pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
-    /// Offered load of each contender (Mb/s).
-    #[arg(long, default_value_t = 10.0)]
-    pub(crate) contender_mbps: f64,
+    #[command(flatten)]
+    pub(crate) others: super::common::OthersArgs,
     /// The receivers read a channel survey each report interval (busy time less their own
     /// station's exchanges) and the airtime level counts it, as `recv --others-share` does.
     #[arg(long)]
@@ -163,10 +150,7 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
         None => a.noise.resolve(a.seed, None),
     };
     let mut wlan = WlanConfig::vht_stations(&mcs);
-    wlan.contenders = a.contenders;
-    wlan.contender_rate_mbps = a.contender_mbps;
-    wlan.contender_ampdu = a.contender_ampdu;
-    wlan.contender_arrivals = a.contender_arrivals;
+    a.others.apply(&mut wlan);
     let mut cfg = SimConfig {
         wlan,
         noise,

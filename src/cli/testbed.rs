@@ -113,21 +113,9 @@ pub(crate) struct TestbedArgs {
     /// thread on the stations' CPU for the whole run; comma-separated; default: plain veth).
     #[arg(long, default_value = "veth")]
     pub(crate) receiver: String,
-    /// Cross traffic on the channel: other transmitters contending for the air (EDCA, as the
-    /// emulator's contenders), each offering --contender-mbps; their packets exist only in the
-    /// emulator, their airtime is real to every station.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) contenders: u32,
-    /// Offered load of each contender (Mb/s).
-    #[arg(long, default_value_t = 10.0)]
-    pub(crate) contender_mbps: f64,
-    /// Frames a contender sends per transmit opportunity (above 1: a neighbouring network's AP
-    /// aggregating its downlink; 1..=64).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) contender_ampdu: u16,
-    /// How the contenders' frames arrive: `poisson`, `saturated` or `on-off:ON_MS/OFF_MS`.
-    #[arg(long, default_value = "poisson")]
-    pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
+    /// Cross traffic on the channel (EDCA, as the emulator's contenders).
+    #[command(flatten)]
+    pub(crate) others: super::common::OthersArgs,
     /// Seed of the emulator's random streams.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -164,18 +152,15 @@ impl TestbedArgs {
     /// The WLAN with the AP's queue discipline `aqm` (a sender's `@fifo` / `@codel`).
     fn wlan_with(&self, aqm: QueueKind) -> Result<ValidWlanConfig> {
         let mcs = super::mcs_per_station(&self.mcs, self.stations)?;
-        let cfg = WlanConfig {
+        let mut cfg = WlanConfig {
             queue_limit: self.queue,
-            contenders: self.contenders,
-            contender_rate_mbps: self.contender_mbps,
-            contender_ampdu: self.contender_ampdu,
-            contender_arrivals: self.contender_arrivals,
             aqm: match aqm {
                 QueueKind::Fifo => Aqm::Fifo,
                 QueueKind::Codel => Aqm::codel(),
             },
             ..WlanConfig::vht_stations_with(&mcs, self.nss, self.bw)
         };
+        self.others.apply(&mut cfg);
         Ok(cfg.check()?)
     }
 
@@ -198,8 +183,11 @@ impl TestbedArgs {
         } + &self
             .backhaul_mbps
             .map_or(String::new(), |m| format!(", backhaul {m} Mb/s"))
-            + &if self.contenders > 0 {
-                format!(", {} contender(s) of {} Mb/s", self.contenders, self.contender_mbps)
+            + &if self.others.contenders > 0 {
+                format!(
+                    ", {} contender(s) of {} Mb/s",
+                    self.others.contenders, self.others.contender_mbps
+                )
             } else {
                 String::new()
             }

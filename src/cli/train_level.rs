@@ -62,8 +62,7 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
     if let Some(o) = doc.as_object_mut() {
         o.remove("level");
     }
-    let file = ModelFile::from_json(&doc.to_string(), &a.model.display().to_string())?;
-    let mut file = file;
+    let mut file = ModelFile::from_json(&doc.to_string(), &a.model.display().to_string())?;
     let p = GbdtParams {
         trees: a.trees,
         ..GbdtParams::default()
@@ -90,8 +89,10 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
         bar.finish_and_clear();
         runs.extend(plan);
         rows.extend(got);
-        let refs: Vec<_> = rows.iter().collect();
-        steer_by = Some(fit(&refs, &cell_weights(&refs, &runs), &p));
+        if round == 0 {
+            let refs: Vec<_> = rows.iter().collect();
+            steer_by = Some(fit(&refs, &cell_weights(&refs, &runs), &p));
+        }
     }
     ui.info(format!("{} report intervals from {} runs", rows.len(), runs.len()));
     let spin = ui.spinner("cross-validating (leave one receiver out, leave one kind of other traffic out)");

@@ -457,10 +457,9 @@ pub fn fit(rows: &[&Row], w: &[f32], p: &GbdtParams) -> LevelModel {
                         }
                     }
                 }
-                if let Some((gain, f, b)) = best.filter(|x| x.0 > 1e-12) {
+                if let Some((_, f, b)) = best.filter(|x| x.0 > 1e-12) {
                     feature[first + k] = f as u16;
                     threshold[first + k] = edges[f][b];
-                    let _ = gain;
                 }
             }
             for i in 0..n {

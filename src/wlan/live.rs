@@ -11,7 +11,7 @@
 
 #![allow(clippy::disallowed_methods)]
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -295,6 +295,21 @@ impl Survey {
 /// 64 KB in the worst case, ≈ 100 MB at 1,500 B). The emulator's queues hold far fewer; packets
 /// it drops without delivering are overwritten here rather than kept forever.
 pub const AP_STORE_CAP: usize = 1 << 16;
+
+/// The AP's port for each of `n` stations: station i listens on `listen`'s port + i. `None` when
+/// a port would pass 65535 or `listen` asks for port 0 (the ports must be known to the senders).
+pub fn station_ports(listen: SocketAddr, n: usize) -> Option<Vec<SocketAddr>> {
+    if listen.port() == 0 {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            u16::try_from(listen.port() as usize + i)
+                .ok()
+                .map(|p| SocketAddr::new(listen.ip(), p))
+        })
+        .collect()
+}
 
 /// The emulator as a real-time bottleneck on UDP: station i's data arrives on `listen[i]`
 /// (from the sender), is queued in the [`WlanSim`](super::WlanSim) at its arrival time, and

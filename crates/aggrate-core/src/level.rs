@@ -20,10 +20,16 @@
 //! survey's share of others (0 without one), the loss rate, the coefficient of variation of the
 //! gaps, and the distribution of the gaps between packets over [`GAP_BINS`] octave bins (from
 //! below 16 µs to above 16 ms, pauses of [`crate::runtime::SILENCE`] excluded): the share of
-//! receiving time spent in gaps of each bin, and the share of gaps.
+//! receiving time spent in gaps of each bin, and the share of gaps; then the share of time in
+//! gaps longer than the AP leaves between its own A-MPDUs ([`EXCESS`], less [`OWN_GAP_US`]) with
+//! the airtime level that share of others would give, and the mean and spread of those long
+//! gaps (a receive path's timer releases at one period, others' transmissions at many).
 //!
-//! Per packet: one bin index from a leading-zero count and three adds ([`GapHist::add`]); per
-//! interval: the vector and a walk down each tree. No allocation after construction.
+//! The estimator reports [`combine`]: the median of the trees' level, the airtime level and the
+//! frame count.
+//!
+//! Per packet: one bin index from a leading-zero count and a few adds and compares
+//! ([`GapHist::add`]); per interval: the vector and a walk down each tree. No allocation.
 
 use serde::{Deserialize, Serialize};
 
@@ -92,7 +98,7 @@ pub(crate) struct GapHist {
     sum_us: f64,
     sq_us: f64,
     /// Per [`EXCESS`] threshold: the sum over longer gaps of what they exceed [`OWN_GAP_US`] by.
-    excess_us: [f64; 2],
+    excess_us: [f64; EXCESS.len()],
     /// The gaps longer than the first threshold: how many, their sum and sum of squares (µs) —
     /// a receive path's timer releases them at one period (a small spread), others' transmit
     /// opportunities at many lengths.

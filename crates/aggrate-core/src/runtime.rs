@@ -267,11 +267,6 @@ impl OnlineEstimator {
         Ok(())
     }
 
-    /// Whether a learned level is in use.
-    pub fn has_level_model(&self) -> bool {
-        self.level_model.is_some()
-    }
-
     /// An estimator with an explicit mode and spec.
     pub fn new(mode: Mode, spec: FeatureSpec, interval: Duration) -> Result<OnlineEstimator, Error> {
         if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {

@@ -205,6 +205,28 @@ const LINGER: Duration = Duration::from_secs(3);
 /// died, a receiver that left): it does not wait for --duration.
 pub(crate) const IDLE: Duration = Duration::from_secs(30);
 
+/// How `recv --out` receives a file, besides where.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OutArgs {
+    /// With --out: the sender's UDP payload bytes per datagram (its --size).
+    #[arg(long, default_value_t = 1472, requires = "out")]
+    pub(crate) size: usize,
+    /// With --out: megabytes of segments held past the delivered point (the sender's
+    /// --window-mb or more).
+    #[arg(long, requires = "out")]
+    pub(crate) window_mb: Option<f64>,
+    /// With --out: replace a file already under the output's name (without it such a file is
+    /// never touched: the transfer is refused, or, if the file appeared meanwhile, the whole
+    /// file stays under PATH.aggrate-part).
+    #[arg(long, requires = "out")]
+    pub(crate) overwrite: bool,
+    /// With --out: most megabytes a transfer may write (default: the free space of the output's
+    /// file system). A larger offer is refused before a byte is written; a stream of unknown
+    /// size stops there.
+    #[arg(long, value_name = "MB", requires = "out")]
+    pub(crate) max_size: Option<f64>,
+}
+
 /// A file on its way in: the stream's bytes drained into a [`FileSink`] after every datagram.
 pub(crate) struct Incoming<'u> {
     ui: &'u Ui,
@@ -222,16 +244,9 @@ pub(crate) struct Incoming<'u> {
 
 impl<'u> Incoming<'u> {
     /// A transfer into `out`, whose directory must exist (checked now, not when the first
-    /// bytes arrive),
-    /// with datagrams of `size` bytes: the stream set on `rx`.
-    pub(crate) fn new(
-        ui: &'u Ui,
-        out: &Path,
-        (size, window_mb): (usize, Option<f64>),
-        (overwrite, max_mb): (bool, Option<f64>),
-        rx: &mut Receiver,
-    ) -> Result<Incoming<'u>> {
-        let max_bytes = match max_mb {
+    /// bytes arrive), received as `o` says: the stream set on `rx`.
+    pub(crate) fn new(ui: &'u Ui, out: &Path, o: &OutArgs, rx: &mut Receiver) -> Result<Incoming<'u>> {
+        let max_bytes = match o.max_size {
             None => None,
             Some(mb) if mb.is_finite() && mb > 0.0 && mb <= 1e12 => Some((mb * 1e6) as u64),
             Some(mb) => bail!("--max-size {mb}: a positive number of megabytes, at most 10^12"),
@@ -249,11 +264,17 @@ impl<'u> Incoming<'u> {
                 );
             }
         }
-        rx.set_bulk(BulkReceiver::new(config(size, 0, window_mb)?)?);
+        rx.set_bulk(BulkReceiver::new(config(o.size, 0, o.window_mb)?)?);
         Ok(Incoming {
             ui,
             out: out.to_path_buf(),
-            sink: FileSink::with_options(out, file::SinkOptions { overwrite, max_bytes }),
+            sink: FileSink::with_options(
+                out,
+                file::SinkOptions {
+                    overwrite: o.overwrite,
+                    max_bytes,
+                },
+            ),
             bar: None,
             error: None,
             last: (0, Instant::now()),
