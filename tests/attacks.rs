@@ -1036,3 +1036,88 @@ fn several_stations_step_once_per_interval_when_every_station_has_reported_it() 
     send(&mut s, 1, 2, 1550);
     assert_eq!(rate(&s), three);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Through an AP that holds the key (`ap --key-file`), over real loopback sockets: what an
+// attacker on the LAN who can write any source address does (a raw socket; root, as the test
+// command runs).
+
+#[path = "common/lan_attacker.rs"]
+mod lan_attacker;
+use lan_attacker::{record, through_ap, Spoofer};
+
+/// Everything item 46 found through the AP, at once: an old hello replayed from 200 ports at
+/// 10,000 a second, forged hellos at 20,000 a second, the old handshake's hello-ack spoofed from
+/// the station's address (its hello replayed first, so the ack names a relayed hello), and
+/// datagrams spoofed from the sender's own address — 60 KB of junk, and the old session's data.
+/// The sender stays connected from its first handshake, none of it reaches the air, and the
+/// receiver gets about what it gets unattacked.
+#[test]
+fn through_a_keyed_ap_replays_spoofed_acks_and_floods_leave_the_sender_connected() {
+    let key = Psk::new(&io::entropy().unwrap()).unwrap();
+    let old = record(&key);
+    let other = Psk::new(b"not the key the AP and the ends hold").unwrap();
+    let secs = 2.0;
+    let clean = through_ap(&key, Some(key.clone()), secs, |_, _| {});
+    let sent_attacks = std::sync::atomic::AtomicU64::new(0);
+    let attacked = through_ap(&key, Some(key.clone()), secs, |aim, stop| {
+        let spoof = Spoofer::new();
+        let ports: Vec<UdpSocket> = (0..200).map(|_| UdpSocket::bind(addr(0)).unwrap()).collect();
+        let flood = UdpSocket::bind(addr(0)).unwrap();
+        let junk = vec![0x5au8; 60_000];
+        let mut forged = Vec::new();
+        let (mut n, mut k) = (0u64, 0usize);
+        // At most 60,000 datagrams of each kind: bounded if the flag were never set.
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 60_000 {
+            // Per millisecond: 10 replayed hellos, 20 forged, and every 10 ms the spoofed ack
+            // and sender-addressed datagrams.
+            for _ in 0..10 {
+                let _ = ports[k % 200].send_to(&old.hellos[k % 2], aim.ap);
+                k += 1;
+            }
+            for j in 0..20u32 {
+                let h = wire::Hello {
+                    session: j,
+                    station: 0,
+                    nonce_s: [(n % 251) as u8; NONCE_LEN],
+                };
+                wire::emit_hello(&mut forged, &other, &h, &[0; wire::COOKIE_BYTES]);
+                let _ = flood.send_to(&forged, aim.ap);
+            }
+            if n % 10 == 0 {
+                spoof.send(aim.station, aim.ap, &old.ack);
+                spoof.send(aim.sender, aim.ap, &junk);
+                spoof.send(aim.sender, aim.ap, &old.data[(n / 10) as usize % old.data.len()]);
+            }
+            n += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sent_attacks.store(n, std::sync::atomic::Ordering::Relaxed);
+    });
+    let ms = sent_attacks.load(std::sync::atomic::Ordering::Relaxed);
+    let (ts, rs, ap) = (&attacked.sender, &attacked.receiver, &attacked.ap);
+    eprintln!(
+        "clean: {:?}\n{:?}\nattacked ({ms} ms of attack):\n{ts:?}\n{rs:?}\n{ap:?}",
+        clean.receiver, clean.ap
+    );
+    assert!(ms > 500, "the attack ran {ms} ms");
+    // Connected once, within a second, from the first handshake, and kept it.
+    assert_eq!(ts.sessions, 1, "{ts:?}");
+    assert!(attacked.connected_at.is_some_and(|t| t < Duration::from_secs(1)));
+    assert!(ts.feedback as f64 >= secs / 0.1 - 5.0, "{ts:?}");
+    // Every forgery was seen and dropped; no spoofed byte reached the air: the AP took in no
+    // more than the sender sent, and relayed the replayed hello a few times a second.
+    assert!(ap.forged >= ms * 5, "{ap:?}");
+    assert!(ap.hellos_repeated > ms * 5, "{ap:?}");
+    assert!(ap.hellos <= 2 + 2 * (ms / 100 + 2) + 4, "{ap:?}");
+    assert!(ap.data_in <= ts.sent, "{ap:?} {ts:?}");
+    assert!(ap.foreign + ap.replayed + ap.forged > 0, "{ap:?}");
+    // The receiver: about what it got without the attack (both runs on one busy host: the
+    // attack's own threads take CPU; `benches/ap_attacks.rs` measures it on a quiet one).
+    let ratio = rs.received as f64 / clean.receiver.received.max(1) as f64;
+    eprintln!(
+        "received {} of {} unattacked: {ratio:.3}",
+        rs.received, clean.receiver.received
+    );
+    assert!(ratio >= 0.7, "{ratio}");
+}

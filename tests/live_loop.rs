@@ -52,6 +52,37 @@ fn sender_ap_receiver_processes_close_the_loop() {
         );
         assert!(!o.status.success() && text(&o).1.contains(want), "{}", text(&o).1);
     }
+    // An AP without a key runs, and says what that leaves open; one given a file that is not a
+    // key refuses to start, naming it.
+    let ap_alone = |extra: &[&str]| {
+        let o = Command::new(bin)
+            .current_dir(dir.path())
+            .args([
+                "-q",
+                "ap",
+                "--listen",
+                &format!("127.0.0.1:{}", port()),
+                "--duration",
+                "0.3",
+            ])
+            .args(["--stations", &format!("127.0.0.1:{}", port())])
+            .args(extra)
+            .env_remove("AGGRATE_KEY")
+            .env_remove("AGGRATE_KEY_FILE")
+            .output()
+            .unwrap();
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, err) = ap_alone(&[]);
+    assert!(
+        ok && err.contains("AP without a key") && err.contains("rebind"),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("not-a-key"), "hello\n").unwrap();
+    let (ok, err) = ap_alone(&["--key-file", "not-a-key"]);
+    assert!(!ok && err.contains("not-a-key"), "{err}");
+    let (ok, err) = ap_alone(&["--key-file", "key"]);
+    assert!(ok && !err.contains("without a key"), "{err}");
     let (ap, rx) = (port(), port());
     let spawn = |args: Vec<String>| {
         Command::new(bin)
@@ -122,6 +153,8 @@ fn sender_ap_receiver_processes_close_the_loop() {
         ap["ampdus"].as_u64().unwrap() > 0 && ap["data_out"].as_u64().unwrap() > 0,
         "{ap}"
     );
+    // The AP took the key from the environment too: every datagram verified, one binding.
+    assert_eq!((ap["bindings"].as_u64(), ap.get("forged")), (Some(1), None), "{ap}");
     let got = rx["received"].as_u64().unwrap();
     assert!(got as f64 >= 0.95 * sent as f64, "received {got} of {sent}");
     // Start-up raised the rate above the 20 Mb/s start: more than 4 s × 20 Mb/s of packets.

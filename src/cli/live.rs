@@ -33,7 +33,7 @@ mod send;
 mod transfer;
 mod watch;
 use csvlog::CsvLog;
-pub(crate) use keys::{keygen, load_key, KeygenArgs};
+pub(crate) use keys::{keygen, load_ap_key, load_key, KeygenArgs};
 pub(crate) use loopback::live_loop;
 pub(crate) use send::{send, SendArgs};
 pub(crate) use watch::{watch, WatchArgs};
@@ -85,6 +85,11 @@ pub(crate) struct ApArgs {
     /// 0: at its end).
     #[arg(long, default_value_t = 0)]
     pub(crate) release_tick_us: u64,
+    /// The pre-shared key `send` and `recv` hold (hex file, as theirs; or AGGRATE_KEY): the AP
+    /// then lets only verified handshakes bind a station and only the bound session's data into
+    /// the air. Without one it warns: anyone on the LAN can rebind a station or take its air.
+    #[arg(long, env = "AGGRATE_KEY_FILE")]
+    pub(crate) key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -231,6 +236,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
         release_tick: Duration::from_micros(a.release_tick_us),
         on_release: None,
         survey: None,
+        key: ap_key(ui, a.key_file.as_deref())?,
     };
     let s = aggrate::wlan::live::run_ap(
         &listen,
@@ -247,6 +253,19 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     }
     outln!("{}", serde_json::to_string(&s)?);
     Ok(Exit::Ok)
+}
+
+/// The AP's key, or a warning of what running without one leaves open.
+fn ap_key(ui: &Ui, key_file: Option<&std::path::Path>) -> Result<Option<Psk>> {
+    let key = load_ap_key(key_file)?;
+    if key.is_none() {
+        ui.warn(
+            "AP without a key (--key-file or AGGRATE_KEY): it cannot verify handshakes or data, so anyone on the LAN \
+             who can spoof the station's address can rebind it, and anyone who can spoof the sender's can take its air; \
+             give it the key send and recv hold",
+        );
+    }
+    Ok(key)
 }
 
 /// `recv --self-calibrate`'s lines: one per [`SELF_CAL_LOG_EVERY`] at most (a window ends every

@@ -531,6 +531,8 @@ impl Downlink {
                         release_tick,
                         on_release: Some(&mut *on_release),
                         survey: Some(&survey),
+                        // Kernel TCP and aggrate alike over a TUN: the AP forwards IP packets.
+                        key: None,
                     };
                     let stats = run_ap_on(port, wlan, seed, limit, &stop, opts);
                     (stats, truth)

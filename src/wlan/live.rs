@@ -18,7 +18,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::rxstamp;
 use crate::time::Ts;
-use crate::transport::wire::{handshake_id, Hello, Kind};
+
+mod binding;
+pub use binding::{Binding, Route, AP_HELLOS_KEPT, BINDING_HOLD, HELLOS_PER_SOURCE, HELLO_REPEAT};
 
 /// Result of a replay.
 #[derive(Clone, Debug)]
@@ -164,6 +166,19 @@ pub struct ApStats {
     pub hellos: u64,
     /// Handshakes the AP saw a station answer: each binds that station's sender.
     pub bindings: u64,
+    /// With the key: datagrams whose tag did not verify (hellos, answers, data), dropped.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub forged: u64,
+    /// With the key: the bound sender's data seen before (replays), dropped.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub replayed: u64,
+    /// With the key: copies of a hello relayed less than `HELLO_REPEAT` before, dropped.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub hellos_repeated: u64,
+    /// With the key: verified hello-acks that did not move the binding (an earlier session's,
+    /// or while the bound sender's data still verified).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub binds_refused: u64,
     /// Dropped by the queue discipline (CoDel) as they left the queue.
     #[serde(skip_serializing_if = "is_zero")]
     pub dropped_aqm: u64,
@@ -187,10 +202,6 @@ pub struct ApStats {
 fn is_zero(x: &u64) -> bool {
     *x == 0
 }
-
-/// Hellos per station whose source the AP remembers, to route the station's answer (a cookie
-/// or a hello-ack) back to it; the oldest goes first.
-pub const AP_HELLOS_KEPT: usize = 64;
 
 /// What the live AP sent one station in one report interval: the truth a receiver's estimate is
 /// joined with (`ap --truth FILE`), and how late the AP released its bursts, so that a late AP
@@ -257,6 +268,9 @@ pub struct ApOptions<'a> {
     pub on_release: Option<&'a mut dyn FnMut(&Released)>,
     /// The emulated channel's survey counters, kept current for readers in other threads.
     pub survey: Option<&'a Survey>,
+    /// The pre-shared key `send` and `recv` hold: the AP verifies the handshake and the data
+    /// with it ([`Binding`]); `None`: it can read the handshake's ids only ([`run_ap`]).
+    pub key: Option<crate::transport::wire::Psk>,
 }
 
 /// A channel survey of the emulated WLAN, as a station's driver keeps one (`iw dev … survey
@@ -317,13 +331,15 @@ pub fn station_ports(listen: SocketAddr, n: usize) -> Option<Vec<SocketAddr>> {
 /// `stations[i]` (feedback) are relayed to the sender from the same socket, so the sender sees
 /// each station's feedback come from the address it sends that station's data to.
 ///
-/// **Whose data.** The AP holds no key, so it binds each station's sender by the handshake it
-/// relays: hellos from any address go to the station (their sources remembered, at most
-/// [`AP_HELLOS_KEPT`]: the first address a hello came from keeps it), the station's answer — a
-/// cookie or a hello-ack, which names the hello it answers — goes back to that hello's source,
-/// and a hello-ack makes that source the station's sender. Data from any other address, or
-/// before any handshake, is counted as foreign and dropped; feedback goes to the bound sender
-/// only. Talking first takes nothing: only the station, which holds the key, chooses.
+/// **Whose data.** The AP binds each station's sender by the handshake it relays: hellos go to
+/// the station (their sources remembered), the station's answer — a cookie or a hello-ack, which
+/// names the hello it answers — goes back to that hello's source, and a hello-ack makes that
+/// source the station's sender. Data from any other address, or before any handshake, is
+/// counted as foreign and dropped; feedback goes to the bound sender only. Talking first takes
+/// nothing: only the station, which holds the key, chooses. With `opts.key` every step is
+/// verified and data enters the air only under the session's keys; without it, anyone who can
+/// spoof the station's or the sender's address can rebind the station or take its air
+/// ([`Binding`] says what each does).
 ///
 /// With `opts.truth` it reports what it sent each station per interval ([`TruthRow`]), with
 /// `opts.release_tick` it releases on a timer ([`ApOptions`]; `ApOptions::default()`: neither).
@@ -334,13 +350,14 @@ pub fn run_ap(
     seed: u64,
     duration: Duration,
     stop: &AtomicBool,
-    opts: ApOptions<'_>,
+    mut opts: ApOptions<'_>,
 ) -> Result<ApStats, ReplayError> {
     let mut port = UdpPort {
         socks: ap_sockets(listen, stations, &wlan)?,
         stations: stations.to_vec(),
-        binding: Binding::new(stations.len()),
+        binding: Binding::new(stations.len(), opts.key.take()),
         at: 0,
+        start: Instant::now(),
     };
     Ok(run_ap_on(&mut port, wlan, seed, duration, stop, opts))
 }
@@ -369,6 +386,8 @@ struct UdpPort {
     binding: Binding,
     /// The socket being drained.
     at: usize,
+    /// The binding's clock starts here.
+    start: Instant,
 }
 
 /// Which way a packet crosses the emulated WLAN.
@@ -385,7 +404,14 @@ impl ApPort for UdpPort {
         while self.at < self.socks.len() {
             let i = self.at;
             match self.socks[i].recv_from(buf) {
-                Ok((n, from)) => match self.binding.route(i, from, self.stations[i], &buf[..n], stats) {
+                Ok((n, from)) => match self.binding.route(
+                    i,
+                    Ts(self.start.elapsed().as_nanos() as u64),
+                    from,
+                    self.stations[i],
+                    &buf[..n],
+                    stats,
+                ) {
                     Route::To(to) => {
                         let _ = self.socks[i].send_to(&buf[..n], to);
                     }
@@ -441,6 +467,7 @@ pub fn run_ap_on(
         release_tick,
         mut on_release,
         survey,
+        key: _,
     } = opts;
     let n_sta = wlan.config().stations.len();
     let tick_ns = release_tick.as_nanos() as u64;
@@ -685,86 +712,6 @@ fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start:
 fn rows_of(t: &mut ApTruth<'_>, acc: &mut [TruthAcc], start_ns: u64) {
     for (i, a) in acc.iter_mut().enumerate() {
         (t.on_row)(&a.finish(start_ns, i as u16));
-    }
-}
-
-/// Where a datagram the AP received goes.
-enum Route {
-    /// Relay it to this address.
-    To(std::net::SocketAddr),
-    /// Station data from its bound sender: into the emulated WLAN.
-    Data,
-    /// Nowhere.
-    Drop,
-}
-
-/// The AP's binding of each station's sender by the handshake it relays (see [`run_ap`]):
-/// per station, the bound sender and recent hellos' sources.
-struct Binding {
-    sender: Vec<Option<std::net::SocketAddr>>,
-    hellos: Vec<std::collections::VecDeque<(Hello, std::net::SocketAddr)>>,
-}
-
-impl Binding {
-    fn new(stations: usize) -> Self {
-        Binding {
-            sender: vec![None; stations],
-            hellos: vec![std::collections::VecDeque::new(); stations],
-        }
-    }
-
-    /// Where `bytes` from `from`, arriving on station `i`'s port (the station at `station`),
-    /// go; counted in `stats`.
-    fn route(
-        &mut self,
-        i: usize,
-        from: std::net::SocketAddr,
-        station: std::net::SocketAddr,
-        bytes: &[u8],
-        stats: &mut ApStats,
-    ) -> Route {
-        let id = handshake_id(bytes);
-        if from == station {
-            return match id {
-                // The station answers a hello: back to where that hello came from.
-                Some((k @ (Kind::Cookie | Kind::HelloAck), h)) => {
-                    let Some(&(_, to)) = self.hellos[i].iter().find(|(x, _)| *x == h) else {
-                        return Route::Drop;
-                    };
-                    if k == Kind::HelloAck {
-                        if self.sender[i] != Some(to) {
-                            stats.bindings += 1;
-                        }
-                        self.sender[i] = Some(to);
-                    }
-                    Route::To(to)
-                }
-                _ => match self.sender[i] {
-                    Some(to) => {
-                        stats.feedback += 1;
-                        Route::To(to)
-                    }
-                    None => Route::Drop,
-                },
-            };
-        }
-        if let Some((Kind::Hello, h)) = id {
-            // The first source of a hello keeps it (a copy replayed from elsewhere does not
-            // take its answer).
-            if !self.hellos[i].iter().any(|(x, _)| *x == h) {
-                if self.hellos[i].len() == AP_HELLOS_KEPT {
-                    self.hellos[i].pop_front();
-                }
-                self.hellos[i].push_back((h, from));
-            }
-            stats.hellos += 1;
-            return Route::To(station);
-        }
-        if self.sender[i] != Some(from) {
-            stats.foreign += 1;
-            return Route::Drop;
-        }
-        Route::Data
     }
 }
 

@@ -1,7 +1,7 @@
 //! The pre-shared key: read (bounded, checked, warned about when others can read it) and
 //! made (`aggrate keygen`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -18,7 +18,21 @@ use super::SessionArgs;
 const MAX_KEY_FILE: u64 = 2 * aggrate::transport::wire::MAX_KEY_LEN as u64 + 64;
 
 pub(crate) fn load_key(a: &SessionArgs) -> Result<Psk> {
-    if let Some(p) = &a.key_file {
+    load_key_from(a.key_file.as_deref())
+}
+
+/// The AP's key: from `key_file` or `AGGRATE_KEY` when either is given, else `None` (it runs
+/// without one, and says what that leaves open).
+pub(crate) fn load_ap_key(key_file: Option<&Path>) -> Result<Option<Psk>> {
+    if key_file.is_none() && std::env::var_os("AGGRATE_KEY").is_none() {
+        return Ok(None);
+    }
+    load_key_from(key_file).map(Some)
+}
+
+/// The key from `key_file`, else `AGGRATE_KEY`.
+fn load_key_from(key_file: Option<&Path>) -> Result<Psk> {
+    if let Some(p) = key_file {
         use std::io::Read;
         // O_NONBLOCK: a FIFO with no writer must not hang `open`; it is refused below.
         let f = {

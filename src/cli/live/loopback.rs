@@ -43,6 +43,7 @@ pub(crate) fn live_loop(
     std::thread::scope(|sc| -> Result<()> {
         let (stop_ap, stop_rx, stop_tx) = (stop.clone(), stop.clone(), stop.clone());
         let tr = truth.clone();
+        let ap_key = key.clone();
         let ap = sc.spawn(move || {
             let mut keep = |r: &aggrate::wlan::live::TruthRow| {
                 if let Ok(mut v) = tr.lock() {
@@ -64,6 +65,8 @@ pub(crate) fn live_loop(
                     release_tick: Duration::ZERO,
                     on_release: None,
                     survey: None,
+                    // The AP holds the key too: it verifies what it lets into the air.
+                    key: Some(ap_key),
                 },
             )
         });
