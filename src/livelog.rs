@@ -18,14 +18,16 @@ use crate::time::Ts;
 pub use crate::wlan::live::TruthRow;
 
 /// Header of the AP's truth CSV.
-pub const TRUTH_HEADER: &str = "start_ns,station,ampdus,mpdus,level,release_p50_us,release_p99_us,merged";
+pub const TRUTH_HEADER: &str = "start_ns,station,ampdus,mpdus,level,release_p50_us,release_p99_us,merged,others_share";
+/// The truth CSV's header before it carried others' share (still read; the share is then NaN).
+const TRUTH_HEADER_V1: &str = "start_ns,station,ampdus,mpdus,level,release_p50_us,release_p99_us,merged";
 /// Header of the receiver's report CSV.
 pub const REPORT_HEADER: &str = "start_ns,end_ns,packets,frames,frame_count,level,rx_mbps,owd_mean_ms,lost";
 
 /// One line of the truth CSV.
 pub fn truth_line(r: &TruthRow) -> String {
     format!(
-        "{},{},{},{},{:.4},{:.1},{:.1},{}",
+        "{},{},{},{},{:.4},{:.1},{:.1},{},{:.4}",
         r.start_ns,
         r.station,
         r.ampdus,
@@ -37,7 +39,8 @@ pub fn truth_line(r: &TruthRow) -> String {
         },
         r.release_p50_us,
         r.release_p99_us,
-        r.merged
+        r.merged,
+        r.others_share
     )
 }
 
@@ -175,8 +178,19 @@ fn field<T: std::str::FromStr>(
 
 /// The AP's truth log.
 pub fn read_truth(path: &Path) -> Result<Vec<TruthRow>, Error> {
-    read(path, "AP truth (ap --truth)", TRUTH_HEADER)?
-        .into_iter()
+    let rows = match read(path, "AP truth (ap --truth)", TRUTH_HEADER) {
+        Err(Error::Header { .. }) => read(path, "AP truth (ap --truth)", TRUTH_HEADER_V1).map_err(|e| match e {
+            // Name the current header, not the old one.
+            Error::Header { path, what, .. } => Error::Header {
+                path,
+                what,
+                want: TRUTH_HEADER,
+            },
+            e => e,
+        })?,
+        r => r?,
+    };
+    rows.into_iter()
         .map(|(line, c)| {
             let f = |i, col| field::<f64>(path, line, &c, i, col, "a number");
             Ok(TruthRow {
@@ -187,6 +201,7 @@ pub fn read_truth(path: &Path) -> Result<Vec<TruthRow>, Error> {
                 release_p50_us: f(5, "release_p50_us")?,
                 release_p99_us: f(6, "release_p99_us")?,
                 merged: field(path, line, &c, 7, "merged", "a count")?,
+                others_share: if c.len() > 8 { f(8, "others_share")? } else { f64::NAN },
             })
         })
         .collect()
@@ -314,6 +329,7 @@ mod tests {
                     release_p50_us: 30.0 + k as f64,
                     release_p99_us: 200.0,
                     merged: 6,
+                    others_share: 0.25,
                 }));
                 truth.push('\n');
             }
@@ -334,6 +350,15 @@ mod tests {
         let (truth, reports) = (read_truth(&t).unwrap(), read_reports(&r).unwrap());
         assert_eq!((truth.len(), reports.len()), (20, 10));
         assert!(reports[0].owd_mean_ms.is_nan());
+        assert_eq!(truth[3].others_share, 0.25);
+        // A log written before others' share was a column still reads, the share unknown.
+        let old = write(
+            dir.path(),
+            "old.csv",
+            &format!("{TRUTH_HEADER_V1}\n1000000000000,0,600,12000,20,30,200,6\n"),
+        );
+        let o = read_truth(&old).unwrap();
+        assert!(o.len() == 1 && o[0].mpdus == 12_000 && o[0].others_share.is_nan());
         // The first two intervals (the ramp) skipped: the level is 5 % high, the count 50 %.
         let j = join(&truth, &reports, 1, 2, (&t, &r)).unwrap();
         assert_eq!(j.pairs.len(), 8);

@@ -277,3 +277,58 @@ fn demo_runs_end_to_end() {
     // The comparison table is printed.
     assert!(text(&o).0.contains("aggrate / cubic"), "{}", text(&o).0);
 }
+
+/// `ap --contenders`: others on the emulated channel, and the truth log carries their share of
+/// the air per interval (none without them); an out-of-range setting is refused by name.
+#[test]
+fn the_aps_truth_carries_others_share_of_the_air() {
+    let dir = tempfile::tempdir().unwrap();
+    let share = |extra: &[&str]| -> Vec<f64> {
+        let mut args = vec![
+            "-q",
+            "ap",
+            "--duration",
+            "1.3",
+            "--interval-ms",
+            "100",
+            "--truth",
+            "t.csv",
+        ];
+        let (l, s) = (format!("127.0.0.1:{}", port()), format!("127.0.0.1:{}", port()));
+        args.extend(["--listen", &l, "--stations", &s]);
+        args.extend(extra);
+        let o = aggrate(dir.path(), &args);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let t = aggrate::livelog::read_truth(&dir.path().join("t.csv")).unwrap();
+        // Whole intervals only: the first and last are cut by the start and the end.
+        t[1..t.len() - 1].iter().map(|r| r.others_share).collect()
+    };
+    let quiet = share(&[]);
+    assert!(quiet.len() >= 8 && quiet.iter().all(|&x| x == 0.0), "{quiet:?}");
+    let busy = share(&["--contenders", "2", "--contender-mbps", "20"]);
+    let mean = busy.iter().sum::<f64>() / busy.len() as f64;
+    // Two stations at 20 Mb/s of 1,500-byte frames, one per exchange at VHT MCS 7 (1 SS, 80 MHz):
+    // ≈ 3,300 exchanges a second of ≈ 130 µs each with contention: about 0.4 of the air.
+    assert!(
+        busy.iter().all(|x| (0.0..=1.0).contains(x)) && (0.2..0.7).contains(&mean),
+        "{busy:?}"
+    );
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "ap",
+            "--stations",
+            "127.0.0.1:1",
+            "--contenders",
+            "1",
+            "--contender-ampdu",
+            "0",
+        ],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("contender_ampdu"),
+        "{}",
+        text(&o).1
+    );
+}

@@ -225,6 +225,10 @@ pub struct TruthRow {
     /// A-MPDUs released less than [`MERGE_GAP`] after the previous one: a receiver cannot see
     /// them apart whatever its receive path.
     pub merged: u64,
+    /// Others' share of the air in the interval (the channel's busy time less this AP's cell's
+    /// own exchanges, over the interval; the same for every station): the contention the
+    /// receiver's level had to read through (`ap --contenders`). NaN in a log that predates it.
+    pub others_share: f64,
 }
 
 /// Two A-MPDUs the AP releases closer together than this reach a station as one burst (less
@@ -463,7 +467,7 @@ pub fn run_ap_on(
     opts: ApOptions<'_>,
 ) -> ApStats {
     let ApOptions {
-        mut truth,
+        truth,
         release_tick,
         mut on_release,
         survey,
@@ -482,9 +486,7 @@ pub fn run_ap_on(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let vnow = || Ts(start.elapsed().as_nanos() as u64);
-    let step = truth.as_ref().map_or(1, |t| t.interval.as_nanos().max(1) as u64);
-    let mut acc: Vec<TruthAcc> = vec![TruthAcc::default(); n_sta];
-    let mut open_start = (real0 / step) * step;
+    let mut rows = Rows::new(truth, n_sta, real0);
     let mut store = Store::new();
     let mut stats = ApStats::default();
     let mut buf = vec![0u8; 65_536];
@@ -530,7 +532,7 @@ pub fn run_ap_on(
             s.update(now, &sim);
         }
         let real = real0 + start.elapsed().as_nanos() as u64;
-        close_rows(truth.as_mut(), &mut acc, &mut open_start, real, step);
+        rows.close(&sim, real);
         while let Some(d) = sim.poll_delivery() {
             busy = true;
             let first = d.ampdu_ref != last_ref;
@@ -538,7 +540,7 @@ pub fn run_ap_on(
                 stats.ampdus += 1;
                 last_ref = d.ampdu_ref;
             }
-            if let Some(a) = acc.get_mut(d.sta.0 as usize) {
+            if let Some(a) = rows.acc.get_mut(d.sta.0 as usize) {
                 a.released(&d, first.then(vnow));
             }
             if let Some((arrived, bytes)) = store.take(d.packet.seq) {
@@ -562,9 +564,7 @@ pub fn run_ap_on(
             idle(sim.poll_timeout(), held.front().map(|h| h.0), vnow());
         }
     }
-    if let Some(t) = truth.as_mut() {
-        rows_of(t, &mut acc, open_start);
-    }
+    rows.last(&sim, real0 + vnow().as_nanos());
     let per_sta = sim.stats();
     ApStats {
         dropped_aqm: per_sta.iter().map(|s| s.dropped_aqm).sum(),
@@ -697,21 +697,79 @@ fn hold(held: &mut std::collections::VecDeque<Held>, h: Held, stats: &mut ApStat
     held.push_back(h);
 }
 
-/// Every truth interval that ended by `real` (ns, `CLOCK_REALTIME`; intervals of `step`) out,
-/// from `open_start` on ([`rows_of`] each).
-fn close_rows(truth: Option<&mut ApTruth<'_>>, acc: &mut [TruthAcc], open_start: &mut u64, real: u64, step: u64) {
-    if let Some(t) = truth {
-        while real >= *open_start + step {
-            rows_of(t, acc, *open_start);
-            *open_start += step;
+/// The truth rows of a run: per station what the open interval holds, others' air, and where
+/// the open interval starts on `CLOCK_REALTIME` (a multiple of the interval).
+struct Rows<'a> {
+    truth: Option<ApTruth<'a>>,
+    acc: Vec<TruthAcc>,
+    others: OthersMeter,
+    open_start: u64,
+    step: u64,
+}
+
+impl<'a> Rows<'a> {
+    fn new(truth: Option<ApTruth<'a>>, stations: usize, real0: u64) -> Self {
+        let step = truth.as_ref().map_or(1, |t| t.interval.as_nanos().max(1) as u64);
+        Rows {
+            truth,
+            acc: vec![TruthAcc::default(); stations],
+            others: OthersMeter::default(),
+            open_start: (real0 / step) * step,
+            step,
+        }
+    }
+
+    /// Close every interval that ended by `real` (ns, `CLOCK_REALTIME`).
+    fn close<R: rand::Rng>(&mut self, sim: &super::WlanSim<R>, real: u64) {
+        self.others.update(sim);
+        while self.truth.is_some() && real >= self.open_start + self.step {
+            let share = self.others.share(self.step);
+            self.emit(share);
+            self.open_start += self.step;
+        }
+    }
+
+    /// The rows of the interval cut short by the run's end at `end`.
+    fn last<R: rand::Rng>(&mut self, sim: &super::WlanSim<R>, end: u64) {
+        self.others.update(sim);
+        if self.truth.is_some() {
+            let share = self.others.share(end.saturating_sub(self.open_start).max(1));
+            self.emit(share);
+        }
+    }
+
+    /// Every station's row of the open interval, to `on_row`.
+    fn emit(&mut self, others_share: f64) {
+        if let Some(t) = self.truth.as_mut() {
+            for (i, a) in self.acc.iter_mut().enumerate() {
+                (t.on_row)(&TruthRow {
+                    others_share,
+                    ..a.finish(self.open_start, i as u16)
+                });
+            }
         }
     }
 }
 
-/// Every station's truth row of the interval starting at `start_ns`, to `t.on_row`.
-fn rows_of(t: &mut ApTruth<'_>, acc: &mut [TruthAcc], start_ns: u64) {
-    for (i, a) in acc.iter_mut().enumerate() {
-        (t.on_row)(&a.finish(start_ns, i as u16));
+/// Others' air time since the last interval closed: the emulator's busy and own-cell counters
+/// (ns), now and at the last close.
+#[derive(Default)]
+struct OthersMeter {
+    now: (u64, u64),
+    last: (u64, u64),
+}
+
+impl OthersMeter {
+    fn update<R: rand::Rng>(&mut self, sim: &super::WlanSim<R>) {
+        self.now = (sim.busy_ns(), sim.cell_airtime_ns());
+    }
+
+    /// Others' share of an interval of `step` ns ending now (0..=1), and start the next one.
+    fn share(&mut self, step: u64) -> f64 {
+        let busy = self.now.0.saturating_sub(self.last.0);
+        let own = self.now.1.saturating_sub(self.last.1);
+        self.last = self.now;
+        (busy.saturating_sub(own) as f64 / step.max(1) as f64).clamp(0.0, 1.0)
     }
 }
 
@@ -765,6 +823,7 @@ impl TruthAcc {
             release_p50_us: q(&mut self.late_us, 0.5),
             release_p99_us: q(&mut self.late_us, 0.99),
             merged: self.merged,
+            others_share: f64::NAN,
         };
         self.ampdus = 0;
         self.mpdus = 0;
