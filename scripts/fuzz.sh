@@ -19,7 +19,7 @@ else
   limit=(-max_total_time="$budget")
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(capture_reader radiotap decode wire model_loader)
+[ ${#targets[@]} -eq 0 ] && targets=(capture_reader radiotap decode wire model_loader ap_binding)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
 

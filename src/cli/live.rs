@@ -90,7 +90,9 @@ pub(crate) struct RecvArgs {
     pub(crate) others_share: f64,
     /// A channel survey kept current by the radio's side (one line, `active_ns busy_ns
     /// own_ns`, cumulative; the testbed's AP writes one): read every 50 ms, the share of the
-    /// channel others took since the last reading sets --others-share as it moves.
+    /// channel others took since the last reading sets --others-share as it moves. A survey
+    /// that stops moving for 1 s is no longer counted (a warning names it, another when it
+    /// moves again); one that goes backwards starts over (a warning).
     #[arg(long, value_name = "FILE")]
     pub(crate) survey_file: Option<PathBuf>,
     /// Write every report sent (CSV: interval, packets, frames, frame count, the level steered
@@ -249,7 +251,11 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         .as_deref()
         .map(|out| transfer::Incoming::new(ui, out, &a.file_out, &mut rx))
         .transpose()?;
-    let mut survey = a.survey_file.as_deref().map(io::SurveyFeed::open).transpose()?;
+    let mut survey = a
+        .survey_file
+        .as_deref()
+        .map(|p| io::SurveyFeed::open(p, |m| eprintln!("warning: {m}")))
+        .transpose()?;
     let mut hooks = io::ReceiverHooks::new();
     hooks.cal = cal.as_mut();
     hooks.survey = survey.as_mut();
@@ -275,10 +281,10 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
     if let Some(l) = log {
         l.finish()?;
     }
-    let survey_note = survey.and_then(|s| s.failure_note());
+    let survey_notes = survey.map(|s| s.notes()).unwrap_or_default();
     io::receiver_warnings(&stats)
         .into_iter()
-        .chain(survey_note)
+        .chain(survey_notes)
         .for_each(|w| ui.warn(w));
     let mut out = serde_json::to_value(stats)?;
     if let (Some(c), serde_json::Value::Object(o)) = (&cal, &mut out) {

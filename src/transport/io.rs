@@ -20,7 +20,7 @@ use crate::selfcal::{OnlineCalibrator, Step};
 use crate::time::Ts;
 
 mod survey;
-pub use survey::{parse_survey, SurveyFeed, SurveyFile, SURVEY_EVERY};
+pub use survey::{parse_survey, Reading, SurveyCounts, SurveyFeed, SurveyFile, SURVEY_EVERY, SURVEY_STALE};
 
 /// An IO step failed.
 #[derive(Debug, thiserror::Error)]
