@@ -6,7 +6,7 @@
 //! randomness is used (folds are contiguous, solvers are exact).
 //!
 //! Why our own solvers: smartcore's logistic regression is 6–9× slower than scikit-learn on
-//! 1M × 21 rows (../shared/STACK.md) and its SVMs hundreds of times slower. The logistic model
+//! 1M × 21 rows (measured when the stack was chosen) and its SVMs hundreds of times slower. The logistic model
 //! here is a Newton (IRLS) solver: each step is one pass over the data to build the 22×22
 //! Hessian, then a Cholesky solve, damped by backtracking; it converges in 5–10 steps. For
 //! cross-validation ([`LogisticCv`]) the folds read their rows in place ([`RowSet`]) and start
@@ -977,7 +977,7 @@ impl SvmParams {
 
 /// Fit a linear SVM by dual coordinate descent (Hsieh et al., ICML 2008 — liblinear's solver),
 /// the bias as an extra constant feature. Our own because smartcore/linfa solve the kernel SVM
-/// (hundreds of times slower, ../shared/STACK.md) and the `liblinear` crate needs the deprecated
+/// (hundreds of times slower, measured when the stack was chosen) and the `liblinear` crate needs the deprecated
 /// `failure` crate.
 pub fn fit_linear_svm(data: &Dataset, p: &ValidSvmParams) -> Result<LinearSvmModel, Error> {
     Ok(fit_svm_rows(data, &RowSet::all(data.len()), &p.0, None)?.model)

@@ -1,8 +1,8 @@
 //! The house has one direction: every `crate::` path in the library's non-test code must go
-//! down the layers of ../shared/DESIGN.md (core → capture → label → dataset → pipeline → train
-//! → model export → transport IO; wlan beside, as a data source; sim, live logs and the testbed
-//! above; `report` only under the CLI). The table below is the whole rule: a module may name
-//! the modules listed for it and nothing else. A new arrow up fails here, with the file and line.
+//! down the layers (docs/ARCHITECTURE.md draws them, with what each module takes and gives:
+//! `report` only under the CLI; sim, live logs and the testbed on top). The table below is the
+//! whole rule: a module may name the modules listed for it and nothing else. A new arrow up
+//! fails here, with the file and line.
 //!
 //! Paths are read from the source text (use lines and inline `crate::a::b` paths, brace groups
 //! included), with comments and `#[cfg(test)]` modules left out. `crate::model::onnx` (the ONNX

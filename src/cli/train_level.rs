@@ -39,6 +39,11 @@ pub(crate) struct TrainLevelArgs {
     /// The held-out table (Markdown; default: beside --out, `NAME.level.md`).
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    /// Also write every report interval's row (CSV: its run's settings, truth, airtime level,
+    /// frame count, the fitted level in-sample, and the 38 features by name), to study what the
+    /// trees see.
+    #[arg(long, value_name = "CSV")]
+    pub(crate) rows: Option<PathBuf>,
 }
 
 pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
@@ -111,6 +116,10 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
         "leave_one_receiver_out": by_receiver,
         "leave_one_others_kind_out": by_kind,
     });
+    if let Some(path) = &a.rows {
+        write_rows(path, &rows, &runs, &m)?;
+        ui.info(format!("wrote {} rows to {}", rows.len(), path.display()));
+    }
     file.level = Some(m);
     let out = a.out.clone().unwrap_or_else(|| a.model.clone());
     std::fs::write(&out, file.to_json()).with_context(|| format!("writing {}", out.display()))?;
@@ -120,6 +129,52 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
     outln!("{md}");
     ui.info(format!("wrote {} and {}", out.display(), report.display()));
     Ok(Exit::Ok)
+}
+
+/// Every row with its run's settings (`--rows`).
+fn write_rows(
+    path: &std::path::Path,
+    rows: &[aggrate::sim::learned_level::Row],
+    runs: &[aggrate::sim::learned_level::Run],
+    m: &aggrate::level::LevelModel,
+) -> Result<()> {
+    use std::io::Write;
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let mut head = String::from(
+        "run,receiver,others,others_n,others_mbps,mcs,target,fixed_mbps,interval_ms,truth,ampdus,airtime,count,learned",
+    );
+    for n in aggrate::level::feature_names() {
+        head.push(',');
+        head.push_str(&n);
+    }
+    let io = |e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", path.display()));
+    writeln!(w, "{head}").map_err(io)?;
+    for r in rows {
+        let run = &runs[r.run];
+        let mut line = format!(
+            "{},{},{},{},{},{},{},{},{},{:.4},{},{:.4},{:.4},{:.4}",
+            r.run,
+            run.receiver.name(),
+            run.others.kind.name(),
+            run.others.n,
+            run.others.mbps,
+            run.mcs,
+            run.target,
+            run.fixed_mbps.map_or(String::new(), |x| x.to_string()),
+            run.interval_ms,
+            r.truth,
+            r.ampdus,
+            r.airtime,
+            r.count,
+            aggrate::sim::learned_level::learned(m, r)
+        );
+        for x in r.features.0 {
+            let _ = write!(line, ",{x}");
+        }
+        writeln!(w, "{line}").map_err(io)?;
+    }
+    w.flush().map_err(io)
 }
 
 fn cell(e: &Option<LevelError>) -> String {

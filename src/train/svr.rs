@@ -1,7 +1,7 @@
 //! RBF ε-SVR by SMO: the slot-level correction of the aggregation level.
 //!
 //! Why our own solver: smartcore 0.7's SVR is 4.5–8× slower than scikit-learn (libsvm) and keeps
-//! its support vectors private (../shared/STACK.md), so a fitted model could not be exported.
+//! its support vectors private (measured when the stack was chosen), so a fitted model could not be exported.
 //! This is the dual problem libsvm solves for ε-SVR (2n box-constrained variables, one equality
 //! constraint) with second-order working-set selection (Fan, Chen & Lin, JMLR 2005). Slot data is
 //! small (one row per 100 ms slot: a few hundred to a few thousand rows), so the kernel matrix is
