@@ -40,8 +40,9 @@ pub(crate) struct TrainLevelArgs {
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
     /// Also write every report interval's row (CSV: its run's settings, truth, airtime level,
-    /// frame count, the fitted level in-sample, and the 38 features by name), to study what the
-    /// trees see.
+    /// frame count, the fitted level in-sample, the trees' ln(level ÷ airtime level) in-sample
+    /// and held out by receive path and by kind of other traffic, and the 38 features by name),
+    /// to study what the trees see and how the levels combine.
     #[arg(long, value_name = "CSV")]
     pub(crate) rows: Option<PathBuf>,
 }
@@ -101,8 +102,8 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
     }
     ui.info(format!("{} report intervals from {} runs", rows.len(), runs.len()));
     let spin = ui.spinner("cross-validating (leave one receiver out, leave one kind of other traffic out)");
-    let by_receiver = cross_validate(&rows, &runs, HoldOut::Receiver, &p);
-    let by_kind = cross_validate(&rows, &runs, HoldOut::OthersKind, &p);
+    let (by_receiver, out_receiver) = cross_validate(&rows, &runs, HoldOut::Receiver, &p);
+    let (by_kind, out_kind) = cross_validate(&rows, &runs, HoldOut::OthersKind, &p);
     spin.finish_and_clear();
     let refs: Vec<_> = rows.iter().collect();
     let w = cell_weights(&refs, &runs);
@@ -117,7 +118,7 @@ pub(crate) fn run(ui: &Ui, a: TrainLevelArgs) -> Result<Exit> {
         "leave_one_others_kind_out": by_kind,
     });
     if let Some(path) = &a.rows {
-        write_rows(path, &rows, &runs, &m)?;
+        write_rows(path, &rows, &runs, &m, [&out_receiver, &out_kind])?;
         ui.info(format!("wrote {} rows to {}", rows.len(), path.display()));
     }
     file.level = Some(m);
@@ -137,12 +138,14 @@ fn write_rows(
     rows: &[aggrate::sim::learned_level::Row],
     runs: &[aggrate::sim::learned_level::Run],
     m: &aggrate::level::LevelModel,
+    held_out: [&[f32]; 2],
 ) -> Result<()> {
     use std::io::Write;
     let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = std::io::BufWriter::new(f);
     let mut head = String::from(
-        "run,receiver,others,others_n,others_mbps,mcs,target,fixed_mbps,interval_ms,truth,ampdus,airtime,count,learned",
+        "run,receiver,others,others_n,others_mbps,mcs,target,fixed_mbps,interval_ms,truth,ampdus,airtime,count,learned,\
+         trees_ln,trees_ln_out_receiver,trees_ln_out_kind",
     );
     for n in aggrate::level::feature_names() {
         head.push(',');
@@ -150,7 +153,7 @@ fn write_rows(
     }
     let io = |e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", path.display()));
     writeln!(w, "{head}").map_err(io)?;
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
         let run = &runs[r.run];
         let mut line = format!(
             "{},{},{},{},{},{},{},{},{},{:.4},{},{:.4},{:.4},{:.4}",
@@ -169,8 +172,15 @@ fn write_rows(
             r.count,
             aggrate::sim::learned_level::learned(m, r)
         );
+        let _ = write!(
+            line,
+            ",{:?},{:?},{:?}",
+            m.predict(&r.features),
+            held_out[0][i],
+            held_out[1][i]
+        );
         for x in r.features.0 {
-            let _ = write!(line, ",{x}");
+            let _ = write!(line, ",{x:?}");
         }
         writeln!(w, "{line}").map_err(io)?;
     }

@@ -544,8 +544,9 @@ pub struct CellScore {
 }
 
 /// Held-out scores per cell: for each value of the held-out key, fit on every other and score
-/// the held-out rows.
-pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -> Vec<CellScore> {
+/// the held-out rows; and each row's held-out prediction (`ln(level ÷ airtime level)` of the
+/// trees alone, before [`crate::level::combine`]), by row.
+pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -> (Vec<CellScore>, Vec<f32>) {
     let key = |r: &Row| -> String {
         match by {
             HoldOut::Receiver => runs[r.run].receiver.name(),
@@ -556,6 +557,7 @@ pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -
     keys.sort();
     keys.dedup();
     let mut pairs: std::collections::BTreeMap<(String, OthersKind), [Vec<LevelPair>; 3]> = Default::default();
+    let mut held_out = vec![0f32; rows.len()];
     for k in &keys {
         let train: Vec<&Row> = rows.iter().filter(|r| &key(r) != k).collect();
         let w = cell_weights(&train, runs);
@@ -571,12 +573,13 @@ pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -
                 truth: r.truth,
                 ampdus: r.ampdus,
             };
+            held_out[i] = m.predict(&r.features);
             e[0].push(pair(learned(&m, r)));
             e[1].push(pair(r.airtime));
             e[2].push(pair(r.count));
         }
     }
-    pairs
+    let cells = pairs
         .into_iter()
         .map(|((receiver, kind), [l, a, c])| CellScore {
             receiver,
@@ -585,7 +588,8 @@ pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -
             airtime: LevelError::of(&a),
             count: LevelError::of(&c),
         })
-        .collect()
+        .collect();
+    (cells, held_out)
 }
 
 /// The learned level of a row, as the online estimator reports it ([`crate::level::combine`]).
