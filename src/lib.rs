@@ -3,12 +3,13 @@
 //!
 //! The estimator, controller and transport state machines live in the lean `aggrate-core`
 //! crate (`time`, `features`, `model`, `runtime`, `control`, `transport`, `selfcal`,
-//! `airtime`, `watch`), re-exported here, below everything else.
+//! `airtime`, `level`, `watch`), re-exported here, below everything else. docs/ARCHITECTURE.md
+//! is the map.
 //!
 //! Layers (a module uses only those before it, and the core): `phy`, `parallel`, `progress`,
-//! `metrics`, `rxstamp` (the one kernel-timestamp receive edge) → `capture` → `label` →
+//! `metrics`, `rxstamp` (the one kernel-timestamp receive edge), `impair`, `bulk` → `capture` → `label` →
 //! `wlan` (the emulator: writes captures, sits in the live and virtual loops) → `dataset` →
-//! `pipeline` → `train` → `model::onnx` (export) → `transport::io` (sockets) → `livelog`,
+//! `pipeline` → `train` → `bottleneck`, `model::onnx` (export) → `transport::io` (sockets) → `livelog`,
 //! `testbed`, `sim` → `report` (renders; used by the CLI only). `tests/layering.rs` holds the
 //! table of allowed edges and fails on an arrow up. The library never prints and never reads
 //! the real clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the

@@ -1,9 +1,12 @@
-//! Real-time edge of the emulator. Today: [`replay_through_kernel`], a noise source nobody here
-//! wrote — it replays MAC delivery times through the real kernel (UDP over loopback) and reads
-//! the receive timestamps the kernel stamps (`SO_TIMESTAMPNS`).
+//! Real-time edge of the emulator: [`run_ap`] / [`run_ap_on`], the emulated WLAN as a real-time
+//! bottleneck between a sender and its receivers (on UDP, or any [`ApPort`] such as the
+//! testbed's TUN), with [`Binding`] deciding whose datagrams take the air; and
+//! [`replay_through_kernel`], a noise source nobody here wrote — it replays MAC delivery times
+//! through the real kernel (UDP over loopback) and reads the receive timestamps the kernel stamps
+//! (`SO_TIMESTAMPNS`).
 //!
-//! This module reads the real clock (allowed here and in `transport::io` and the CLI only). The
-//! sender sleeps until shortly before each A-MPDU's MAC time and spins the rest, then sends the
+//! This module reads the real clock (allowed here, in `transport::io`, `testbed` and the CLI
+//! only). For the replay, the sender sleeps until shortly before each A-MPDU's MAC time and spins the rest, then sends the
 //! A-MPDU's datagrams back to back; the receiver thread records `(seq, kernel ns)`. The kernel
 //! times are mapped back onto the emulator clock by the offset between the schedule's start in
 //! virtual time and in `CLOCK_REALTIME`. What this measures is the host's real receive path plus
