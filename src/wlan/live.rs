@@ -261,7 +261,7 @@ pub struct ApTruth<'a> {
     pub on_row: &'a mut dyn FnMut(&TruthRow),
 }
 
-/// What else a live AP run does besides relaying ([`run_ap_with`]).
+/// What else a live AP run does besides relaying ([`run_ap`], [`run_ap_on`]).
 #[derive(Default)]
 pub struct ApOptions<'a> {
     /// Report the truth per interval.

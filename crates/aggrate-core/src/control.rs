@@ -62,6 +62,8 @@ use crate::airtime::{AirtimeParams, Measured};
 use crate::runtime::AggReport;
 use crate::time::Ts;
 
+pub mod bottleneck_weights;
+
 /// A send rate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd, Serialize, Deserialize)]
 pub struct Rate {
@@ -228,7 +230,7 @@ pub struct BottleneckWeights {
 
 impl Default for BottleneckWeights {
     fn default() -> Self {
-        crate::bottleneck_weights::SHIPPED
+        bottleneck_weights::SHIPPED
     }
 }
 
@@ -274,7 +276,7 @@ fn report_features(r: &AggReport, target: f64, sent_mbps: f64, owd_base_ms: f64)
 /// The study's bottleneck classifier: a logistic model over the last n = 5 reports and the loss
 /// over the last p = 100 packets (an exponentially weighted estimate), trained on testbed runs
 /// in which a backhaul bottleneck switches on and off (`aggrate testbed bottleneck`; the shipped
-/// weights and how they were made: `bottleneck_weights.rs`). Per report it sees the level
+/// weights and how they were made: `control/bottleneck_weights.rs`). Per report it sees the level
 /// against N_ε (low behind a backhaul: the AP's queue is empty), the receive rate against the
 /// send rate (short of it while a queue upstream fills; above it while one drains), and the
 /// one-way delay above the path's own (a queue somewhere). Before five reports have come the

@@ -31,8 +31,9 @@
 #![deny(unsafe_code)]
 
 pub mod airtime;
-pub mod bottleneck_weights;
 pub mod control;
+/// The shipped bottleneck classifier's weights (kept under [`control`], which reads them).
+pub use control::bottleneck_weights;
 pub mod features;
 pub mod level;
 pub mod model;

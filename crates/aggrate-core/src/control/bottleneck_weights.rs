@@ -1,4 +1,5 @@
-//! The shipped bottleneck classifier's weights ([`crate::control::BottleneckClassifier`]).
+//! The shipped bottleneck classifier's weights ([`super::BottleneckClassifier`]): data under
+//! the controller that reads it, so that the two do not import each other.
 //!
 //! Trained by `aggrate testbed bottleneck --runs 6 --train 4 --duration 40` (seed 1; one
 //! station, VHT MCS 9 × 1 SS, 80 MHz; a `tc tbf` backhaul of 60–200 Mb/s switched on and off
@@ -8,7 +9,7 @@
 //! docs/testbed.md. Per report, newest first: `[level ÷ N_ε, shortfall, surplus, queue]`; then
 //! the loss over the last 100 packets.
 
-use crate::control::BottleneckWeights;
+use super::BottleneckWeights;
 
 /// The shipped weights.
 pub const SHIPPED: BottleneckWeights = BottleneckWeights {
