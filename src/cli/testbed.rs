@@ -302,6 +302,9 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
                 steal_note(r.ap_core_steal)
             ));
         }
+        for n in &r.notes {
+            ui.warn(format!("{name}: {n}"));
+        }
         runs.push(r);
     }
     drop(d);

@@ -181,6 +181,7 @@ mod tests {
                 p(0.0, 1, 50.0, 8.0, 10),
                 p(0.1, 1, 20.0, 4.0, 5),
             ],
+            notes: Vec::new(),
         };
         let t = totals(&run);
         assert_eq!(t.len(), 2);

@@ -186,6 +186,9 @@ pub struct SenderRun {
     pub ap_core_steal: Option<f64>,
     /// Rate and delay over time, per station and [`SERIES_STEP`].
     pub series: Vec<SeriesPoint>,
+    /// What the one-way-delay captures missed or could not match, a sentence each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Core 0's (steal, total) ticks from `/proc/stat`.
@@ -532,6 +535,7 @@ impl Measured {
             },
             ap_core_steal: self.steal,
             series,
+            notes: self.owd.notes.clone(),
         }
     }
 }

@@ -224,6 +224,7 @@ pub fn match_delays(mut sent: Vec<Seen>, mut got: Vec<Seen>, stations: usize) ->
     let mut out = Matched {
         delays: vec![Vec::new(); stations],
         unmatched: vec![0; stations],
+        notes: Vec::new(),
     };
     let (mut i, mut j) = (0, 0);
     while i < sent.len() {
@@ -274,6 +275,8 @@ pub struct Matched {
     pub delays: Vec<Vec<(u64, u64)>>,
     /// Per station: packets seen leaving that were never seen arriving.
     pub unmatched: Vec<u64>,
+    /// What the captures missed or could not match, a sentence each, for the user.
+    pub notes: Vec<String>,
 }
 
 impl Matched {
@@ -314,22 +317,23 @@ impl Captures {
         })
     }
 
-    /// Stop them and match what they saw (what a capture missed or could not match is said on
-    /// stderr).
+    /// Stop them and match what they saw (what a capture missed or could not match is said in
+    /// [`Matched::notes`]).
     pub fn finish(mut self) -> Result<Matched, Error> {
         let mut tapped = self.taps.iter_mut().map(Tap::finish).collect::<Result<Vec<_>, _>>()?;
+        let mut notes = Vec::new();
         for t in &tapped {
             if t.merged > 0 {
-                eprintln!(
+                notes.push(format!(
                     "testbed: a capture for the one-way delay saw {} packets merged by GRO: they match nothing sent, and count as unmatched",
                     t.merged
-                );
+                ));
             }
             if t.dropped > 0 || t.overflow > 0 {
-                eprintln!(
+                notes.push(format!(
                     "testbed: a capture for the one-way delay missed packets ({} dropped by its socket, {} past its limit): the delays are of the rest",
                     t.dropped, t.overflow
-                );
+                ));
             }
         }
         let sent = std::mem::take(&mut tapped[0].seen);
@@ -337,7 +341,10 @@ impl Captures {
             .iter_mut()
             .flat_map(|t| std::mem::take(&mut t.seen))
             .collect();
-        Ok(match_delays(sent, got, self.stations))
+        Ok(Matched {
+            notes,
+            ..match_delays(sent, got, self.stations)
+        })
     }
 }
 
