@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use aggrate::testbed::KernelPath;
-use aggrate::wlan::manifest::{DatasetManifest, PlannedReceiver, PlannedRun, Role};
-use aggrate::wlan::run::{RunSummary, ValidScenario};
+use aggrate::wlan::manifest::{BuiltDataset, BuiltRun, DatasetManifest, PlannedReceiver};
+use aggrate::wlan::run::RunSummary;
 
 use super::progress::Ui;
 use super::{ensure_parent, inputs, load_rows, Exit, FlowArgs};
@@ -31,47 +31,6 @@ pub(crate) enum DatasetCommand {
     /// captures: per capture its gap summary and the model's decisions on it, binned by label
     /// (`calibrate --no-labels --bank-dataset FILE`). A few hundred kB for 50 receivers.
     Summarise(SummariseArgs),
-}
-
-#[derive(serde::Serialize)]
-struct BuiltStation {
-    sta: u16,
-    mcs: u8,
-    file: String,
-    delivered: u64,
-    ampdus: u64,
-    mean_agg: f64,
-    received_mbps: f64,
-}
-
-#[derive(serde::Serialize)]
-struct BuiltRun {
-    name: String,
-    role: Role,
-    rate_mbps: f64,
-    seed: u64,
-    duration_s: f64,
-    /// Receiver name (groups for `train --group-by receiver`).
-    receiver: String,
-    /// `model` (the emulator's receive-path model) or `kernel` (a real-kernel replay).
-    receiver_kind: &'static str,
-    /// The receive path's stages, or the kernel settings.
-    receiver_path: serde_json::Value,
-    stations: Vec<BuiltStation>,
-}
-
-#[derive(serde::Serialize)]
-struct Built {
-    name: String,
-    description: String,
-    manifest: String,
-    aggrate_version: &'static str,
-    seed: u64,
-    snaplen: Option<u32>,
-    noise_preset: String,
-    packets_per_run: u64,
-    runs: Vec<BuiltRun>,
-    total_packets: u64,
 }
 
 /// Read and parse a manifest (errors name the file and the field).
@@ -167,14 +126,14 @@ pub(crate) fn build(
     for ((r, scn), res) in runs.iter().zip(&checked).zip(results) {
         let (summary, paths) = res.unwrap_or_else(|| Err(anyhow::anyhow!("run {} did not run", r.name)))?;
         total += summary.delivered;
-        built.push(built_run(r, scn, &summary, &paths));
+        built.push(BuiltRun::new(r, scn, &summary, &paths));
     }
     bar.finish_and_clear();
-    let record = Built {
+    let record = BuiltDataset {
         name: m.name.clone(),
         description: m.description.clone(),
         manifest: source.display().to_string(),
-        aggrate_version: env!("CARGO_PKG_VERSION"),
+        aggrate_version: env!("CARGO_PKG_VERSION").to_string(),
         seed: m.seed,
         snaplen,
         noise_preset: format!("{:?}", m.base.noise_preset).to_lowercase(),
@@ -192,43 +151,6 @@ pub(crate) fn build(
         out.display()
     ));
     Ok(out)
-}
-
-fn built_run(r: &PlannedRun, scn: &ValidScenario, summary: &RunSummary, paths: &[PathBuf]) -> BuiltRun {
-    let (receiver, receiver_kind, receiver_path) = match &r.receiver {
-        Some(PlannedReceiver::Kernel { name, settings }) => (name.clone(), "kernel", serde_json::json!(settings)),
-        _ => match &scn.noise {
-            Some(p) => (p.path().name.clone(), "model", serde_json::json!(p.path().stages)),
-            None => ("none".to_string(), "model", serde_json::json!([])),
-        },
-    };
-    BuiltRun {
-        name: r.name.clone(),
-        role: r.role,
-        rate_mbps: r.rate_mbps,
-        seed: r.scenario.seed,
-        duration_s: r.scenario.duration_s,
-        receiver,
-        receiver_kind,
-        receiver_path,
-        stations: summary
-            .stations
-            .iter()
-            .zip(paths)
-            .map(|(s, p)| BuiltStation {
-                sta: s.sta,
-                mcs: r.scenario.wlan.stations[s.sta as usize].mcs,
-                file: p
-                    .file_name()
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                delivered: s.delivered,
-                ampdus: s.ampdus,
-                mean_agg: s.mean_agg,
-                received_mbps: s.received_mbps,
-            })
-            .collect(),
-    }
 }
 
 pub(crate) fn run(ui: &Ui, c: DatasetCommand) -> Result<Exit> {

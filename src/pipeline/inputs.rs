@@ -115,23 +115,22 @@ fn folder(a: &Path, train_only: bool) -> Result<Vec<Input>, InputError> {
     let mut out = Vec::new();
     if manifest.exists() {
         let text = std::fs::read_to_string(&manifest).map_err(io(&manifest))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|source| InputError::Manifest {
-            path: manifest.clone(),
-            source,
-        })?;
-        for r in v["runs"].as_array().into_iter().flatten() {
-            if train_only && r["role"] != "train" {
+        let built: crate::wlan::manifest::BuiltDataset =
+            serde_json::from_str(&text).map_err(|source| InputError::Manifest {
+                path: manifest.clone(),
+                source,
+            })?;
+        for r in built.runs {
+            if train_only && r.role != crate::wlan::manifest::Role::Train {
                 continue;
             }
-            for s in r["stations"].as_array().into_iter().flatten() {
-                if let Some(f) = s["file"].as_str() {
-                    out.push(Input {
-                        path: a.join(f),
-                        receiver: r["receiver"].as_str().map(str::to_string),
-                        kernel: s["kernel"].as_str().map(|k| a.join(k)),
-                        truth_optional: false,
-                    });
-                }
+            for s in &r.stations {
+                out.push(Input {
+                    path: a.join(&s.file),
+                    receiver: Some(r.receiver.clone()),
+                    kernel: None,
+                    truth_optional: false,
+                });
             }
         }
     } else {

@@ -425,3 +425,180 @@ impl WlanSettings {
         v
     }
 }
+
+/// What `aggrate dataset build` wrote: the dataset folder's `manifest.json`. One type for the
+/// writer and every reader (`pipeline::inputs` reads it; the Python package and the Spark jobs
+/// read the same JSON fields).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuiltDataset {
+    /// The recipe's name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// The recipe file it was built from.
+    pub manifest: String,
+    /// The aggrate version that built it.
+    pub aggrate_version: String,
+    /// The recipe's seed.
+    pub seed: u64,
+    /// Snap length of the written frames, when set.
+    pub snaplen: Option<u32>,
+    /// The base receive-path preset.
+    pub noise_preset: String,
+    /// Packets per run.
+    pub packets_per_run: u64,
+    /// The runs.
+    pub runs: Vec<BuiltRun>,
+    /// Packets delivered in all.
+    pub total_packets: u64,
+}
+
+/// Whose receive path a run's captures went through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiverKind {
+    /// The emulator's receive-path model.
+    Model,
+    /// A real-kernel replay.
+    Kernel,
+}
+
+/// One built run of a [`BuiltDataset`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuiltRun {
+    /// Run name.
+    pub name: String,
+    /// What it is for.
+    pub role: Role,
+    /// Offered rate (Mb/s).
+    pub rate_mbps: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Duration (s).
+    pub duration_s: f64,
+    /// Receiver name (groups for `train --group-by receiver`).
+    pub receiver: String,
+    /// The emulator's receive-path model or a real-kernel replay.
+    pub receiver_kind: ReceiverKind,
+    /// The receive path's stages, or the kernel settings.
+    pub receiver_path: serde_json::Value,
+    /// Per station.
+    pub stations: Vec<BuiltStation>,
+}
+
+/// One station's capture of a [`BuiltRun`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuiltStation {
+    /// Station index.
+    pub sta: u16,
+    /// VHT MCS.
+    pub mcs: u8,
+    /// The capture's file name, in the dataset folder.
+    pub file: String,
+    /// Packets delivered.
+    pub delivered: u64,
+    /// A-MPDUs.
+    pub ampdus: u64,
+    /// Mean MPDUs per A-MPDU.
+    pub mean_agg: f64,
+    /// Received rate (Mb/s).
+    pub received_mbps: f64,
+}
+
+impl BuiltRun {
+    /// The record of planned run `r`, run as `scn`, summarised in `summary`, captured to `paths`
+    /// (one per station).
+    pub fn new(
+        r: &PlannedRun,
+        scn: &super::run::ValidScenario,
+        summary: &super::run::RunSummary,
+        paths: &[std::path::PathBuf],
+    ) -> BuiltRun {
+        let (receiver, receiver_kind, receiver_path) = match &r.receiver {
+            Some(PlannedReceiver::Kernel { name, settings }) => {
+                (name.clone(), ReceiverKind::Kernel, serde_json::json!(settings))
+            }
+            _ => match &scn.noise {
+                Some(p) => (
+                    p.path().name.clone(),
+                    ReceiverKind::Model,
+                    serde_json::json!(p.path().stages),
+                ),
+                None => ("none".to_string(), ReceiverKind::Model, serde_json::json!([])),
+            },
+        };
+        BuiltRun {
+            name: r.name.clone(),
+            role: r.role,
+            rate_mbps: r.rate_mbps,
+            seed: r.scenario.seed,
+            duration_s: r.scenario.duration_s,
+            receiver,
+            receiver_kind,
+            receiver_path,
+            stations: summary
+                .stations
+                .iter()
+                .zip(paths)
+                .map(|(s, p)| BuiltStation {
+                    sta: s.sta,
+                    mcs: r.scenario.wlan.stations[s.sta as usize].mcs,
+                    file: p
+                        .file_name()
+                        .map(|f| f.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    delivered: s.delivered,
+                    ampdus: s.ampdus,
+                    mean_agg: s.mean_agg,
+                    received_mbps: s.received_mbps,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod built_tests {
+    use super::*;
+
+    #[test]
+    fn a_built_manifest_reads_back_as_written_and_names_what_is_wrong() {
+        let run = BuiltRun {
+            name: "r".into(),
+            role: Role::Eval,
+            rate_mbps: 100.0,
+            seed: 1,
+            duration_s: 2.0,
+            receiver: "veth".into(),
+            receiver_kind: ReceiverKind::Kernel,
+            receiver_path: serde_json::json!({"gro": true}),
+            stations: vec![BuiltStation {
+                sta: 0,
+                mcs: 9,
+                file: "r.pcapng".into(),
+                delivered: 10,
+                ampdus: 5,
+                mean_agg: 2.0,
+                received_mbps: 99.0,
+            }],
+        };
+        let d = BuiltDataset {
+            name: "d".into(),
+            description: String::new(),
+            manifest: "d.toml".into(),
+            aggrate_version: "0".into(),
+            seed: 7,
+            snaplen: None,
+            noise_preset: "none".into(),
+            packets_per_run: 10,
+            runs: vec![run],
+            total_packets: 10,
+        };
+        let text = serde_json::to_string_pretty(&d).unwrap();
+        assert!(text.contains("\"receiver_kind\": \"kernel\"") && text.contains("\"role\": \"eval\""));
+        assert_eq!(serde_json::from_str::<BuiltDataset>(&text).unwrap(), d);
+        let bad = text.replace("\"kernel\"", "\"kernal\"");
+        let e = serde_json::from_str::<BuiltDataset>(&bad).unwrap_err().to_string();
+        assert!(e.contains("kernal"), "{e}");
+    }
+}
