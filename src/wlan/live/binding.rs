@@ -198,10 +198,14 @@ impl Station {
         let bound = self.bound(now);
         let held = bound.is_some_and(|b| within(now, self.sessions[b].last_data, BINDING_HOLD));
         // Newest first: a sender that re-handshook from the same address.
-        let Some(k) = (0..self.sessions.len())
-            .rev()
-            .find(|&k| self.sessions[k].to == from && wire::parse_data(bytes, &self.sessions[k].keys).is_ok())
-        else {
+        let verified = (0..self.sessions.len()).rev().find_map(|k| {
+            let s = &self.sessions[k];
+            (s.to == from)
+                .then(|| wire::parse_data(bytes, &s.keys).ok())
+                .flatten()
+                .map(|(d, _)| (k, d.seq))
+        });
+        let Some((k, seq)) = verified else {
             return if self.sessions.iter().any(|s| s.to == from) {
                 forged(stats)
             } else {
@@ -210,7 +214,6 @@ impl Station {
             };
         };
         let s = &mut self.sessions[k];
-        let seq = wire::peek_data(bytes).map_or(0, |d| d.seq);
         if !s.replay.accept(seq) {
             stats.replayed += 1;
             return Route::Drop;
