@@ -275,8 +275,9 @@ pub struct ApOptions<'a> {
     pub on_release: Option<&'a mut dyn FnMut(&Released)>,
     /// The emulated channel's survey counters, kept current for readers in other threads.
     pub survey: Option<&'a Survey>,
-    /// The pre-shared key `send` and `recv` hold: the AP verifies the handshake and the data
-    /// with it ([`Binding`]); `None`: it can read the handshake's ids only ([`run_ap`]).
+    /// The pre-shared key `send` and `recv` hold: [`run_ap`]'s UDP port verifies the handshake
+    /// and the data with it ([`Binding`]); `None`: it can read the handshake's ids only.
+    /// [`run_ap_on`] does not read it: a port of one's own brings its own admission.
     pub key: Option<crate::transport::wire::Psk>,
 }
 
