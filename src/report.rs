@@ -1196,13 +1196,29 @@ pub fn levels_md(interval_ms: u64, caps: &[crate::train::levels::CaptureLevels])
     md
 }
 
-/// Every scored interval of `caps` as CSV.
+/// Every scored interval of `caps` as CSV: the truth, the steered level, the frame count, the
+/// airtime level and the learned level's trees alone (what [`crate::level::combine`] took the
+/// median of), and the learned level's features (empty without a PHY rate).
 pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
-    let mut s = String::from("capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count\n");
+    let mut s = String::from(
+        "capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count,airtime,trees",
+    );
+    for f in crate::level::feature_names() {
+        s.push(',');
+        s.push_str(&f);
+    }
+    s.push('\n');
+    let num = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.4}")
+        } else {
+            String::new()
+        }
+    };
     for c in caps {
         for i in &c.intervals {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{:.4},{:.4},{:.4}\n",
+                "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{}",
                 crate::train::levels::short_name(&c.path),
                 c.receiver.as_deref().unwrap_or(""),
                 c.rate_mbps.map_or(String::new(), |r| r.to_string()),
@@ -1211,8 +1227,17 @@ pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
                 i.ampdus,
                 i.truth,
                 i.level,
-                i.count
+                i.count,
+                num(i.airtime),
+                num(i.trees),
             ));
+            for k in 0..crate::level::LEVEL_FEATURES {
+                s.push(',');
+                if let Some(x) = &i.features {
+                    s.push_str(&format!("{}", x.0[k]));
+                }
+            }
+            s.push('\n');
         }
     }
     s

@@ -345,6 +345,52 @@ fn write_log(path: &Path, lines: &[(u32, u64)]) {
 }
 
 #[test]
+fn eval_intervals_show_what_the_shipped_level_is_made_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulate_half_second_at_400(d, "5", "laptop", "lap_400mbps.pcapng");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "lap_400mbps.pcapng",
+            "--interval-ms",
+            "100",
+            "-o",
+            "ev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let csv = std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.intervals.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| {
+        head.iter()
+            .position(|h| *h == n)
+            .unwrap_or_else(|| panic!("no column {n} in {head:?}"))
+    };
+    let names = aggrate::level::feature_names();
+    assert_eq!(head.len(), 11 + names.len(), "{head:?}");
+    assert!(names.iter().all(|n| head.contains(&n.as_str())));
+    let (level, airtime, trees) = (col("level"), col("airtime"), col("trees"));
+    let mut rows = 0;
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f.len(), head.len(), "{l}");
+        let x = |i: usize| f[i].parse::<f64>().unwrap();
+        // The shipped rule: the trees' level, never below the airtime level.
+        let want = x(trees).max(x(airtime)).clamp(1.0, 64.0);
+        assert!((x(level) - want).abs() <= 2e-4 * want, "{l}");
+        rows += 1;
+    }
+    assert!(rows >= 3, "{csv}");
+}
+
+#[test]
 fn eval_scores_a_sniffer_capture_joined_with_a_receiver_log() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

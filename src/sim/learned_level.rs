@@ -503,6 +503,7 @@ pub fn fit(rows: &[&Row], w: &[f32], p: &GbdtParams) -> LevelModel {
         base,
         trees,
         clamp: p.clamp,
+        rule: crate::level::LevelRule::Floor,
         training: serde_json::Value::Null,
     }
 }
@@ -597,8 +598,10 @@ pub fn learned(m: &LevelModel, r: &Row) -> f64 {
     crate::level::combine(
         r.airtime,
         m.predict(&r.features),
+        r.airtime,
         (r.count > 0.0).then_some(r.count),
         64.0,
+        m.rule,
     )
 }
 

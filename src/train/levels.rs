@@ -50,6 +50,13 @@ pub struct IntervalRow {
     pub level: f64,
     /// Packets ÷ predicted frames.
     pub count: f64,
+    /// The airtime relation's level alone (NaN without a PHY rate).
+    pub airtime: f64,
+    /// The learned level's trees alone, before [`crate::level::combine`] (NaN without them).
+    pub trees: f64,
+    /// The interval's features for the learned level (`eval --features-csv`).
+    #[serde(skip)]
+    pub features: Option<crate::level::LevelFeatures>,
 }
 
 /// One capture's intervals and scores.
@@ -133,6 +140,12 @@ pub fn replay_levels(
                 truth: mpdus as f64 / ampdus.max(1) as f64,
                 level: r.level(),
                 count: r.mean_agg,
+                airtime: r.airtime_agg.unwrap_or(f64::NAN),
+                trees: match (&file.level, r.airtime_agg, &r.features) {
+                    (Some(m), Some(n0), Some(x)) => n0 * (m.predict(x) as f64).exp(),
+                    _ => f64::NAN,
+                },
+                features: r.features,
             })
         })
         .collect();

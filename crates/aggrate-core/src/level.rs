@@ -17,7 +17,8 @@
 //!
 //! The airtime level `n₀` and the frame count (packets ÷ predicted starts) in logs, their ratio,
 //! the data share of the air `λ·t_p`, the overhead share at one MPDU per exchange `λ·T_o`, the
-//! survey's share of others (0 without one), the loss rate, the coefficient of variation of the
+//! survey's share of others (kept for the file format; the estimator passes 0, as in training:
+//! a survey lifts the floor in [`combine`] instead), the loss rate, the coefficient of variation of the
 //! gaps, and the distribution of the gaps between packets over [`GAP_BINS`] octave bins (from
 //! below 16 µs to above 16 ms, pauses of [`crate::runtime::SILENCE`] excluded): the share of
 //! receiving time spent in gaps of each bin, and the share of gaps; then the share of time in
@@ -25,8 +26,8 @@
 //! the airtime level that share of others would give, and the mean and spread of those long
 //! gaps (a receive path's timer releases at one period, others' transmissions at many).
 //!
-//! The estimator reports [`combine`]: the median of the trees' level, the airtime level and the
-//! frame count.
+//! The estimator reports [`combine`] by the model file's [`LevelRule`]: the shipped model's trees'
+//! level never below the airtime level.
 //!
 //! Per packet: one bin index from a leading-zero count and a few adds and compares
 //! ([`GapHist::add`]); per interval: the vector and a walk down each tree. No allocation.
@@ -195,19 +196,56 @@ impl LevelFeatures {
     }
 }
 
-/// The level the estimator reports from the airtime level `n0`, the trees' prediction
-/// `ln_ratio` (ln of the level over `n0`) and the frame count (packets ÷ predicted starts, when
-/// any frame closed): the median of the three, at least 1 and at most `cap`.
+/// How the estimator turns the trees' prediction into the level it reports ([`combine`]); a
+/// setting of the model file (`level.rule`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LevelRule {
+    /// The trees' level, never below the airtime level (the shipped model's rule).
+    ///
+    /// The airtime relation is a floor by physics: others' air, retransmissions and an idle AP
+    /// only lengthen the cycle, so the true level is never below it. The frame count does not
+    /// vote: under others' traffic at low load the per-packet model invents starts (beside two
+    /// saturated neighbours at 85 Mb/s it read 1.2 where the AP sent 10.6 per A-MPDU), and a
+    /// voting count held the level at the floor there (−30 % and worse, which the loop pays in
+    /// delay). Where the trees are wrong without the count — timer-driven receive paths at low
+    /// load, whose batches look like others' air — they read high, and a loop that reads high
+    /// gives up rate, not delay (docs/levels.md has both sides measured).
+    Floor,
+    /// The median of the trees' level, the airtime level and the frame count: the trees move off
+    /// the floor only as far as the count goes the same way. Model files without a `rule` were
+    /// trained and reported with it; `aggrate train-level` steers its second round by it (loops
+    /// that under-read others' air: the rows the trees must correct).
+    #[default]
+    MedianWithCount,
+}
+
+/// The level the estimator reports from the trees' prediction `ln_ratio` (ln of the level over
+/// `n0`, the airtime level with nobody else on the channel, which the trees were fitted
+/// against), the airtime `floor` (`n0`, or higher when a channel survey says others took part of
+/// the air) and the frame count (packets ÷ predicted starts, when any frame closed) by `rule`,
+/// at least 1 and at most `cap`. A prediction that is not a number gives the floor.
 ///
-/// The trees move the level off the airtime floor only as far as the frame count goes the same
-/// way. A receive path whose timer leaves gaps like a contender's (which the trees can take for
-/// others' air) but whose count is right is held by the count; one whose count hides starts
-/// under others' traffic is held by the trees; where the count invents starts the floor stands.
-pub fn combine(n0: f64, ln_ratio: f32, count: Option<f64>, cap: f64) -> f64 {
+/// A survey lifts the floor and nothing else: the trees read others' air from the gaps, the
+/// survey from the driver, and the level is the larger of the two — the trees' ratio on a floor
+/// that already holds the survey's air would count it twice (+9 % to +38 % on the kernel testbed
+/// beside others, where the receivers read the AP's survey, before this was so).
+pub fn combine(n0: f64, ln_ratio: f32, floor: f64, count: Option<f64>, cap: f64, rule: LevelRule) -> f64 {
     let learned = n0 * (ln_ratio as f64).exp();
-    let mut v = [learned, n0, count.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(n0)];
-    v.sort_by(f64::total_cmp);
-    v[1].clamp(1.0, cap.max(1.0))
+    let learned = if learned.is_finite() { learned } else { floor };
+    let v = match rule {
+        LevelRule::Floor => learned.max(floor),
+        LevelRule::MedianWithCount => {
+            let mut v = [
+                learned,
+                floor,
+                count.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(floor),
+            ];
+            v.sort_by(f64::total_cmp);
+            v[1]
+        }
+    };
+    v.clamp(1.0, cap.max(1.0))
 }
 
 /// One regression tree, complete to its depth: internal node `k` (heap order, root 0, children
@@ -238,6 +276,10 @@ pub struct LevelModel {
     pub trees: Vec<Tree>,
     /// The prediction is clamped to this range of `ln(level ÷ airtime level)`.
     pub clamp: [f32; 2],
+    /// How the reported level is made from the trees' ([`combine`]; absent: the median rule,
+    /// which every file written before the rule was a setting was trained and scored with).
+    #[serde(default)]
+    pub rule: LevelRule,
     /// How it was trained and how it scored (free-form).
     #[serde(default)]
     pub training: serde_json::Value,
@@ -398,22 +440,81 @@ mod tests {
     }
 
     #[test]
-    fn the_reported_level_is_the_median_of_trees_floor_and_count() {
-        let up = 2f32.ln();
+    fn the_floor_rule_reports_the_trees_never_below_the_airtime_level() {
+        let f = LevelRule::Floor;
         let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
         assert!(
-            near(combine(10.0, up, Some(30.0), 64.0), 20.0),
+            near(combine(10.0, 2f32.ln(), 10.0, Some(5.0), 64.0, f), 20.0),
+            "above the floor: the trees', whatever the count"
+        );
+        assert_eq!(
+            combine(10.0, -(2f32.ln()), 10.0, Some(30.0), 64.0, f),
+            10.0,
+            "below the floor: the floor"
+        );
+        assert_eq!(combine(40.0, 2f32.ln(), 40.0, None, 64.0, f), 64.0, "capped");
+        assert_eq!(combine(0.5, 0.0, 0.5, None, 64.0, f), 1.0, "at least one");
+        assert_eq!(
+            combine(10.0, f32::NAN, 10.0, None, 64.0, f),
+            10.0,
+            "no number from the trees: the floor"
+        );
+    }
+
+    #[test]
+    fn the_median_rule_lets_the_count_hold_the_trees() {
+        let m = LevelRule::MedianWithCount;
+        let up = 2f32.ln();
+        assert!(
+            (combine(10.0, up, 10.0, Some(30.0), 64.0, m) - 20.0).abs() < 1e-6,
             "count higher: the trees'"
         );
-        assert_eq!(combine(10.0, up, Some(15.0), 64.0), 15.0, "count between: the count's");
         assert_eq!(
-            combine(10.0, up, Some(5.0), 64.0),
+            combine(10.0, up, 10.0, Some(15.0), 64.0, m),
+            15.0,
+            "count between: the count's"
+        );
+        assert_eq!(
+            combine(10.0, up, 10.0, Some(5.0), 64.0, m),
             10.0,
             "count below the floor: the floor"
         );
-        assert_eq!(combine(10.0, up, None, 64.0), 10.0, "no frames: the floor");
-        assert_eq!(combine(40.0, up, Some(100.0), 64.0), 64.0, "capped");
-        assert_eq!(combine(0.5, 0.0, Some(0.5), 64.0), 1.0, "at least one");
+        assert_eq!(combine(10.0, up, 10.0, None, 64.0, m), 10.0, "no frames: the floor");
+        assert_eq!(
+            combine(10.0, f32::NAN, 10.0, Some(30.0), 64.0, m),
+            10.0,
+            "no number from the trees: the floor votes"
+        );
+    }
+
+    #[test]
+    fn a_survey_lifts_the_floor_and_is_not_counted_twice() {
+        let f = LevelRule::Floor;
+        // The trees read others' air in the gaps: twice the plain airtime level (10 → 20).
+        assert!(
+            (combine(10.0, 2f32.ln(), 15.0, None, 64.0, f) - 20.0).abs() < 1e-6,
+            "the survey's floor below: the trees'"
+        );
+        assert_eq!(
+            combine(10.0, 2f32.ln(), 25.0, None, 64.0, f),
+            25.0,
+            "the survey's floor above: the floor"
+        );
+        assert_eq!(
+            combine(10.0, 0.0, 25.0, Some(12.0), 64.0, LevelRule::MedianWithCount),
+            12.0
+        );
+    }
+
+    #[test]
+    fn a_level_model_without_a_rule_reads_as_the_median_rule() {
+        let m: LevelModel =
+            serde_json::from_str(r#"{"features":[],"depth":1,"base":0,"trees":[],"clamp":[-1,1]}"#).unwrap();
+        assert_eq!(m.rule, LevelRule::MedianWithCount);
+        let f: LevelModel =
+            serde_json::from_str(r#"{"features":[],"depth":1,"base":0,"trees":[],"clamp":[-1,1],"rule":"floor"}"#)
+                .unwrap();
+        assert_eq!(f.rule, LevelRule::Floor);
     }
 
     #[test]
@@ -428,6 +529,7 @@ mod tests {
                 leaf: vec![0.0, 0.5],
             }],
             clamp: [-1.0, 0.5],
+            rule: LevelRule::Floor,
             training: serde_json::Value::Null,
         };
         m.check().unwrap();

@@ -138,7 +138,8 @@ pub struct AggReport {
     /// channel unannounced), when the PHY rate is known.
     pub airtime_agg: Option<f64>,
     /// The interval's features for the learned level ([`crate::level`]), when the airtime level
-    /// exists.
+    /// exists: as the trees were fitted, from the airtime level with nobody else on the channel
+    /// and no survey (a survey only lifts the floor the reported level keeps to).
     #[serde(skip)]
     pub features: Option<LevelFeatures>,
 }
@@ -599,19 +600,22 @@ impl OnlineEstimator {
                 };
                 // Near the RTS threshold the frame count tells which regime the AP is in.
                 let n0 = p.level_with_count(&m, count);
-                let features = n0.map(|n0| {
-                    LevelFeatures::of(
+                // The trees' inputs as they were fitted: the airtime level with nobody else on
+                // the channel and no survey (a survey lifts the floor in `combine`, and only it).
+                let plain = Measured { others_share: 0.0, ..m };
+                let features = p.level_with_count(&plain, count).map(|n_plain| {
+                    let x = LevelFeatures::of(
                         &IntervalInputs {
-                            airtime: n0,
+                            airtime: n_plain,
                             count: count.unwrap_or(0.0),
                             data_share: m.pkt_rate * p.subframe_bytes(m.ip_len) * 8.0 / phy_bps,
                             overhead_share: m.pkt_rate * p.fixed_us() * 1e-6,
-                            survey_share: self.level.others_share,
+                            survey_share: 0.0,
                             loss_rate,
                             airtime_with: &|x| {
                                 p.level_with_count(
                                     &Measured {
-                                        others_share: (self.level.others_share + x).min(0.99),
+                                        others_share: x.min(0.99),
                                         ..m
                                     },
                                     count,
@@ -619,7 +623,8 @@ impl OnlineEstimator {
                             },
                         },
                         &a.gaps,
-                    )
+                    );
+                    (n_plain, x)
                 });
                 (n0, features)
             }
@@ -627,7 +632,9 @@ impl OnlineEstimator {
         };
         let cap = self.n_max as f64;
         let learned = match (&self.level_model, airtime, &features) {
-            (Some(lm), Some(n0), Some(x)) => Some(crate::level::combine(n0, lm.predict(x), count, cap)),
+            (Some(lm), Some(n0), Some((n_plain, x))) => {
+                Some(crate::level::combine(*n_plain, lm.predict(x), n0, count, cap, lm.rule))
+            }
             _ => None,
         };
         AggReport {
@@ -650,7 +657,7 @@ impl OnlineEstimator {
             owd_p95_ms,
             phy_rate_bps: phy,
             airtime_agg: airtime.map(|v| v.min(cap)),
-            features,
+            features: features.map(|(_, x)| x),
         }
     }
 }
@@ -709,6 +716,43 @@ mod tests {
         assert_eq!(r3.frames, 10, "the last frame stays open");
         let r4 = e.poll_report(Ts::from_millis(2000)).unwrap();
         assert_eq!((r4.frames, r4.packets, r4.mean_agg), (0, 0, 0.0));
+    }
+
+    /// A survey lifts the floor and nothing else: the trees get the inputs they were fitted on
+    /// (no survey) and the level is the larger of theirs and the survey-lifted airtime level.
+    #[test]
+    fn a_survey_lifts_the_learned_levels_floor_without_feeding_the_trees() {
+        let file = crate::model::ModelFile::shipped().unwrap();
+        let lm = file.level.clone().expect("the shipped model has a learned level");
+        let report = |share: f64| {
+            let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
+            e.set_others_share(share);
+            let mut t = 0u64;
+            // A-MPDUs of 12 packets 12 µs apart, 700 µs between them: a 1 s interval and a half.
+            for i in 0..20_000u64 {
+                t += if i % 12 == 0 { 700_000 } else { 12_000 };
+                e.push(&RxPacket {
+                    host: Ts(t),
+                    seq: Some(i),
+                    len: 1500,
+                    phy_rate_bps: Some(866_700_000),
+                    ..RxPacket::default()
+                });
+            }
+            e.poll_report(Ts::from_millis(1000)).unwrap()
+        };
+        let (quiet, surveyed) = (report(0.0), report(0.4));
+        let (xq, xs) = (quiet.features.unwrap(), surveyed.features.unwrap());
+        assert_eq!(xq, xs, "the trees' inputs do not see the survey");
+        let (aq, as_) = (quiet.airtime_agg.unwrap(), surveyed.airtime_agg.unwrap());
+        assert!(as_ > 1.5 * aq, "the survey lifts the airtime level: {aq} → {as_}");
+        let trees = aq * (lm.predict(&xq) as f64).exp();
+        let cap = 64.0;
+        assert!((quiet.level() - trees.max(aq).min(cap)).abs() < 1e-9);
+        assert!(
+            (surveyed.level() - trees.max(as_).min(cap)).abs() < 1e-9,
+            "not the trees' ratio on the lifted floor"
+        );
     }
 
     #[test]
