@@ -8,13 +8,12 @@
 #[path = "../tests/common/lan_attacker.rs"]
 mod lan_attacker;
 
-use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aggrate::transport::io;
-use aggrate::transport::wire::{self, Psk, NONCE_LEN};
-use lan_attacker::{record, through_ap, Aim, Outcome, Recorded, Spoofer};
+use aggrate::transport::wire::Psk;
+use lan_attacker::{record, through_ap, Aim, Arsenal, Outcome, Recorded};
 
 /// Send `per_s` datagrams a second, made by `one(k)`, until `stop` (at most `per_s` × 120).
 fn paced(stop: &AtomicBool, per_s: u64, mut one: impl FnMut(u64)) {
@@ -30,12 +29,16 @@ fn paced(stop: &AtomicBool, per_s: u64, mut one: impl FnMut(u64)) {
     }
 }
 
-fn replay_hellos(old: &Recorded, ports: usize, per_s: u64) -> impl Fn(Aim, &AtomicBool) + Sync + '_ {
+/// One kind of attack: `one(arsenal, aim, k)` sent `per_s` times a second from `ports` ports.
+fn attack<'a>(
+    old: &'a Recorded,
+    ports: usize,
+    per_s: u64,
+    one: impl Fn(&mut Arsenal<'a>, Aim, u64) + Sync + 'a,
+) -> impl Fn(Aim, &AtomicBool) + Sync + 'a {
     move |aim, stop| {
-        let socks: Vec<UdpSocket> = (0..ports).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-        paced(stop, per_s, |k| {
-            let _ = socks[k as usize % ports].send_to(&old.hellos[k as usize % 2], aim.ap);
-        });
+        let mut arsenal = Arsenal::new(old, ports);
+        paced(stop, per_s, |k| one(&mut arsenal, aim, k));
     }
 }
 
@@ -48,48 +51,30 @@ fn main() {
     let secs: f64 = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(6.0);
     let key = Psk::new(&io::entropy().unwrap()).unwrap();
     let old = record(&key);
-    let other = Psk::new(b"a key that is not the AP's, nor the ends'").unwrap();
-    let flood = |aim: Aim, stop: &AtomicBool| {
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut b = Vec::new();
-        paced(stop, 65_000, |k| {
-            let h = wire::Hello {
-                session: k as u32,
-                station: 0,
-                nonce_s: [(k % 251) as u8; NONCE_LEN],
-            };
-            wire::emit_hello(&mut b, &other, &h, &[0; wire::COOKIE_BYTES]);
-            let _ = s.send_to(&b, aim.ap);
-        });
+    let replay = |a: &mut Arsenal, aim, k| a.replay_hello(aim, k as usize);
+    // The old hello from the attacker's port (so the ack names a relayed hello), then the old
+    // hello-ack spoofed from the station, 50 a second.
+    let acks = |a: &mut Arsenal, aim, k| {
+        a.replay_hello(aim, k as usize);
+        a.spoof_old_ack(aim);
     };
-    let acks = |aim: Aim, stop: &AtomicBool| {
-        // The old hello from the attacker's port (so the ack names a relayed hello), then the old
-        // hello-ack spoofed from the station, 50 a second.
-        let (s, spoof) = (UdpSocket::bind("127.0.0.1:0").unwrap(), Spoofer::new());
-        paced(stop, 50, |k| {
-            let _ = s.send_to(&old.hellos[k as usize % 2], aim.ap);
-            spoof.send(aim.station, aim.ap, &old.ack);
-        });
-    };
-    let oversize = |aim: Aim, stop: &AtomicBool| {
-        let (junk, spoof) = (vec![0x5au8; 60_000], Spoofer::new());
-        paced(stop, 1_000, |k| {
-            spoof.send(aim.sender, aim.ap, &junk);
-            spoof.send(aim.sender, aim.ap, &old.data[k as usize % old.data.len()]);
-        });
+    let flood = |a: &mut Arsenal, aim, k| a.forge_hello(aim, k);
+    let oversize = |a: &mut Arsenal, aim, k| {
+        a.spoof_junk(aim);
+        a.spoof_old_data(aim, k as usize);
     };
     type Attack<'a> = Box<dyn Fn(Aim, &AtomicBool) + Sync + 'a>;
     let attacks: Vec<(&str, Attack)> = vec![
-        ("old hello, 1 port, 10,000/s", Box::new(replay_hellos(&old, 1, 10_000))),
+        ("old hello, 1 port, 10,000/s", Box::new(attack(&old, 1, 10_000, replay))),
         (
             "old hello, 200 ports, 10,000/s",
-            Box::new(replay_hellos(&old, 200, 10_000)),
+            Box::new(attack(&old, 200, 10_000, replay)),
         ),
-        ("spoofed old hello-acks, 50/s", Box::new(acks)),
-        ("forged hellos, 65,000/s", Box::new(flood)),
+        ("spoofed old hello-acks, 50/s", Box::new(attack(&old, 1, 50, acks))),
+        ("forged hellos, 65,000/s", Box::new(attack(&old, 1, 65_000, flood))),
         (
             "60 KB + old data spoofed from the sender, 1,000/s each",
-            Box::new(oversize),
+            Box::new(attack(&old, 1, 1_000, oversize)),
         ),
     ];
     println!("send → ap (holding the key) → recv on loopback, {secs} s per run; unattacked run before each\n");
@@ -118,6 +103,6 @@ fn main() {
     }
     // The same spoofed acks at an AP without the key: what `ap` warns about.
     let clean = through_ap(&key, None, secs, |_, _| {});
-    let o = through_ap(&key, None, secs, acks);
+    let o = through_ap(&key, None, secs, attack(&old, 1, 50, acks));
     row("spoofed old hello-acks, 50/s, **AP without the key**", &clean, &o);
 }

@@ -1044,7 +1044,7 @@ fn several_stations_step_once_per_interval_when_every_station_has_reported_it() 
 
 #[path = "common/lan_attacker.rs"]
 mod lan_attacker;
-use lan_attacker::{record, through_ap, Spoofer};
+use lan_attacker::{record, through_ap, Arsenal};
 
 /// Everything item 46 found through the AP, at once: an old hello replayed from 200 ports at
 /// 10,000 a second, forged hellos at 20,000 a second, the old handshake's hello-ack spoofed from
@@ -1065,41 +1065,30 @@ fn through_a_keyed_ap_replays_spoofed_acks_and_floods_leave_the_sender_connected
     }
     let key = Psk::new(&io::entropy().unwrap()).unwrap();
     let old = record(&key);
-    let other = Psk::new(b"not the key the AP and the ends hold").unwrap();
     let secs = 2.0;
     let clean = through_ap(&key, Some(key.clone()), secs, |_, _| {});
     let sent_attacks = std::sync::atomic::AtomicU64::new(0);
     // How long the attack ran on the wall clock (ns).
     let attack_ns = std::sync::atomic::AtomicU64::new(0);
     let attacked = through_ap(&key, Some(key.clone()), secs, |aim, stop| {
-        let spoof = Spoofer::new();
-        let ports: Vec<UdpSocket> = (0..200).map(|_| UdpSocket::bind(addr(0)).unwrap()).collect();
-        let flood = UdpSocket::bind(addr(0)).unwrap();
-        let junk = vec![0x5au8; 60_000];
+        let mut arsenal = Arsenal::new(&old, 200);
         let t0 = io::realtime();
-        let mut forged = Vec::new();
         let (mut n, mut k) = (0u64, 0usize);
         // At most 60,000 datagrams of each kind: bounded if the flag were never set.
         while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 60_000 {
             // Per millisecond: 10 replayed hellos, 20 forged, and every 10 ms the spoofed ack
             // and sender-addressed datagrams.
             for _ in 0..10 {
-                let _ = ports[k % 200].send_to(&old.hellos[k % 2], aim.ap);
+                arsenal.replay_hello(aim, k);
                 k += 1;
             }
-            for j in 0..20u32 {
-                let h = wire::Hello {
-                    session: j,
-                    station: 0,
-                    nonce_s: [(n % 251) as u8; NONCE_LEN],
-                };
-                wire::emit_hello(&mut forged, &other, &h, &[0; wire::COOKIE_BYTES]);
-                let _ = flood.send_to(&forged, aim.ap);
+            for j in 0..20u64 {
+                arsenal.forge_hello(aim, n * 20 + j);
             }
             if n % 10 == 0 {
-                spoof.send(aim.station, aim.ap, &old.ack);
-                spoof.send(aim.sender, aim.ap, &junk);
-                spoof.send(aim.sender, aim.ap, &old.data[(n / 10) as usize % old.data.len()]);
+                arsenal.spoof_old_ack(aim);
+                arsenal.spoof_junk(aim);
+                arsenal.spoof_old_data(aim, (n / 10) as usize);
             }
             n += 1;
             std::thread::sleep(Duration::from_millis(1));

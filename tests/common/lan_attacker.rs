@@ -10,7 +10,7 @@ use std::time::Duration;
 use aggrate::control::PiParams;
 use aggrate::features::FeatureSpec;
 use aggrate::runtime::{Mode, OnlineEstimator};
-use aggrate::transport::wire::Psk;
+use aggrate::transport::wire::{self, Psk};
 use aggrate::transport::{io, Receiver, ReceiverStats, Sender, SenderStats};
 use aggrate::wlan::live::ApStats;
 use aggrate::Ts;
@@ -76,6 +76,65 @@ impl Drop for Spoofer {
     fn drop(&mut self) {
         // SAFETY: the descriptor is ours and closed once.
         unsafe { libc::close(self.0) };
+    }
+}
+
+/// What the attacks send, one datagram each call: the recorded session's hellos replayed from
+/// many ports, hellos forged under a key that is not the AP's, and datagrams spoofed from the
+/// station's or the sender's address (the old hello-ack, 60 KB of junk, the old data). The
+/// keyed-AP test sends them all at once; the bench one kind per run.
+pub struct Arsenal<'a> {
+    old: &'a Recorded,
+    other: Psk,
+    spoof: Spoofer,
+    ports: Vec<UdpSocket>,
+    junk: Vec<u8>,
+    forged: Vec<u8>,
+}
+
+impl<'a> Arsenal<'a> {
+    /// Replays from `ports` ports of its own.
+    pub fn new(old: &'a Recorded, ports: usize) -> Arsenal<'a> {
+        Arsenal {
+            old,
+            other: Psk::new(b"a key that is not the AP's, nor the ends'").unwrap(),
+            spoof: Spoofer::new(),
+            ports: (0..ports.max(1)).map(|_| UdpSocket::bind(addr(0)).unwrap()).collect(),
+            junk: vec![0x5a; 60_000],
+            forged: Vec::new(),
+        }
+    }
+
+    /// The `k`-th replay: one of the two recorded hellos, from port `k` mod the ports.
+    pub fn replay_hello(&self, aim: Aim, k: usize) {
+        let _ = self.ports[k % self.ports.len()].send_to(&self.old.hellos[k % 2], aim.ap);
+    }
+
+    /// A hello under the other key (session `k`, a nonce from `k`), from the first port.
+    pub fn forge_hello(&mut self, aim: Aim, k: u64) {
+        let h = wire::Hello {
+            session: k as u32,
+            station: 0,
+            nonce_s: [(k % 251) as u8; wire::NONCE_LEN],
+        };
+        wire::emit_hello(&mut self.forged, &self.other, &h, &[0; wire::COOKIE_BYTES]);
+        let _ = self.ports[0].send_to(&self.forged, aim.ap);
+    }
+
+    /// The recorded handshake's hello-ack, spoofed from the station's address.
+    pub fn spoof_old_ack(&self, aim: Aim) {
+        self.spoof.send(aim.station, aim.ap, &self.old.ack);
+    }
+
+    /// 60 KB of junk spoofed from the sender's address.
+    pub fn spoof_junk(&self, aim: Aim) {
+        self.spoof.send(aim.sender, aim.ap, &self.junk);
+    }
+
+    /// The recorded session's `k`-th data datagram (cycling), spoofed from the sender's address.
+    pub fn spoof_old_data(&self, aim: Aim, k: usize) {
+        self.spoof
+            .send(aim.sender, aim.ap, &self.old.data[k % self.old.data.len()]);
     }
 }
 
