@@ -1197,9 +1197,10 @@ pub fn levels_md(interval_ms: u64, caps: &[crate::train::levels::CaptureLevels])
 }
 
 /// Every scored interval of `caps` as CSV: the truth, the steered level, the frame count, the
-/// airtime level and the learned level's trees alone (what [`crate::level::combine`] took the
-/// median of), and the learned level's features (empty without a PHY rate).
+/// airtime level and the learned level's trees alone (what [`crate::level::combine`] makes the
+/// steered level of), and the learned level's features (empty without a PHY rate).
 pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
+    use std::fmt::Write as _;
     let mut s = String::from(
         "capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count,airtime,trees",
     );
@@ -1217,7 +1218,8 @@ pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
     };
     for c in caps {
         for i in &c.intervals {
-            s.push_str(&format!(
+            let _ = write!(
+                s,
                 "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{}",
                 crate::train::levels::short_name(&c.path),
                 c.receiver.as_deref().unwrap_or(""),
@@ -1230,11 +1232,11 @@ pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
                 i.count,
                 num(i.airtime),
                 num(i.trees),
-            ));
+            );
             for k in 0..crate::level::LEVEL_FEATURES {
                 s.push(',');
                 if let Some(x) = &i.features {
-                    s.push_str(&format!("{}", x.0[k]));
+                    let _ = write!(s, "{}", x.0[k]);
                 }
             }
             s.push('\n');

@@ -596,8 +596,7 @@ pub fn cross_validate(rows: &[Row], runs: &[Run], by: HoldOut, p: &GbdtParams) -
 /// The learned level of a row, as the online estimator reports it ([`crate::level::combine`]).
 pub fn learned(m: &LevelModel, r: &Row) -> f64 {
     crate::level::combine(
-        r.airtime,
-        m.predict(&r.features),
+        m.level(r.airtime, &r.features),
         r.airtime,
         (r.count > 0.0).then_some(r.count),
         64.0,

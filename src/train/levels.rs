@@ -54,7 +54,7 @@ pub struct IntervalRow {
     pub airtime: f64,
     /// The learned level's trees alone, before [`crate::level::combine`] (NaN without them).
     pub trees: f64,
-    /// The interval's features for the learned level (`eval --features-csv`).
+    /// The interval's features for the learned level (columns of `eval.intervals.csv`).
     #[serde(skip)]
     pub features: Option<crate::level::LevelFeatures>,
 }
@@ -141,10 +141,7 @@ pub fn replay_levels(
                 level: r.level(),
                 count: r.mean_agg,
                 airtime: r.airtime_agg.unwrap_or(f64::NAN),
-                trees: match (&file.level, r.airtime_agg, &r.features) {
-                    (Some(m), Some(n0), Some(x)) => n0 * (m.predict(x) as f64).exp(),
-                    _ => f64::NAN,
-                },
+                trees: r.trees_agg.unwrap_or(f64::NAN),
                 features: r.features,
             })
         })

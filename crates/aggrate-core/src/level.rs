@@ -220,19 +220,18 @@ pub enum LevelRule {
     MedianWithCount,
 }
 
-/// The level the estimator reports from the trees' prediction `ln_ratio` (ln of the level over
-/// `n0`, the airtime level with nobody else on the channel, which the trees were fitted
-/// against), the airtime `floor` (`n0`, or higher when a channel survey says others took part of
-/// the air) and the frame count (packets ÷ predicted starts, when any frame closed) by `rule`,
-/// at least 1 and at most `cap`. A prediction that is not a number gives the floor.
+/// The level the estimator reports from the trees' level `trees` ([`LevelModel::level`]), the
+/// airtime `floor` (the airtime level with nobody else on the channel, or higher when a channel
+/// survey says others took part of the air) and the frame count (packets ÷ predicted starts,
+/// when any frame closed) by `rule`, at least 1 and at most `cap`. A trees' level that is not a
+/// number gives the floor.
 ///
 /// A survey lifts the floor and nothing else: the trees read others' air from the gaps, the
 /// survey from the driver, and the level is the larger of the two — the trees' ratio on a floor
 /// that already holds the survey's air would count it twice (+9 % to +38 % on the kernel testbed
 /// beside others, where the receivers read the AP's survey, before this was so).
-pub fn combine(n0: f64, ln_ratio: f32, floor: f64, count: Option<f64>, cap: f64, rule: LevelRule) -> f64 {
-    let learned = n0 * (ln_ratio as f64).exp();
-    let learned = if learned.is_finite() { learned } else { floor };
+pub fn combine(trees: f64, floor: f64, count: Option<f64>, cap: f64, rule: LevelRule) -> f64 {
+    let learned = if trees.is_finite() { trees } else { floor };
     let v = match rule {
         LevelRule::Floor => learned.max(floor),
         LevelRule::MedianWithCount => {
@@ -388,11 +387,22 @@ impl LevelModel {
         }
         s.clamp(self.clamp[0], self.clamp[1])
     }
+
+    /// The trees' level for one interval: `n0` (the airtime level with nobody else on the
+    /// channel, which the trees were fitted against) times `exp(`[`Self::predict`]`)`.
+    pub fn level(&self, n0: f64, x: &LevelFeatures) -> f64 {
+        n0 * (self.predict(x) as f64).exp()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The trees' level from an airtime level and their ln ratio, as [`LevelModel::level`].
+    fn t(n0: f64, ln_ratio: f32) -> f64 {
+        n0 * (ln_ratio as f64).exp()
+    }
 
     #[test]
     fn gaps_fall_in_their_octaves() {
@@ -444,18 +454,18 @@ mod tests {
         let f = LevelRule::Floor;
         let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
         assert!(
-            near(combine(10.0, 2f32.ln(), 10.0, Some(5.0), 64.0, f), 20.0),
+            near(combine(t(10.0, 2f32.ln()), 10.0, Some(5.0), 64.0, f), 20.0),
             "above the floor: the trees', whatever the count"
         );
         assert_eq!(
-            combine(10.0, -(2f32.ln()), 10.0, Some(30.0), 64.0, f),
+            combine(t(10.0, -(2f32.ln())), 10.0, Some(30.0), 64.0, f),
             10.0,
             "below the floor: the floor"
         );
-        assert_eq!(combine(40.0, 2f32.ln(), 40.0, None, 64.0, f), 64.0, "capped");
-        assert_eq!(combine(0.5, 0.0, 0.5, None, 64.0, f), 1.0, "at least one");
+        assert_eq!(combine(t(40.0, 2f32.ln()), 40.0, None, 64.0, f), 64.0, "capped");
+        assert_eq!(combine(t(0.5, 0.0), 0.5, None, 64.0, f), 1.0, "at least one");
         assert_eq!(
-            combine(10.0, f32::NAN, 10.0, None, 64.0, f),
+            combine(t(10.0, f32::NAN), 10.0, None, 64.0, f),
             10.0,
             "no number from the trees: the floor"
         );
@@ -466,22 +476,22 @@ mod tests {
         let m = LevelRule::MedianWithCount;
         let up = 2f32.ln();
         assert!(
-            (combine(10.0, up, 10.0, Some(30.0), 64.0, m) - 20.0).abs() < 1e-6,
+            (combine(t(10.0, up), 10.0, Some(30.0), 64.0, m) - 20.0).abs() < 1e-6,
             "count higher: the trees'"
         );
         assert_eq!(
-            combine(10.0, up, 10.0, Some(15.0), 64.0, m),
+            combine(t(10.0, up), 10.0, Some(15.0), 64.0, m),
             15.0,
             "count between: the count's"
         );
         assert_eq!(
-            combine(10.0, up, 10.0, Some(5.0), 64.0, m),
+            combine(t(10.0, up), 10.0, Some(5.0), 64.0, m),
             10.0,
             "count below the floor: the floor"
         );
-        assert_eq!(combine(10.0, up, 10.0, None, 64.0, m), 10.0, "no frames: the floor");
+        assert_eq!(combine(t(10.0, up), 10.0, None, 64.0, m), 10.0, "no frames: the floor");
         assert_eq!(
-            combine(10.0, f32::NAN, 10.0, Some(30.0), 64.0, m),
+            combine(t(10.0, f32::NAN), 10.0, Some(30.0), 64.0, m),
             10.0,
             "no number from the trees: the floor votes"
         );
@@ -492,16 +502,16 @@ mod tests {
         let f = LevelRule::Floor;
         // The trees read others' air in the gaps: twice the plain airtime level (10 → 20).
         assert!(
-            (combine(10.0, 2f32.ln(), 15.0, None, 64.0, f) - 20.0).abs() < 1e-6,
+            (combine(t(10.0, 2f32.ln()), 15.0, None, 64.0, f) - 20.0).abs() < 1e-6,
             "the survey's floor below: the trees'"
         );
         assert_eq!(
-            combine(10.0, 2f32.ln(), 25.0, None, 64.0, f),
+            combine(t(10.0, 2f32.ln()), 25.0, None, 64.0, f),
             25.0,
             "the survey's floor above: the floor"
         );
         assert_eq!(
-            combine(10.0, 0.0, 25.0, Some(12.0), 64.0, LevelRule::MedianWithCount),
+            combine(t(10.0, 0.0), 25.0, Some(12.0), 64.0, LevelRule::MedianWithCount),
             12.0
         );
     }

@@ -137,6 +137,9 @@ pub struct AggReport {
     /// The airtime relation's level alone (the least the station can be at when others use the
     /// channel unannounced), when the PHY rate is known.
     pub airtime_agg: Option<f64>,
+    /// The learned level's trees alone, before [`crate::level::combine`] (on the airtime level
+    /// with nobody else on the channel), when the model has them and the airtime level exists.
+    pub trees_agg: Option<f64>,
     /// The interval's features for the learned level ([`crate::level`]), when the airtime level
     /// exists: as the trees were fitted, from the airtime level with nobody else on the channel
     /// and no survey (a survey only lifts the floor the reported level keeps to).
@@ -631,10 +634,12 @@ impl OnlineEstimator {
             _ => (None, None),
         };
         let cap = self.n_max as f64;
-        let learned = match (&self.level_model, airtime, &features) {
-            (Some(lm), Some(n0), Some((n_plain, x))) => {
-                Some(crate::level::combine(*n_plain, lm.predict(x), n0, count, cap, lm.rule))
-            }
+        let trees = match (&self.level_model, &features) {
+            (Some(lm), Some((n_plain, x))) => Some((lm, lm.level(*n_plain, x))),
+            _ => None,
+        };
+        let learned = match (trees, airtime) {
+            (Some((lm, t)), Some(n0)) => Some(crate::level::combine(t, n0, count, cap, lm.rule)),
             _ => None,
         };
         AggReport {
@@ -657,6 +662,7 @@ impl OnlineEstimator {
             owd_p95_ms,
             phy_rate_bps: phy,
             airtime_agg: airtime.map(|v| v.min(cap)),
+            trees_agg: trees.map(|(_, t)| t),
             features: features.map(|(_, x)| x),
         }
     }
@@ -746,7 +752,8 @@ mod tests {
         assert_eq!(xq, xs, "the trees' inputs do not see the survey");
         let (aq, as_) = (quiet.airtime_agg.unwrap(), surveyed.airtime_agg.unwrap());
         assert!(as_ > 1.5 * aq, "the survey lifts the airtime level: {aq} → {as_}");
-        let trees = aq * (lm.predict(&xq) as f64).exp();
+        let trees = lm.level(aq, &xq);
+        assert_eq!((quiet.trees_agg, surveyed.trees_agg), (Some(trees), Some(trees)));
         let cap = 64.0;
         assert!((quiet.level() - trees.max(aq).min(cap)).abs() < 1e-9);
         assert!(

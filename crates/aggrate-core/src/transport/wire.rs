@@ -845,6 +845,7 @@ pub fn parse_feedback(b: &[u8], keys: &SessionKeys) -> Result<Feedback, WireErro
             phy_rate_bps: back(f(104)),
             // Not on the wire: the receiver's own diagnostics.
             airtime_agg: None,
+            trees_agg: None,
             features: None,
         },
     })
@@ -937,6 +938,7 @@ mod tests {
             owd_p95_ms: None,
             phy_rate_bps: Some(866.7e6),
             airtime_agg: None,
+            trees_agg: None,
             features: None,
         }
     }
