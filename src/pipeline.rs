@@ -10,6 +10,7 @@
 //! or feature tables — on all cores into one [`Dataset`]; [`table`] writes and reads the
 //! Parquet/CSV feature tables. No printing; the clock is never read.
 
+pub mod air;
 pub mod inputs;
 pub mod summary;
 pub mod table;
@@ -468,7 +469,19 @@ pub fn capture_rows(
     path: &Path,
     opts: &RowsOptions,
     progress: &mut dyn Progress,
+    sink: impl FnMut(&RowMeta, &[f64]),
+) -> Result<RowsOutcome, Error> {
+    capture_rows_heard(path, opts, progress, sink, None)
+}
+
+/// [`capture_rows`], gathering the frames of everyone else on the channel into `others` as they
+/// go by (a sniffer's capture: [`air::OthersAir`]).
+pub fn capture_rows_heard(
+    path: &Path,
+    opts: &RowsOptions,
+    progress: &mut dyn Progress,
     mut sink: impl FnMut(&RowMeta, &[f64]),
+    mut others: Option<&mut air::OthersAir>,
 ) -> Result<RowsOutcome, Error> {
     let spec = opts.spec;
     let pick = pick_flow(path, &opts.filter, opts.keep_going, progress)?;
@@ -486,12 +499,18 @@ pub fn capture_rows(
     let off = opts.seq_offset;
     let read = read_records(path, opts.keep_going, progress, |r| {
         if !pick.filter.matches(r) {
+            if let Some(o) = others.as_deref_mut() {
+                o.push(r);
+            }
             return;
         }
         let host = match join.as_mut() {
             Some(j) => j.lookup(r.payload_seq(off)),
             None => Some(r.host),
         };
+        if let Some(o) = others.as_deref_mut() {
+            o.flow_frame(r, host);
+        }
         ex.push(r, host, &mut sink);
     })?;
     ex.finish(&mut sink);

@@ -1193,6 +1193,42 @@ pub fn levels_md(interval_ms: u64, caps: &[crate::train::levels::CaptureLevels])
         };
         row(&mut md, &name, &c.level, &c.count);
     }
+    md.push_str(&contention_md(&crate::train::levels::by_contention(caps)));
+    md
+}
+
+/// μ_N's error by the share of the air others took (as the captures' frames of others show it):
+/// the steered level without and with that share as a survey, the airtime level without and with
+/// it, and the frame count. Empty without rows.
+pub fn contention_md(rows: &[crate::train::levels::ContentionRow]) -> String {
+    use crate::metrics::LevelError;
+    if rows.is_empty() {
+        return String::new();
+    }
+    let cell = |e: &Option<LevelError>| match e {
+        Some(e) => format!("{:+.1} % / {:.1} %", e.bias * 100.0, e.mae_rel_median * 100.0),
+        None => "–".to_string(),
+    };
+    let mut md = String::from(
+        "\n## μ_N by the share of the air others took\n\nEach interval's share of others from the other \
+         networks' frames in its capture (a sniffer's capture holds them; a station's own holds none: \
+         0), by their rate and length; given to the estimator as a survey in a second replay. Bias / \
+         median |relative error| per bin.\n\n| others' share | intervals | mean share | true μ_N | steered, no survey | \
+         steered, sniffed survey | airtime alone | airtime, sniffed survey | frame count |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let (n, t) = r.level.map_or((0, f64::NAN), |e| (e.intervals, e.truth_mean));
+        md.push_str(&format!(
+            "| {} | {n} | {:.1} % | {t:.1} | {} | {} | {} | {} | {} |\n",
+            r.others,
+            r.share_mean * 100.0,
+            cell(&r.level),
+            cell(&r.level_surveyed),
+            cell(&r.airtime),
+            cell(&r.airtime_surveyed),
+            cell(&r.count),
+        ));
+    }
     md
 }
 
@@ -1202,7 +1238,8 @@ pub fn levels_md(interval_ms: u64, caps: &[crate::train::levels::CaptureLevels])
 pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
     use std::fmt::Write as _;
     let mut s = String::from(
-        "capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count,airtime,trees",
+        "capture,receiver,rate_mbps,start_ns,packets,true_ampdus,true_level,level,frame_count,airtime,trees,\
+         others_share_sniffed,level_surveyed,airtime_surveyed",
     );
     for f in crate::level::feature_names() {
         s.push(',');
@@ -1220,7 +1257,7 @@ pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
         for i in &c.intervals {
             let _ = write!(
                 s,
-                "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{}",
+                "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{}",
                 crate::train::levels::short_name(&c.path),
                 c.receiver.as_deref().unwrap_or(""),
                 c.rate_mbps.map_or(String::new(), |r| r.to_string()),
@@ -1232,6 +1269,9 @@ pub fn levels_csv(caps: &[crate::train::levels::CaptureLevels]) -> String {
                 i.count,
                 num(i.airtime),
                 num(i.trees),
+                num(i.others_share),
+                num(i.level_surveyed),
+                num(i.airtime_surveyed),
             );
             for k in 0..crate::level::LEVEL_FEATURES {
                 s.push(',');

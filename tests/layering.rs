@@ -44,7 +44,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("dataset", &["capture", "label"]),
     (
         "pipeline",
-        &["capture", "label", "dataset", "parallel", "progress", "wlan"],
+        &["capture", "label", "dataset", "parallel", "progress", "wlan", "phy"],
     ),
     (
         "train",

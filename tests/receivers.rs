@@ -374,7 +374,7 @@ fn eval_intervals_show_what_the_shipped_level_is_made_of() {
             .unwrap_or_else(|| panic!("no column {n} in {head:?}"))
     };
     let names = aggrate::level::feature_names();
-    assert_eq!(head.len(), 11 + names.len(), "{head:?}");
+    assert_eq!(head.len(), 14 + names.len(), "{head:?}");
     assert!(names.iter().all(|n| head.contains(&n.as_str())));
     let (level, airtime, trees) = (col("level"), col("airtime"), col("trees"));
     let mut rows = 0;
@@ -1513,4 +1513,96 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
         !ok && err.contains("--like-held-out") && err.contains("--group-by receiver"),
         "{err}"
     );
+}
+
+/// A sniffer's capture holds the other networks' frames: tshark decodes them as protected data
+/// frames, reading them back gives exactly the medium time the emulator gave them, and `eval`
+/// scores the estimator per share of others with that time as a survey and without it.
+#[test]
+fn a_sniffers_capture_gives_eval_the_air_others_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = ["--rate-mbps", "300", "--duration", "1", "--seed", "3", "--noise", "laptop"];
+    let mut args = vec!["-q", "simulate", "--json", "-o", "sniff_300mbps.pcapng", "--sniffer"];
+    args.extend_from_slice(&base);
+    args.extend_from_slice(&["--contenders", "1", "--contender-mbps", "20"]);
+    let o = aggrate(d, &args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let run: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (frames, air_s) = (run["contender_frames"].as_u64().unwrap(), run["others_air_s"].as_f64().unwrap());
+    assert!(frames > 1000, "{run}");
+    // The same run without a sniffer: the station's own frames only.
+    let mut args = vec!["-q", "simulate", "-o", "own_300mbps.pcapng"];
+    args.extend_from_slice(&base);
+    args.extend_from_slice(&["--contenders", "1", "--contender-mbps", "20"]);
+    let o = aggrate(d, &args);
+    assert!(o.status.success(), "{}", text(&o).1);
+
+    // tshark: every contender frame, protected (CCMP), at the contenders' VHT MCS 7; the flow's
+    // packets as many as delivered.
+    let rows = common::tshark_fields(
+        &d.join("sniff_300mbps.pcapng"),
+        &["wlan.fc.protected", "wlan.ccmp.extiv", "radiotap.vht.mcs.0", "udp.dstport"],
+    );
+    let prot: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "1" || r[0] == "True").collect();
+    assert_eq!(prot.len() as u64, frames);
+    assert!(prot.iter().all(|r| !r[1].is_empty() && r[2] == "7" && r[3].is_empty()), "{:?}", prot[0]);
+    let udp = rows.iter().filter(|r| r[3] == "5001").count() as u64;
+    assert_eq!(udp, run["delivered"].as_u64().unwrap());
+
+    // Read back: the frames' medium time is the emulator's, to the nanosecond per exchange.
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
+    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
+    let mut others = aggrate::pipeline::air::OthersAir::default();
+    aggrate::pipeline::capture_rows_heard(
+        &d.join("sniff_300mbps.pcapng"),
+        &aggrate::pipeline::RowsOptions::new(spec),
+        &mut aggrate::progress::NoProgress,
+        |_, _| {},
+        Some(&mut others),
+    )
+    .unwrap();
+    let sniffed = others.spans().total_ns() as f64 * 1e-9;
+    assert!((sniffed - air_s).abs() < 1e-6 * frames as f64, "sniffed {sniffed} s, emulated {air_s} s");
+
+    let o = aggrate(
+        d,
+        &[
+            "-q", "eval", "--model", model.to_str().unwrap(), "sniff_300mbps.pcapng", "own_300mbps.pcapng",
+            "--interval-ms", "100", "-o", "ev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let csv = std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.intervals.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (cap, share, truth) = (col("capture"), col("others_share_sniffed"), col("true_level"));
+    let (air, air_sv, lvl_sv) = (col("airtime"), col("airtime_surveyed"), col("level_surveyed"));
+    let (mut err_plain, mut err_sv, mut n) = (0.0, 0.0, 0);
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[cap] == "own_300mbps.pcapng" {
+            assert!(f[share] == "0.0000" && f[lvl_sv] == f[col("level")], "nobody else heard: {l}");
+            continue;
+        }
+        let x = |i: usize| f[i].parse::<f64>().unwrap();
+        if x(col("true_ampdus")) < 5.0 {
+            continue; // the flow's last packets: not scored
+        }
+        // 20 Mb/s of single frames at MCS 7, one stream: about a fifth of the air.
+        assert!((0.12..0.35).contains(&x(share)), "{l}");
+        assert!(x(air_sv) > x(air), "the survey lifts the airtime level: {l}");
+        err_plain += ((x(air) - x(truth)) / x(truth)).abs();
+        err_sv += ((x(air_sv) - x(truth)) / x(truth)).abs();
+        n += 1;
+    }
+    assert!(n >= 8, "{csv}");
+    assert!(err_sv < 0.8 * err_plain, "the sniffed survey brings the airtime level nearer: {err_sv} vs {err_plain}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.json")).unwrap()).unwrap();
+    let bins = report["mu_per_contention"].as_array().unwrap();
+    assert!(!bins.is_empty() && bins.iter().all(|b| b["level"]["intervals"].as_u64().unwrap() > 0), "{bins:?}");
+    let md = std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.md")).unwrap();
+    assert!(md.contains("μ_N by the share of the air others took"), "{md}");
 }

@@ -132,6 +132,18 @@ const LLC_SNAP_IPV4: [u8; 8] = [0xaa, 0xaa, 3, 0, 0, 0, 0x08, 0x00];
 
 /// Radiotap and the 802.11 QoS data header (FromDS), with the A-MSDU bit if asked.
 fn headers(spec: &FrameSpec, amsdu: bool, buf: &mut Vec<u8>) {
+    radiotap(spec, buf);
+    // 802.11 QoS data, FromDS.
+    buf.extend_from_slice(&[0x88, 0x02 | if spec.retry { 0x08 } else { 0 }, 0, 0]);
+    buf.extend_from_slice(&spec.sta);
+    buf.extend_from_slice(&spec.bssid);
+    buf.extend_from_slice(&spec.bssid);
+    buf.extend_from_slice(&((spec.dot11_seq & 0x0fff) << 4).to_le_bytes());
+    buf.extend_from_slice(&[if amsdu { 0x80 } else { 0 }, 0]);
+}
+
+/// The radiotap header of `spec`'s PPDU.
+fn radiotap(spec: &FrameSpec, buf: &mut Vec<u8>) {
     // Radiotap: present = TSFT | Flags | Channel | A-MPDU | VHT (or MCS).
     let rt_len = if spec.vht { RT_LEN_VHT } else { RT_LEN_HT };
     let present: u32 = 1 | 1 << 1 | 1 << 3 | 1 << 20 | if spec.vht { 1 << 21 } else { 1 << 19 };
@@ -169,13 +181,36 @@ fn headers(spec: &FrameSpec, amsdu: bool, buf: &mut Vec<u8>) {
         buf.extend_from_slice(&[spec.mcs << 4 | (spec.nss & 0x0f), 0, 0, 0, 0, 0, 0, 0]);
     }
     debug_assert_eq!(buf.len(), rt_len);
-    // 802.11 QoS data, FromDS.
-    buf.extend_from_slice(&[0x88, 0x02 | if spec.retry { 0x08 } else { 0 }, 0, 0]);
-    buf.extend_from_slice(&spec.sta);
-    buf.extend_from_slice(&spec.bssid);
-    buf.extend_from_slice(&spec.bssid);
+}
+
+/// Render the first `max` bytes of another network's data frame as a sniffer on the channel
+/// records it (into `buf`, cleared first): radiotap from `spec`, a protected QoS data header —
+/// FromDS from the AP `spec.bssid` to its station `spec.sta`, or with `to_ds` from the station
+/// to its AP — then a body as long as an unencrypted frame's (LLC/SNAP and a packet of
+/// `spec.ip_len`) holding the CCMP header, ciphertext the sniffer cannot read (zeros) and the
+/// MIC: the frame is exactly as long as the one the emulator put on the air. `spec`'s IP and
+/// UDP fields are unused. Returns the full frame length ([`frame_len`]).
+pub fn build_protected_frame(spec: &FrameSpec, to_ds: bool, max: usize, buf: &mut Vec<u8>) -> usize {
+    buf.clear();
+    radiotap(spec, buf);
+    let ds = if to_ds { 0x01 } else { 0x02 };
+    buf.extend_from_slice(&[0x88, ds | 0x40 | if spec.retry { 0x08 } else { 0 }, 0, 0]);
+    let (a1, a2, a3) = if to_ds {
+        (spec.bssid, spec.sta, spec.bssid)
+    } else {
+        (spec.sta, spec.bssid, spec.bssid)
+    };
+    buf.extend_from_slice(&a1);
+    buf.extend_from_slice(&a2);
+    buf.extend_from_slice(&a3);
     buf.extend_from_slice(&((spec.dot11_seq & 0x0fff) << 4).to_le_bytes());
-    buf.extend_from_slice(&[if amsdu { 0x80 } else { 0 }, 0]);
+    buf.extend_from_slice(&[0, 0]);
+    // CCMP header: PN0 PN1, reserved, key 0 with ExtIV, PN2–PN5.
+    let pn = spec.dot11_seq as u64 + 1;
+    buf.extend_from_slice(&[pn as u8, (pn >> 8) as u8, 0, 0x20, 0, 0, 0, 0]);
+    let full = frame_len(spec);
+    buf.resize(full.min(max), 0);
+    full
 }
 
 /// IPv4 (with a correct header checksum) + UDP header + the 12 payload bytes that carry the

@@ -84,6 +84,13 @@ pub(crate) struct SimulateArgs {
     /// As --veth, with the settings from a TOML file (testbed::KernelPath fields).
     #[arg(long)]
     pub(crate) kernel_path: Option<PathBuf>,
+    /// Others on the channel (replace the config's contenders when --contenders is above 0).
+    #[command(flatten)]
+    pub(crate) others: super::common::OthersArgs,
+    /// Write a sniffer's captures: the other networks' frames as well (protected data frames at
+    /// their PPDU's end), from which `aggrate eval` measures the air others took.
+    #[arg(long)]
+    pub(crate) sniffer: bool,
 }
 
 /// Build the scenario: file (or defaults), then flags.
@@ -165,6 +172,10 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario> {
     if let Some(k) = a.amsdu {
         s.wlan.amsdu_max_msdus = k;
     }
+    if a.others.contenders > 0 {
+        a.others.apply(&mut s.wlan);
+    }
+    s.sniffer |= a.sniffer;
     Ok(s)
 }
 

@@ -24,6 +24,10 @@ pub enum RunError {
     /// The scenario models its own receive path; the kernel is the receive path here.
     #[error("a kernel replay takes its receive times from the kernel: the scenario must have no noise model")]
     Noise,
+    /// A sniffer's capture asked of a kernel replay (not written: the replay takes each station's
+    /// own packets through the kernel and nothing else).
+    #[error("a kernel replay writes the station's own frames only: sniffer = true is for the emulator's receive paths")]
+    Sniffer,
     /// Longer than [`MAX_REPLAY_S`].
     #[error("a kernel replay runs in real time: duration_s = {0} exceeds {MAX_REPLAY_S} s")]
     TooLong(f64),
@@ -55,6 +59,9 @@ pub fn simulate_replayed(
     }
     if scn.scenario.duration_s > MAX_REPLAY_S {
         return Err(RunError::TooLong(scn.scenario.duration_s));
+    }
+    if scn.scenario.sniffer {
+        return Err(RunError::Sniffer);
     }
     let format = out_format(out)?;
     let mut ds = Vec::new();

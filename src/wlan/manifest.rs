@@ -38,6 +38,58 @@ pub struct ReceiverSpec {
     pub kernel: Option<String>,
 }
 
+/// Others on the channel for a dataset's runs (the base WLAN's contenders replaced): each entry
+/// runs every receiver and rate. Defaults: no contenders, 10 Mb/s each, single frames, Poisson.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OthersSpec {
+    /// Name in the runs' names (default from the settings: `quiet`, `sta2x5`, `ap1x50`,
+    /// `sat1`, `burst1x25`, …).
+    pub name: Option<String>,
+    /// Contending transmitters.
+    pub contenders: u32,
+    /// Offered load of each (Mb/s).
+    pub contender_mbps: f64,
+    /// Frames per transmit opportunity (above 1: a neighbouring network's AP aggregating).
+    pub contender_ampdu: u16,
+    /// How their frames arrive.
+    pub contender_arrivals: super::config::Arrivals,
+}
+
+impl Default for OthersSpec {
+    fn default() -> Self {
+        OthersSpec {
+            name: None,
+            contenders: 0,
+            contender_mbps: 10.0,
+            contender_ampdu: 1,
+            contender_arrivals: super::config::Arrivals::Poisson,
+        }
+    }
+}
+
+impl OthersSpec {
+    /// Its name: as given, or from the settings.
+    pub fn name(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        let mbps = if self.contender_mbps.fract() == 0.0 {
+            format!("{:.0}", self.contender_mbps)
+        } else {
+            format!("{}", self.contender_mbps).replace('.', "p")
+        };
+        use super::config::Arrivals;
+        match (self.contenders, self.contender_arrivals) {
+            (0, _) => "quiet".into(),
+            (n, Arrivals::Saturated) => format!("sat{n}"),
+            (n, Arrivals::OnOff { .. }) => format!("burst{n}x{mbps}"),
+            (n, Arrivals::Poisson) if self.contender_ampdu > 1 => format!("ap{n}x{mbps}"),
+            (n, Arrivals::Poisson) => format!("sta{n}x{mbps}"),
+        }
+    }
+}
+
 /// A receiver after expansion.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PlannedReceiver {
@@ -102,6 +154,10 @@ pub struct DatasetManifest {
     /// Packets per run on a real-kernel receiver (they replay in real time; default `packets`).
     #[serde(default)]
     pub kernel_packets: Option<u64>,
+    /// Others on the channel: each runs every receiver and rate (the base WLAN's contenders
+    /// replaced; names `NAME_RECEIVER_OTHERS_RATEmbps`). Empty: the base's contenders.
+    #[serde(default)]
+    pub others: Vec<OthersSpec>,
     /// Everything else (WLAN, noise, arrival process of the first flow, snap length via CLI).
     #[serde(default)]
     pub base: Scenario,
@@ -120,6 +176,8 @@ pub struct PlannedRun {
     pub scenario: Scenario,
     /// The receiver (`None`: the base scenario's receive path).
     pub receiver: Option<PlannedReceiver>,
+    /// The others on the channel, by name (`None`: the recipe has no `others`).
+    pub others: Option<String>,
 }
 
 impl DatasetManifest {
@@ -221,28 +279,56 @@ impl DatasetManifest {
                 return Err(bad("kernel_packets", k, "1..=10000000"));
             }
         }
+        let others: Vec<Option<&OthersSpec>> = if self.others.is_empty() {
+            vec![None]
+        } else {
+            self.others.iter().map(Some).collect()
+        };
+        let names: Vec<String> = self.others.iter().map(OthersSpec::name).collect();
+        for (i, n) in names.iter().enumerate() {
+            if n.is_empty()
+                || n.to_ascii_lowercase().contains("mbps")
+                || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                return Err(bad(format!("others[{i}].name"), n, "letters, digits or '-', without \"mbps\""));
+            }
+            if names[..i].contains(n) {
+                return Err(bad(format!("others[{i}].name"), n, "a name no other entry has"));
+            }
+        }
         let mut out = Vec::new();
         for recv in &receivers {
-            let mut m = self.clone();
-            let mut tag = String::new();
-            match recv {
-                Some(PlannedReceiver::Model(p)) => {
-                    m.base.noise = Some(p.clone());
-                    tag = format!("{}_", p.name);
+            for oth in &others {
+                let mut m = self.clone();
+                let mut tag = String::new();
+                match recv {
+                    Some(PlannedReceiver::Model(p)) => {
+                        m.base.noise = Some(p.clone());
+                        tag = format!("{}_", p.name);
+                    }
+                    Some(PlannedReceiver::Kernel { name, .. }) => {
+                        m.base.noise = None;
+                        m.base.noise_preset = NoisePreset::None;
+                        m.packets = self.kernel_packets.unwrap_or(self.packets);
+                        tag = format!("{name}_");
+                    }
+                    None => {}
                 }
-                Some(PlannedReceiver::Kernel { name, .. }) => {
-                    m.base.noise = None;
-                    m.base.noise_preset = NoisePreset::None;
-                    m.packets = self.kernel_packets.unwrap_or(self.packets);
-                    tag = format!("{name}_");
+                if let Some(o) = oth {
+                    let w = &mut m.base.wlan;
+                    w.contenders = o.contenders;
+                    w.contender_rate_mbps = o.contender_mbps;
+                    w.contender_ampdu = o.contender_ampdu;
+                    w.contender_arrivals = o.contender_arrivals;
+                    tag = format!("{tag}{}_", o.name());
                 }
-                None => {}
-            }
-            let first = out.len();
-            for mut r in m.expand_rates(&tag)? {
-                r.scenario.seed = self.seed + (first + r.scenario.seed as usize) as u64;
-                r.receiver = recv.clone();
-                out.push(r);
+                let first = out.len();
+                for mut r in m.expand_rates(&tag)? {
+                    r.scenario.seed = self.seed + (first + r.scenario.seed as usize) as u64;
+                    r.receiver = recv.clone();
+                    r.others = oth.map(OthersSpec::name);
+                    out.push(r);
+                }
             }
         }
         Ok(out)
@@ -331,6 +417,7 @@ impl DatasetManifest {
                     rate_mbps: rate,
                     scenario: s,
                     receiver: None,
+                    others: None,
                 });
             }
         }
@@ -484,6 +571,9 @@ pub struct BuiltRun {
     pub receiver_path: serde_json::Value,
     /// Per station.
     pub stations: Vec<BuiltStation>,
+    /// The others on the channel, by name (recipes with `others` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others: Option<String>,
 }
 
 /// One station's capture of a [`BuiltRun`].
@@ -553,6 +643,7 @@ impl BuiltRun {
                     received_mbps: s.received_mbps,
                 })
                 .collect(),
+            others: r.others.clone(),
         }
     }
 }
@@ -581,6 +672,7 @@ mod built_tests {
                 mean_agg: 2.0,
                 received_mbps: 99.0,
             }],
+            others: Some("sta1x5".into()),
         };
         let d = BuiltDataset {
             name: "d".into(),
@@ -597,8 +689,60 @@ mod built_tests {
         let text = serde_json::to_string_pretty(&d).unwrap();
         assert!(text.contains("\"receiver_kind\": \"kernel\"") && text.contains("\"role\": \"eval\""));
         assert_eq!(serde_json::from_str::<BuiltDataset>(&text).unwrap(), d);
+        assert!(text.contains("\"others\": \"sta1x5\""));
         let bad = text.replace("\"kernel\"", "\"kernal\"");
         let e = serde_json::from_str::<BuiltDataset>(&bad).unwrap_err().to_string();
         assert!(e.contains("kernal"), "{e}");
+    }
+
+    #[test]
+    fn others_cross_every_receiver_and_rate_and_name_their_runs() {
+        let m: DatasetManifest = toml::from_str(
+            r#"
+name = "c"
+seed = 1
+packets = 100
+train_rates_mbps = [100, 200]
+[[receivers]]
+preset = "laptop"
+[[receivers]]
+preset = "phone"
+[[others]]
+contenders = 0
+[[others]]
+contenders = 2
+contender_mbps = 5.0
+[[others]]
+contenders = 1
+contender_mbps = 50.0
+contender_ampdu = 32
+[[others]]
+contenders = 1
+contender_arrivals = { kind = "saturated" }
+"#,
+        )
+        .unwrap();
+        let runs = m.expand().unwrap();
+        assert_eq!(runs.len(), 2 * 4 * 2);
+        let r = runs.iter().find(|r| r.name == "c_phone_ap1x50_200mbps").expect("named by receiver and others");
+        assert_eq!(r.others.as_deref(), Some("ap1x50"));
+        let w = &r.scenario.wlan;
+        assert_eq!((w.contenders, w.contender_rate_mbps, w.contender_ampdu), (1, 50.0, 32));
+        let q = runs.iter().find(|r| r.name == "c_laptop_quiet_100mbps").unwrap();
+        assert_eq!(q.scenario.wlan.contenders, 0);
+        assert!(runs.iter().any(|r| r.name == "c_laptop_sta2x5_100mbps"));
+        assert!(runs.iter().any(|r| r.name == "c_laptop_sat1_100mbps"));
+        let mut seeds: Vec<u64> = runs.iter().map(|r| r.scenario.seed).collect();
+        seeds.dedup();
+        assert_eq!(seeds.len(), runs.len(), "every run its own seed");
+        // Two entries with one name, and a name that would read as a rate, are refused by name.
+        let mut twice = m.clone();
+        twice.others.push(twice.others[1].clone());
+        let e = twice.expand().unwrap_err().to_string();
+        assert!(e.contains("others[4].name"), "{e}");
+        let mut rate = m;
+        rate.others[0].name = Some("5mbps".into());
+        let e = rate.expand().unwrap_err().to_string();
+        assert!(e.contains("others[0].name"), "{e}");
     }
 }

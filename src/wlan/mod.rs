@@ -248,6 +248,27 @@ struct Exchange {
     uplink_packets: usize,
 }
 
+/// A contender's PPDU that got through, as a sniffer on the channel hears it (recorded only when
+/// asked: [`WlanSim::set_record_others`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OtherPpdu {
+    /// Which contender sent it.
+    pub contender: u16,
+    /// PPDU start.
+    pub start: Ts,
+    /// PPDU end.
+    pub end: Ts,
+    /// End of its exchange: the PPDU, SIFS and the Ack or Block Ack (the medium time a channel
+    /// survey counts busy is from `start` to here).
+    pub exchange_end: Ts,
+    /// Frames in it (more than one: an A-MPDU).
+    pub frames: u16,
+    /// IP length of each frame (bytes).
+    pub ip_len: u16,
+    /// Its PHY format.
+    pub mode: timing::PhyMode,
+}
+
 /// The emulator.
 pub struct WlanSim<R: Rng> {
     cfg: ValidWlanConfig,
@@ -275,6 +296,8 @@ pub struct WlanSim<R: Rng> {
     collisions: u64,
     contender_frames: u64,
     busy_ns: u64,
+    /// Contenders' PPDUs not yet taken by [`WlanSim::poll_other`] (`None`: not recorded).
+    others_out: Option<VecDeque<OtherPpdu>>,
     /// Current PHY mode per station (moves under rate adaptation).
     mode: Vec<timing::PhyMode>,
     /// Next rate-adaptation step per station.
@@ -367,6 +390,7 @@ impl<R: Rng> WlanSim<R> {
             collisions: 0,
             contender_frames: 0,
             busy_ns: 0,
+            others_out: None,
             mode: cfg.modes.clone(),
             next_ra: vec![None; n],
             cfg,
@@ -413,6 +437,18 @@ impl<R: Rng> WlanSim<R> {
     /// Frames sent by contending stations.
     pub fn contender_frames(&self) -> u64 {
         self.contender_frames
+    }
+
+    /// Record the contenders' PPDUs that get through, for [`WlanSim::poll_other`] (what a
+    /// sniffer on the channel writes into its capture besides this AP's frames). Off by default:
+    /// whoever turns it on drains them, or they pile up.
+    pub fn set_record_others(&mut self, on: bool) {
+        self.others_out = on.then(VecDeque::new);
+    }
+
+    /// The next recorded contender PPDU (in order of their start).
+    pub fn poll_other(&mut self) -> Option<OtherPpdu> {
+        self.others_out.as_mut()?.pop_front()
     }
 
     /// Packets queued for `sta`.
@@ -732,6 +768,7 @@ impl<R: Rng> WlanSim<R> {
         } else if !cont_tx.is_empty() {
             ex.contenders = cont_tx.iter().zip(&cont_frames).map(|(&i, &k)| (i, true, k)).collect();
             self.contender_frames += cont_frames.iter().sum::<u64>();
+            self.record_others(&cont_tx, &cont_frames, t, ppdu_end, ex.end);
         } else if let Some(&i) = up_tx.first() {
             ex.uplink = vec![(i, true)];
             self.stats[i].uplink_ampdus += 1;
@@ -746,6 +783,22 @@ impl<R: Rng> WlanSim<R> {
         }
         self.busy_ns += ex.end.saturating_since(t).as_nanos() as u64;
         self.exchange = Some(ex);
+    }
+
+    /// Keep the contenders' PPDU that got through (`start`–`end`, its exchange over at
+    /// `exchange_end`) for [`WlanSim::poll_other`], when asked to.
+    fn record_others(&mut self, cont_tx: &[usize], frames: &[u64], start: Ts, end: Ts, exchange_end: Ts) {
+        let Some(q) = self.others_out.as_mut() else { return };
+        let c = self.cfg.config();
+        q.extend(cont_tx.iter().zip(frames).map(|(&i, &k)| OtherPpdu {
+            contender: i as u16,
+            start,
+            end,
+            exchange_end,
+            frames: k.min(u16::MAX as u64) as u16,
+            ip_len: c.contender_bytes.min(u16::MAX as usize) as u16,
+            mode: self.cfg.contender_mode,
+        }));
     }
 
     /// The sending contenders' PPDUs: the frames each puts in its PPDU (up to its A-MPDU limit

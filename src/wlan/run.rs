@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::config::{bad, ConfigError, ValidWlanConfig, WlanConfig};
 use super::noise::{model_for, NoiseModel, NoisePreset, Ppdu, RandomReceiver, ReceivePath, ValidReceivePath};
 use super::traffic::{Backhaul, BackhaulConfig, FlowConfig, Source};
-use super::{Delivery, Packet, StaId, StaStats, WlanSim};
-use crate::capture::writer::{build_amsdu_frame, build_frame, FrameSpec, Msdu};
+use super::{Delivery, OtherPpdu, Packet, StaId, StaStats, WlanSim};
+use crate::capture::writer::{build_amsdu_frame, build_frame, build_protected_frame, FrameSpec, Msdu};
 use crate::time::Ts;
 
 /// Everything one emulator run needs (the TOML config of `aggrate simulate`).
@@ -35,6 +35,11 @@ pub struct Scenario {
     pub noise: Option<ReceivePath>,
     /// Ranges that `noise_preset = "random"` draws from (default: [`RandomReceiver::default`]).
     pub random_receiver: Option<RandomReceiver>,
+    /// The captures are a sniffer's on the channel: besides the station's own frames they hold
+    /// the contenders' (other networks' protected data frames, stamped at their PPDU's end), from
+    /// which `aggrate eval` measures the air others took. Off: a station's own monitor
+    /// interface, which records its own frames only.
+    pub sniffer: bool,
 }
 
 impl Default for Scenario {
@@ -48,6 +53,7 @@ impl Default for Scenario {
             noise_preset: NoisePreset::Phone,
             noise: None,
             random_receiver: None,
+            sniffer: false,
         }
     }
 }
@@ -150,6 +156,9 @@ pub struct RunSummary {
     pub collisions: u64,
     /// Frames the contenders got through.
     pub contender_frames: u64,
+    /// Medium time of the contenders' exchanges that got through (s): what a sniffer's capture
+    /// shows of others' air (a [`Scenario::sniffer`]'s run; `None` otherwise).
+    pub others_air_s: Option<f64>,
     /// Virtual time simulated (s).
     pub simulated_s: f64,
     /// Packets delivered in all.
@@ -166,12 +175,41 @@ fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
 /// MAC time (`None`: the receive path dropped it), and `progress(virtual_now)` now and then.
 pub fn run(
     scn: &ValidScenario,
-    mut sink: impl FnMut(&Delivery, Option<Ts>),
+    sink: impl FnMut(&Delivery, Option<Ts>),
+    progress: impl FnMut(Ts),
+) -> RunSummary {
+    let mut sink = sink;
+    run_heard(
+        scn,
+        |h| {
+            if let Heard::Delivery(d, host) = h {
+                sink(d, host)
+            }
+        },
+        progress,
+    )
+}
+
+/// What a run hands its sink ([`run_heard`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Heard<'a> {
+    /// A received MPDU and its kernel receive time (`None`: the receive path dropped it).
+    Delivery(&'a Delivery, Option<Ts>),
+    /// A contender's PPDU that got through (only when the scenario is a [`Scenario::sniffer`]'s).
+    Other(&'a OtherPpdu),
+}
+
+/// [`run`], with the contenders' PPDUs as well when the scenario is a [`Scenario::sniffer`]'s
+/// (each handed over as it ends, between the deliveries).
+pub fn run_heard(
+    scn: &ValidScenario,
+    mut sink: impl FnMut(Heard<'_>),
     mut progress: impl FnMut(Ts),
 ) -> RunSummary {
     let s = &scn.scenario;
     let n_sta = scn.wlan.config().stations.len();
     let mut sim = WlanSim::new(scn.wlan.clone(), derive(s.seed, 1));
+    sim.set_record_others(s.sniffer);
     let mut traffic_rng = derive(s.seed, 2);
     let mut sources: Vec<Source> = s
         .flows
@@ -192,6 +230,7 @@ pub fn run(
     let mut hosts: Vec<Option<Ts>> = Vec::new();
     let mut mpdu_of: Vec<u16> = Vec::new();
     let mut events = 0u64;
+    let mut others_air_ns = 0u64;
     let mut now = Ts::ZERO;
     loop {
         while pending.is_none() {
@@ -227,6 +266,10 @@ pub fn run(
             }
             _ => break,
         }
+        while let Some(o) = sim.poll_other() {
+            others_air_ns += o.exchange_end.saturating_since(o.start).as_nanos() as u64;
+            sink(Heard::Other(&o));
+        }
         batch.clear();
         while let Some(d) = sim.poll_delivery() {
             batch.push(d);
@@ -250,7 +293,7 @@ pub fn run(
             max_agg[sta] = max_agg[sta].max(ampdu.len() as u16);
             for (d, h) in ampdu.iter().zip(&hosts) {
                 delay_sum[sta] += d.mac_time.saturating_since(d.packet.sent).as_secs_f64();
-                sink(d, *h);
+                sink(Heard::Delivery(d, *h));
             }
         });
         events += 1;
@@ -268,6 +311,7 @@ pub fn run(
         receiver: scn.noise.as_ref().map(|p| p.path().clone()),
         collisions: sim.collisions(),
         contender_frames: sim.contender_frames(),
+        others_air_s: s.sniffer.then_some(others_air_ns as f64 * 1e-9),
         simulated_s: now.as_secs_f64(),
     }
 }
@@ -394,6 +438,77 @@ pub mod addr {
     pub const SPORT: u16 = 40_000;
     /// UDP destination port.
     pub const DPORT: u16 = 5001;
+    /// Contender `i`: the AP of another network (a neighbouring AP) or a station of one.
+    pub fn contender_mac(i: u16) -> [u8; 6] {
+        [0x02, 0, 0, 0, 0x02, (i + 1) as u8]
+    }
+    /// The peer contender `i` sends to: its station (a neighbouring AP) or its AP.
+    pub fn contender_peer_mac(i: u16) -> [u8; 6] {
+        [0x02, 0, 0, 0, 0x03, (i + 1) as u8]
+    }
+}
+
+/// Another network's PPDU as a sniffer on the channel records it: one protected data frame per
+/// MPDU, all stamped at the PPDU's end (a sniffer's receive time), radiotap TSFT at its start.
+/// Contenders that aggregate (`contender_ampdu` above 1) are neighbouring APs sending to their
+/// station, the others stations sending to their AP.
+#[derive(Debug, Default)]
+pub struct OtherFrames {
+    seq: Vec<u16>,
+    next_ref: u32,
+}
+
+impl OtherFrames {
+    /// Render `o`'s frames (first `snaplen` bytes each) and hand each to `emit(time, bytes,
+    /// full_length)`.
+    pub fn write(
+        &mut self,
+        o: &OtherPpdu,
+        aggregating: bool,
+        channel_mhz: u16,
+        snaplen: usize,
+        buf: &mut Vec<u8>,
+        mut emit: impl FnMut(Ts, &[u8], usize),
+    ) {
+        let i = o.contender as usize;
+        if self.seq.len() <= i {
+            self.seq.resize(i + 1, 0);
+        }
+        // A-MPDU references of their own, apart from the AP's (which count up from 0).
+        self.next_ref = self.next_ref.wrapping_add(1);
+        let (me, peer) = (addr::contender_mac(o.contender), addr::contender_peer_mac(o.contender));
+        for k in 0..o.frames {
+            let spec = FrameSpec {
+                tsft_us: o.start.as_nanos() / 1000,
+                ampdu_ref: 0x8000_0000 | self.next_ref,
+                last: k + 1 == o.frames,
+                vht: o.mode.vht,
+                mcs: if o.mode.vht {
+                    o.mode.mcs
+                } else {
+                    (o.mode.nss - 1) * 8 + o.mode.mcs
+                },
+                nss: o.mode.nss,
+                bw_mhz: o.mode.bw.mhz() as u16,
+                short_gi: o.mode.short_gi,
+                channel_mhz,
+                sta: if aggregating { peer } else { me },
+                bssid: if aggregating { me } else { peer },
+                dot11_seq: self.seq[i],
+                retry: false,
+                ip_src: [0; 4],
+                ip_dst: [0; 4],
+                sport: 0,
+                dport: 0,
+                ip_len: o.ip_len,
+                seq: 0,
+                sent_ns: 0,
+            };
+            self.seq[i] = (self.seq[i] + 1) & 0x0fff;
+            let full = build_protected_frame(&spec, !aggregating, snaplen, buf);
+            emit(o.end, buf, full);
+        }
+    }
 }
 
 /// The capture frame of a delivery.

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use super::run::{run, MpduFrames, RunSummary, ValidScenario};
+use super::run::{run_heard, Heard, MpduFrames, OtherFrames, RunSummary, ValidScenario};
 use super::WlanConfig;
 use crate::capture::writer::{CaptureWriter, OutFormat};
 use crate::progress::Progress;
@@ -106,19 +106,36 @@ pub fn simulate_to(
     let mut buf = Vec::with_capacity(256);
     let mut frames: Vec<MpduFrames> = (0..n).map(|_| MpduFrames::default()).collect();
     let mut err: Option<(usize, std::io::Error)> = None;
+    let mut others = OtherFrames::default();
+    let mut obuf = Vec::with_capacity(256);
+    let aggregating = scn.wlan.config().contender_ampdu > 1;
     progress.start("simulating (virtual ms)", (scn.scenario.duration_s * 1000.0) as u64);
-    let summary = run(
+    let summary = run_heard(
         scn,
-        |d, host| {
-            // A packet the receive path dropped never reached the receiver's log.
+        |h| {
             if err.is_some() {
                 return;
             }
-            let sta = d.sta.0 as usize;
-            if let Some((at, orig)) = frames[sta].push(d, host, channel, snaplen as usize, &mut buf) {
-                if let Err(e) = writers[sta].write(at, &buf, orig as u32) {
-                    err = Some((sta, e));
+            match h {
+                // A packet the receive path dropped never reached the receiver's log.
+                Heard::Delivery(d, host) => {
+                    let sta = d.sta.0 as usize;
+                    if let Some((at, orig)) = frames[sta].push(d, host, channel, snaplen as usize, &mut buf) {
+                        if let Err(e) = writers[sta].write(at, &buf, orig as u32) {
+                            err = Some((sta, e));
+                        }
+                    }
                 }
+                // A sniffer hears the other networks' frames: every station's capture holds them.
+                Heard::Other(o) => others.write(o, aggregating, channel, snaplen as usize, &mut obuf, |at, bytes, full| {
+                    for (sta, w) in writers.iter_mut().enumerate() {
+                        if err.is_none() {
+                            if let Err(e) = w.write(at, bytes, full as u32) {
+                                err = Some((sta, e));
+                            }
+                        }
+                    }
+                }),
             }
         },
         |now| progress.set((now.as_secs_f64() * 1000.0) as u64),
