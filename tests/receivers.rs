@@ -1522,14 +1522,26 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
 fn a_sniffers_capture_gives_eval_the_air_others_took() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let base = ["--rate-mbps", "300", "--duration", "1", "--seed", "3", "--noise", "laptop"];
+    let base = [
+        "--rate-mbps",
+        "300",
+        "--duration",
+        "1",
+        "--seed",
+        "3",
+        "--noise",
+        "laptop",
+    ];
     let mut args = vec!["-q", "simulate", "--json", "-o", "sniff_300mbps.pcapng", "--sniffer"];
     args.extend_from_slice(&base);
     args.extend_from_slice(&["--contenders", "1", "--contender-mbps", "20"]);
     let o = aggrate(d, &args);
     assert!(o.status.success(), "{}", text(&o).1);
     let run: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let (frames, air_s) = (run["contender_frames"].as_u64().unwrap(), run["others_air_s"].as_f64().unwrap());
+    let (frames, air_s) = (
+        run["contender_frames"].as_u64().unwrap(),
+        run["others_air_s"].as_f64().unwrap(),
+    );
     assert!(frames > 1000, "{run}");
     // The same run without a sniffer: the station's own frames only.
     let mut args = vec!["-q", "simulate", "-o", "own_300mbps.pcapng"];
@@ -1542,11 +1554,20 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
     // packets as many as delivered.
     let rows = common::tshark_fields(
         &d.join("sniff_300mbps.pcapng"),
-        &["wlan.fc.protected", "wlan.ccmp.extiv", "radiotap.vht.mcs.0", "udp.dstport"],
+        &[
+            "wlan.fc.protected",
+            "wlan.ccmp.extiv",
+            "radiotap.vht.mcs.0",
+            "udp.dstport",
+        ],
     );
     let prot: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "1" || r[0] == "True").collect();
     assert_eq!(prot.len() as u64, frames);
-    assert!(prot.iter().all(|r| !r[1].is_empty() && r[2] == "7" && r[3].is_empty()), "{:?}", prot[0]);
+    assert!(
+        prot.iter().all(|r| !r[1].is_empty() && r[2] == "7" && r[3].is_empty()),
+        "{:?}",
+        prot[0]
+    );
     let udp = rows.iter().filter(|r| r[3] == "5001").count() as u64;
     assert_eq!(udp, run["delivered"].as_u64().unwrap());
 
@@ -1563,13 +1584,24 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
     )
     .unwrap();
     let sniffed = others.spans().total_ns() as f64 * 1e-9;
-    assert!((sniffed - air_s).abs() < 1e-6 * frames as f64, "sniffed {sniffed} s, emulated {air_s} s");
+    assert!(
+        (sniffed - air_s).abs() < 1e-6 * frames as f64,
+        "sniffed {sniffed} s, emulated {air_s} s"
+    );
 
     let o = aggrate(
         d,
         &[
-            "-q", "eval", "--model", model.to_str().unwrap(), "sniff_300mbps.pcapng", "own_300mbps.pcapng",
-            "--interval-ms", "100", "-o", "ev",
+            "-q",
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "sniff_300mbps.pcapng",
+            "own_300mbps.pcapng",
+            "--interval-ms",
+            "100",
+            "-o",
+            "ev",
         ],
     );
     assert!(o.status.success(), "{}", text(&o).1);
@@ -1583,7 +1615,10 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
         if f[cap] == "own_300mbps.pcapng" {
-            assert!(f[share] == "0.0000" && f[lvl_sv] == f[col("level")], "nobody else heard: {l}");
+            assert!(
+                f[share] == "0.0000" && f[lvl_sv] == f[col("level")],
+                "nobody else heard: {l}"
+            );
             continue;
         }
         let x = |i: usize| f[i].parse::<f64>().unwrap();
@@ -1598,11 +1633,17 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
         n += 1;
     }
     assert!(n >= 8, "{csv}");
-    assert!(err_sv < 0.8 * err_plain, "the sniffed survey brings the airtime level nearer: {err_sv} vs {err_plain}");
+    assert!(
+        err_sv < 0.8 * err_plain,
+        "the sniffed survey brings the airtime level nearer: {err_sv} vs {err_plain}"
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.json")).unwrap()).unwrap();
     let bins = report["mu_per_contention"].as_array().unwrap();
-    assert!(!bins.is_empty() && bins.iter().all(|b| b["level"]["intervals"].as_u64().unwrap() > 0), "{bins:?}");
+    assert!(
+        !bins.is_empty() && bins.iter().all(|b| b["level"]["intervals"].as_u64().unwrap() > 0),
+        "{bins:?}"
+    );
     let md = std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.md")).unwrap();
     assert!(md.contains("μ_N by the share of the air others took"), "{md}");
 }

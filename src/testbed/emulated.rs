@@ -26,7 +26,9 @@ pub enum RunError {
     Noise,
     /// A sniffer's capture asked of a kernel replay (not written: the replay takes each station's
     /// own packets through the kernel and nothing else).
-    #[error("a kernel replay writes the station's own frames only: sniffer = true is for the emulator's receive paths")]
+    #[error(
+        "a kernel replay writes the station's own frames only: sniffer = true is for the emulator's receive paths"
+    )]
     Sniffer,
     /// Longer than [`MAX_REPLAY_S`].
     #[error("a kernel replay runs in real time: duration_s = {0} exceeds {MAX_REPLAY_S} s")]

@@ -137,7 +137,9 @@ pub fn replay_levels(
         Vec::new()
     } else {
         let starts: Vec<Ts> = reports.iter().map(|r| r.start).collect();
-        replay(estimator()?, &pkts, interval, |k| starts.get(k).map_or(0.0, |&s| share_of(s)))
+        replay(estimator()?, &pkts, interval, |k| {
+            starts.get(k).map_or(0.0, |&s| share_of(s))
+        })
     };
     let truth = truth_per_interval(pkts.iter().map(|p| (p.0, p.1)), interval);
     let intervals: Vec<IntervalRow> = truth
@@ -192,7 +194,12 @@ pub fn replay_levels(
 
 /// The estimator's reports over `pkts` (in receive order), `share(k)` set as the survey's share
 /// of others before the `k`-th report is taken.
-fn replay(mut est: OnlineEstimator, pkts: &[Received], interval: Duration, share: impl Fn(usize) -> f64) -> Vec<AggReport> {
+fn replay(
+    mut est: OnlineEstimator,
+    pkts: &[Received],
+    interval: Duration,
+    share: impl Fn(usize) -> f64,
+) -> Vec<AggReport> {
     let mut reports: Vec<AggReport> = Vec::new();
     let take = |est: &mut OnlineEstimator, now: Ts, reports: &mut Vec<AggReport>| loop {
         est.set_others_share(share(reports.len()));

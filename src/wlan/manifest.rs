@@ -290,7 +290,11 @@ impl DatasetManifest {
                 || n.to_ascii_lowercase().contains("mbps")
                 || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
             {
-                return Err(bad(format!("others[{i}].name"), n, "letters, digits or '-', without \"mbps\""));
+                return Err(bad(
+                    format!("others[{i}].name"),
+                    n,
+                    "letters, digits or '-', without \"mbps\"",
+                ));
             }
             if names[..i].contains(n) {
                 return Err(bad(format!("others[{i}].name"), n, "a name no other entry has"));
@@ -724,7 +728,10 @@ contender_arrivals = { kind = "saturated" }
         .unwrap();
         let runs = m.expand().unwrap();
         assert_eq!(runs.len(), 2 * 4 * 2);
-        let r = runs.iter().find(|r| r.name == "c_phone_ap1x50_200mbps").expect("named by receiver and others");
+        let r = runs
+            .iter()
+            .find(|r| r.name == "c_phone_ap1x50_200mbps")
+            .expect("named by receiver and others");
         assert_eq!(r.others.as_deref(), Some("ap1x50"));
         let w = &r.scenario.wlan;
         assert_eq!((w.contenders, w.contender_rate_mbps, w.contender_ampdu), (1, 50.0, 32));

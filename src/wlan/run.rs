@@ -173,11 +173,7 @@ fn derive(seed: u64, stream: u64) -> ChaCha8Rng {
 
 /// Run a scenario, calling `sink(delivery, kernel_time)` for every received MPDU in order of
 /// MAC time (`None`: the receive path dropped it), and `progress(virtual_now)` now and then.
-pub fn run(
-    scn: &ValidScenario,
-    sink: impl FnMut(&Delivery, Option<Ts>),
-    progress: impl FnMut(Ts),
-) -> RunSummary {
+pub fn run(scn: &ValidScenario, sink: impl FnMut(&Delivery, Option<Ts>), progress: impl FnMut(Ts)) -> RunSummary {
     let mut sink = sink;
     run_heard(
         scn,
@@ -201,11 +197,7 @@ pub enum Heard<'a> {
 
 /// [`run`], with the contenders' PPDUs as well when the scenario is a [`Scenario::sniffer`]'s
 /// (each handed over as it ends, between the deliveries).
-pub fn run_heard(
-    scn: &ValidScenario,
-    mut sink: impl FnMut(Heard<'_>),
-    mut progress: impl FnMut(Ts),
-) -> RunSummary {
+pub fn run_heard(scn: &ValidScenario, mut sink: impl FnMut(Heard<'_>), mut progress: impl FnMut(Ts)) -> RunSummary {
     let s = &scn.scenario;
     let n_sta = scn.wlan.config().stations.len();
     let mut sim = WlanSim::new(scn.wlan.clone(), derive(s.seed, 1));

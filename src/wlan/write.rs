@@ -127,15 +127,22 @@ pub fn simulate_to(
                     }
                 }
                 // A sniffer hears the other networks' frames: every station's capture holds them.
-                Heard::Other(o) => others.write(o, aggregating, channel, snaplen as usize, &mut obuf, |at, bytes, full| {
-                    for (sta, w) in writers.iter_mut().enumerate() {
-                        if err.is_none() {
-                            if let Err(e) = w.write(at, bytes, full as u32) {
-                                err = Some((sta, e));
+                Heard::Other(o) => others.write(
+                    o,
+                    aggregating,
+                    channel,
+                    snaplen as usize,
+                    &mut obuf,
+                    |at, bytes, full| {
+                        for (sta, w) in writers.iter_mut().enumerate() {
+                            if err.is_none() {
+                                if let Err(e) = w.write(at, bytes, full as u32) {
+                                    err = Some((sta, e));
+                                }
                             }
                         }
-                    }
-                }),
+                    },
+                ),
             }
         },
         |now| progress.set((now.as_secs_f64() * 1000.0) as u64),
