@@ -147,6 +147,41 @@ pub struct Run {
     pub seed: u64,
 }
 
+impl Run {
+    /// Virtual seconds it lasts: a loop [`RUN_SECONDS`], a fixed rate [`FIXED_SECONDS`].
+    pub fn seconds(&self) -> f64 {
+        if self.fixed_mbps.is_some() {
+            FIXED_SECONDS
+        } else {
+            RUN_SECONDS
+        }
+    }
+
+    /// The start-up its rows leave out: a loop's settling, a fixed rate's first queue.
+    pub fn warmup_s(&self) -> f64 {
+        if self.fixed_mbps.is_some() {
+            0.5
+        } else {
+            WARMUP_S
+        }
+    }
+}
+
+/// Fixed-rate runs per fixed-rate draw of [`plan`], each [`FIXED_SECONDS`] long: a fixed rate
+/// needs no settling, and its rows are alike within a run, so four short runs at four rates and
+/// MCS give the fit four operating points where one long run gave one (at equal emulator time).
+pub const FIXED_SPLIT: usize = 4;
+
+/// Virtual seconds of a fixed-rate run.
+pub const FIXED_SECONDS: f64 = RUN_SECONDS / FIXED_SPLIT as f64;
+
+/// A random receive path of the plan from its seed (the default ranges: drawing half of them
+/// from `datasets/receivers.toml`'s wider ranges instead cost 5 of 280 quiet-channel points and
+/// gained nothing beside others on `datasets/contended.toml`).
+pub fn random_receiver(seed: u64) -> Option<crate::wlan::noise::ReceivePath> {
+    NoisePreset::Random.resolve(seed, None)
+}
+
 /// The plan of round `round` (0: steered by the airtime level; 1: by the first round's learned
 /// level) — [`plan`] with the seed moved on per round.
 pub fn plan_round(seed: u64, per_cell: usize, round: u64) -> Vec<Run> {
@@ -188,15 +223,21 @@ pub fn plan(seed: u64, per_cell: usize) -> Vec<Run> {
                     OthersKind::Bursty => (rng.random_range(1..=2), [5.0, 10.0, 25.0][rng.random_range(0..3)]),
                 };
                 let fixed = rng.random_bool(0.5);
-                runs.push(Run {
-                    receiver,
-                    others: Others { kind, n, mbps },
-                    mcs: rng.random_range(4..=9),
-                    target: rng.random_range(6.0..58.0f64).round(),
-                    fixed_mbps: fixed.then(|| rng.random_range(50.0..650.0f64).round()),
-                    interval_ms: if rng.random_bool(0.75) { 100 } else { 500 },
-                    seed: rng.random(),
-                });
+                for k in 0..if fixed { FIXED_SPLIT } else { 1 } {
+                    let receiver = match (r, k) {
+                        (NoisePreset::Random, 1..) => Receiver::Random(rng.random()),
+                        _ => receiver,
+                    };
+                    runs.push(Run {
+                        receiver,
+                        others: Others { kind, n, mbps },
+                        mcs: rng.random_range(4..=9),
+                        target: rng.random_range(6.0..58.0f64).round(),
+                        fixed_mbps: fixed.then(|| rng.random_range(50.0..650.0f64).round()),
+                        interval_ms: if rng.random_bool(0.75) { 100 } else { 500 },
+                        seed: rng.random(),
+                    });
+                }
             }
         }
     }
@@ -267,7 +308,7 @@ pub fn collect(
                 wlan,
                 noise: match r.receiver {
                     Receiver::Preset(p) => p.resolve(r.seed, None),
-                    Receiver::Random(s) => NoisePreset::Random.resolve(s, None),
+                    Receiver::Random(s) => random_receiver(s),
                 },
                 estimator: EstimatorKind::Model(Box::new(ModelFile {
                     level: steer_by.cloned(),
@@ -288,7 +329,7 @@ pub fn collect(
                     },
                 },
                 interval: Duration::from_millis(r.interval_ms),
-                duration_s: RUN_SECONDS,
+                duration_s: r.seconds(),
                 seed: r.seed,
                 steer: if steer_by.is_some() {
                     Steer::Level
@@ -300,7 +341,7 @@ pub fn collect(
             crate::sim::run(&cfg, |_| {}).map(|res| {
                 res.series
                     .iter()
-                    .filter(|s| s.t >= WARMUP_S && s.true_agg > 0.0 && s.airtime_agg > 0.0)
+                    .filter(|s| s.t >= r.warmup_s() && s.true_agg > 0.0 && s.airtime_agg > 0.0)
                     .filter_map(|s| {
                         s.features.map(|features| Row {
                             features,
@@ -653,13 +694,34 @@ mod tests {
     #[test]
     fn the_plan_is_seeded_and_covers_every_cell() {
         let (a, b) = (plan(7, 2), plan(7, 2));
-        assert_eq!(a.len(), (3 * 5 + 2 * 4 + 4) * 2, "random receive paths get more runs");
+        // A draw is one loop run or FIXED_SPLIT short fixed-rate runs.
+        let draws = |runs: &[Run]| {
+            let fixed = runs.iter().filter(|r| r.fixed_mbps.is_some()).count();
+            assert_eq!(fixed % FIXED_SPLIT, 0);
+            runs.len() - fixed + fixed / FIXED_SPLIT
+        };
+        assert_eq!(draws(&a), (3 * 5 + 2 * 4 + 4) * 2, "random receive paths get more runs");
+        assert!(a.len() > draws(&a), "some draws are fixed rates, split in short runs");
         assert!(a.iter().zip(&b).all(|(x, y)| x.seed == y.seed && x.target == y.target));
         assert!(plan(8, 2).iter().zip(&a).any(|(x, y)| x.seed != y.seed));
         for k in OthersKind::ALL {
             let want = if k == OthersKind::None { 14 } else { 10 };
-            assert_eq!(a.iter().filter(|r| r.others.kind == k).count(), want);
+            let of_kind: Vec<Run> = a.iter().filter(|r| r.others.kind == k).copied().collect();
+            assert_eq!(draws(&of_kind), want);
         }
+        for r in &a {
+            let (secs, warm) = if r.fixed_mbps.is_some() {
+                (FIXED_SECONDS, 0.5)
+            } else {
+                (RUN_SECONDS, WARMUP_S)
+            };
+            assert_eq!((r.seconds(), r.warmup_s()), (secs, warm));
+        }
+        // A fixed-rate draw's short runs: each its own rate and MCS (random receive paths their own too).
+        let fixed: Vec<&Run> = a.iter().filter(|r| r.fixed_mbps.is_some()).collect();
+        assert!(fixed
+            .chunks(FIXED_SPLIT)
+            .any(|g| g.iter().any(|r| r.fixed_mbps != g[0].fixed_mbps)));
     }
 }
 

@@ -24,7 +24,11 @@
 //! receiving time spent in gaps of each bin, and the share of gaps; then the share of time in
 //! gaps longer than the AP leaves between its own A-MPDUs ([`EXCESS`], less [`OWN_GAP_US`]) with
 //! the airtime level that share of others would give, and the mean and spread of those long
-//! gaps (a receive path's timer releases at one period, others' transmissions at many).
+//! gaps (a receive path's timer releases at one period, others' transmissions at many); last,
+//! how far the frame count can be trusted: the share of packets the per-packet model decided
+//! near its threshold, and the spread of the sizes of the frames it counted (a receive path that
+//! shows the A-MPDUs gives confident starts and frames alike in size; one that batches or hides
+//! them beside others' traffic does not).
 //!
 //! The estimator reports [`combine`] by the model file's [`LevelRule`]: the shipped model's trees'
 //! level never below the airtime level.
@@ -38,7 +42,7 @@ use serde::{Deserialize, Serialize};
 pub const GAP_BINS: usize = 12;
 
 /// Length of [`LevelFeatures`].
-pub const LEVEL_FEATURES: usize = 8 + 2 * GAP_BINS + 2 * EXCESS.len() + 2;
+pub const LEVEL_FEATURES: usize = 8 + 2 * GAP_BINS + 2 * EXCESS.len() + 2 + 2;
 
 /// Gaps longer than these (µs) are counted as time others may have taken: beyond the longest
 /// gap an access point leaves between its own A-MPDUs (AIFS, the largest first backoff, the
@@ -78,6 +82,8 @@ pub fn feature_names() -> Vec<String> {
     }
     v.push(format!("ln_mean_gap_over_{}us", EXCESS[0]));
     v.push(format!("cv_gap_over_{}us", EXCESS[0]));
+    v.push("ambiguous_share".into());
+    v.push("frame_cv".into());
     v
 }
 
@@ -145,6 +151,11 @@ pub(crate) struct IntervalInputs<'a> {
     pub(crate) survey_share: f64,
     /// Loss rate.
     pub(crate) loss_rate: f64,
+    /// Share of the packets the per-packet model decided within [`crate::runtime::AMBIGUOUS`]
+    /// of its threshold.
+    pub(crate) ambiguous_share: f64,
+    /// Coefficient of variation of the sizes of the frames it counted.
+    pub(crate) frame_cv: f64,
     /// The airtime level with others taking `share` of the channel (capped at the A-MPDU
     /// limits).
     pub(crate) airtime_with: &'a dyn Fn(f64) -> Option<f64>,
@@ -192,6 +203,8 @@ impl LevelFeatures {
                     ((sq / k as f64 - mean * mean).max(0.0).sqrt() / mean) as f32;
             }
         }
+        f[8 + 2 * GAP_BINS + 2 * EXCESS.len() + 2] = i.ambiguous_share as f32;
+        f[8 + 2 * GAP_BINS + 2 * EXCESS.len() + 3] = i.frame_cv as f32;
         LevelFeatures(f)
     }
 }
@@ -318,7 +331,10 @@ pub enum LevelModelError {
 impl LevelModel {
     /// Check shape and values once, at load.
     pub fn check(&self) -> Result<(), LevelModelError> {
-        if self.features != feature_names() {
+        // A file fitted before features were appended reads the ones it knows (its trees never
+        // look past them).
+        let names = feature_names();
+        if self.features.is_empty() || !names.starts_with(&self.features) {
             return Err(LevelModelError::Features {
                 found: self.features.clone(),
                 expected: feature_names(),
@@ -359,8 +375,8 @@ impl LevelModel {
                     internal + 1
                 )));
             }
-            if let Some(f) = t.feature.iter().find(|&&f| f as usize >= LEVEL_FEATURES) {
-                return Err(bad(format!("feature {f} beyond {LEVEL_FEATURES}")));
+            if let Some(f) = t.feature.iter().find(|&&f| f as usize >= self.features.len()) {
+                return Err(bad(format!("feature {f} beyond the file's {}", self.features.len())));
             }
             // A node that did not split has the largest finite threshold.
             if t.threshold.iter().chain(&t.leaf).any(|v| !v.is_finite()) {
@@ -429,10 +445,13 @@ mod tests {
                 overhead_share: 0.1,
                 survey_share: 0.0,
                 loss_rate: 0.0,
+                ambiguous_share: 0.25,
+                frame_cv: 0.5,
                 airtime_with: &|x| Some(10.0 / (1.0 - x)),
             },
             &h,
         );
+        assert_eq!((f.0[LEVEL_FEATURES - 2], f.0[LEVEL_FEATURES - 1]), (0.25, 0.5));
         let time: f32 = f.0[8..8 + GAP_BINS].iter().sum();
         let count: f32 = f.0[8 + GAP_BINS..8 + 2 * GAP_BINS].iter().sum();
         // Gaps over 300 µs: 16,384 and 19,000 µs less 200 each, of all the gaps' time.

@@ -158,6 +158,13 @@ impl AggReport {
 struct Acc {
     frames: u64,
     level_sum: u64,
+    /// Sum of the squared sizes of the frames closed (their spread: a frame count that finds
+    /// the A-MPDUs finds them alike in size; one that invents and misses starts does not).
+    level_sq_sum: u64,
+    /// Packets the per-packet model decided with a value, and those it decided within
+    /// [`AMBIGUOUS`] of its threshold (its confidence in the starts it counts).
+    decided: u64,
+    ambiguous: u64,
     packets: u64,
     bytes: u64,
     lost: u64,
@@ -172,6 +179,10 @@ struct Acc {
     /// Those gaps by octave.
     gaps: GapHist,
 }
+
+/// A per-packet decision value (a logit) this close to the threshold is an ambiguous start: a
+/// probability between 0.27 and 0.73.
+pub const AMBIGUOUS: f32 = 1.0;
 
 /// A gap between packets at least this long is a pause of the sender, not receiving time (the
 /// longest A-MPDU exchange, at the longest PPDU behind heavy contention, is a few ms).
@@ -474,20 +485,30 @@ impl OnlineEstimator {
                 s
             }
             Mode::Model(m) => match self.gaps.push(p.host) {
-                Some(row) => match (&self.folded, m.as_ref()) {
-                    (Some((w, b)), _) => row.iter().zip(w).fold(*b, |acc, (x, w)| acc + x * w) > 0.0,
-                    (None, EstimatorModel::Mlp(mlp)) => {
-                        // The same sums as `MlpModel::decision_f32`, keeping the slow inputs' share.
-                        let split = mlp.inputs.saturating_sub(mlp.slow_inputs).min(row.len());
-                        let (fast, slow) = row.split_at(split);
-                        let base = match &self.mlp_base {
-                            Some(b) if crate::model::mlp::MlpModel::base_fits(b, slow) => b,
-                            _ => self.mlp_base.insert(mlp.base(slow)),
-                        };
-                        mlp.finish(fast, base) > 0.0
+                Some(row) => {
+                    let v = match (&self.folded, m.as_ref()) {
+                        (Some((w, b)), _) => Some(row.iter().zip(w).fold(*b, |acc, (x, w)| acc + x * w)),
+                        (None, EstimatorModel::Mlp(mlp)) => {
+                            // The same sums as `MlpModel::decision_f32`, keeping the slow inputs' share.
+                            let split = mlp.inputs.saturating_sub(mlp.slow_inputs).min(row.len());
+                            let (fast, slow) = row.split_at(split);
+                            let base = match &self.mlp_base {
+                                Some(b) if crate::model::mlp::MlpModel::base_fits(b, slow) => b,
+                                _ => self.mlp_base.insert(mlp.base(slow)),
+                            };
+                            Some(mlp.finish(fast, base) as f64)
+                        }
+                        (None, _) => None,
+                    };
+                    match v {
+                        Some(v) => {
+                            self.acc.decided += 1;
+                            self.acc.ambiguous += u64::from(v.abs() < AMBIGUOUS as f64);
+                            v > 0.0
+                        }
+                        None => m.predict_row(row),
                     }
-                    (None, _) => m.predict_row(row),
-                },
+                }
                 // Until the window is full: the first packet starts a frame, the rest join it.
                 None => self.open.is_none(),
             },
@@ -515,6 +536,7 @@ impl OnlineEstimator {
         if let Some(f) = closed {
             self.acc.frames += 1;
             self.acc.level_sum += f.level as u64;
+            self.acc.level_sq_sum += (f.level as u64).pow(2);
         }
         closed
     }
@@ -615,6 +637,18 @@ impl OnlineEstimator {
                             overhead_share: m.pkt_rate * p.fixed_us() * 1e-6,
                             survey_share: 0.0,
                             loss_rate,
+                            ambiguous_share: if a.decided > 0 {
+                                a.ambiguous as f64 / a.decided as f64
+                            } else {
+                                0.0
+                            },
+                            frame_cv: if a.frames > 0 {
+                                let mean = a.level_sum as f64 / a.frames as f64;
+                                let var = (a.level_sq_sum as f64 / a.frames as f64 - mean * mean).max(0.0);
+                                var.sqrt() / mean.max(1.0)
+                            } else {
+                                0.0
+                            },
                             airtime_with: &|x| {
                                 p.level_with_count(
                                     &Measured {
@@ -760,6 +794,49 @@ mod tests {
             (surveyed.level() - trees.max(as_).min(cap)).abs() < 1e-9,
             "not the trees' ratio on the lifted floor"
         );
+    }
+
+    /// The last two features tell how far the frame count can be trusted: frames alike in size
+    /// when the receive path shows the A-MPDUs, a spread when it splits or merges them; and the
+    /// share of packets the per-packet model decided close to its threshold (a share).
+    #[test]
+    fn the_count_features_see_the_spread_of_the_frames() {
+        let file = crate::model::ModelFile::shipped().unwrap();
+        let names = crate::level::feature_names();
+        let (amb, cv) = (names.len() - 2, names.len() - 1);
+        assert_eq!(
+            (names[amb].as_str(), names[cv].as_str()),
+            ("ambiguous_share", "frame_cv")
+        );
+        let features = |sizes: &[u64]| {
+            let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
+            let (mut t, mut i, mut frame) = (0u64, 0u64, 0usize);
+            // A-MPDUs of the given sizes in turn, packets 12 µs apart, 700 µs between A-MPDUs.
+            while t < 1_000_000_000 {
+                frame += 1;
+                for k in 0..sizes[frame % sizes.len()] {
+                    t += if k == 0 { 700_000 } else { 12_000 };
+                    e.push(&RxPacket {
+                        host: Ts(t),
+                        seq: Some(i),
+                        len: 1500,
+                        phy_rate_bps: Some(866_700_000),
+                        ..RxPacket::default()
+                    });
+                    i += 1;
+                }
+            }
+            e.poll_report(Ts::from_millis(1000)).unwrap()
+        };
+        let alike = features(&[12]);
+        let mixed = features(&[4, 20]);
+        let (xa, xm) = (alike.features.unwrap(), mixed.features.unwrap());
+        assert!(alike.mean_agg > 11.0 && alike.mean_agg < 13.0, "{}", alike.mean_agg);
+        assert!(xa.0[cv] < 0.1, "frames of 12: {}", xa.0[cv]);
+        assert!(xm.0[cv] > 0.4, "frames of 4 and 20: {}", xm.0[cv]);
+        for x in [xa, xm] {
+            assert!((0.0..=1.0).contains(&x.0[amb]), "{}", x.0[amb]);
+        }
     }
 
     #[test]
