@@ -65,3 +65,62 @@ fn replay_once() -> (i128, i128) {
     inner_gaps.sort();
     (start_gaps[start_gaps.len() / 2], inner_gaps[inner_gaps.len() / 2])
 }
+
+/// A sniffer's capture through the real kernel: the other networks' frames are written beside
+/// the station's on the kernel's clock, whole (their medium time the emulator's) and where the
+/// flow's packets are (their share of the flow's receiving time is what the contender took).
+#[test]
+fn a_kernel_replayed_sniffers_capture_holds_the_others_on_the_kernels_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "simulate",
+            "--rate-mbps",
+            "100",
+            "--duration",
+            "0.4",
+            "--kernel-replay",
+            "--sniffer",
+            "--contenders",
+            "1",
+            "--contender-mbps",
+            "20",
+            "--json",
+            "-o",
+            "k_100mbps.pcapng",
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let air_s = run["others_air_s"].as_f64().unwrap();
+    let frames = run["contender_frames"].as_u64().unwrap();
+    assert!(frames > 100, "{run}");
+    let path = dir.path().join("k_100mbps.pcapng");
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
+    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
+    let mut others = aggrate::pipeline::air::OthersAir::default();
+    let mut hosts = Vec::new();
+    aggrate::pipeline::capture_rows_heard(
+        &path,
+        &aggrate::pipeline::RowsOptions::new(spec),
+        &mut aggrate::progress::NoProgress,
+        |m, _| hosts.push(m.host),
+        Some(&mut others),
+    )
+    .unwrap();
+    let busy = others.spans();
+    let sniffed = busy.total_ns() as f64 * 1e-9;
+    assert!(
+        (sniffed - air_s).abs() < 1e-6 * frames as f64,
+        "sniffed {sniffed} s, emulated {air_s} s"
+    );
+    let (first, last) = (*hosts.iter().min().unwrap(), *hosts.iter().max().unwrap());
+    let share = busy.share(first, last);
+    assert!(
+        (0.08..0.4).contains(&share),
+        "others' share of the flow's receiving time: {share}"
+    );
+}

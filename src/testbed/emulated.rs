@@ -12,7 +12,7 @@ use super::{schedule, Error, KernelPath, Testbed};
 use crate::capture::writer::CaptureWriter;
 use crate::time::Ts;
 use crate::wlan::live::{replay_through_kernel, ReplayError};
-use crate::wlan::run::{run, MpduFrames, RunSummary, ValidScenario};
+use crate::wlan::run::{run_heard, Heard, MpduFrames, OtherFrames, RunSummary, ValidScenario};
 use crate::wlan::write::{out_format, station_paths, WriteError};
 
 /// Longest scenario replayed in real time.
@@ -24,12 +24,6 @@ pub enum RunError {
     /// The scenario models its own receive path; the kernel is the receive path here.
     #[error("a kernel replay takes its receive times from the kernel: the scenario must have no noise model")]
     Noise,
-    /// A sniffer's capture asked of a kernel replay (not written: the replay takes each station's
-    /// own packets through the kernel and nothing else).
-    #[error(
-        "a kernel replay writes the station's own frames only: sniffer = true is for the emulator's receive paths"
-    )]
-    Sniffer,
     /// Longer than [`MAX_REPLAY_S`].
     #[error("a kernel replay runs in real time: duration_s = {0} exceeds {MAX_REPLAY_S} s")]
     TooLong(f64),
@@ -62,12 +56,20 @@ pub fn simulate_replayed(
     if scn.scenario.duration_s > MAX_REPLAY_S {
         return Err(RunError::TooLong(scn.scenario.duration_s));
     }
-    if scn.scenario.sniffer {
-        return Err(RunError::Sniffer);
-    }
     let format = out_format(out)?;
     let mut ds = Vec::new();
-    let summary = run(scn, |d, _| ds.push(*d), |_| {});
+    // A sniffer's run: the other networks' PPDUs too, written beside the station's frames on
+    // the kernel's clock (they never pass through the receiver).
+    let mut others = Vec::new();
+    let summary = run_heard(
+        scn,
+        |h| match h {
+            Heard::Delivery(d, _) => ds.push(*d),
+            Heard::Other(o) => others.push(*o),
+        },
+        |_| {},
+    );
+    let aggregating = scn.wlan.config().contender_ampdu > 1;
     let n = scn.wlan.config().stations.len();
     let paths = station_paths(out, n);
     let channel = scn.wlan.config().channel_mhz;
@@ -129,6 +131,35 @@ pub fn simulate_replayed(
         for (d, h) in mine.iter().zip(&host) {
             if let Some((at, orig)) = frames.push(d, *h, channel, snaplen as usize, &mut buf) {
                 w.write(at, &buf, orig as u32).map_err(io)?;
+            }
+        }
+        if !others.is_empty() {
+            // The emulator's clock on the kernel's: the least receive delay any packet had.
+            let offset = mine
+                .iter()
+                .zip(&host)
+                .filter_map(|(d, h)| h.map(|h| h.as_nanos() as i128 - d.mac_time.as_nanos() as i128))
+                .min()
+                .unwrap_or(0);
+            let mut of = OtherFrames::default();
+            let mut err = None;
+            for o in &others {
+                of.write(
+                    o,
+                    aggregating,
+                    channel,
+                    snaplen as usize,
+                    &mut buf,
+                    |at, bytes, full| {
+                        let at = Ts((at.as_nanos() as i128 + offset).max(0) as u64);
+                        if err.is_none() {
+                            err = w.write(at, bytes, full as u32).err();
+                        }
+                    },
+                );
+            }
+            if let Some(e) = err {
+                return Err(io(e).into());
             }
         }
         w.finish().map_err(io)?;
