@@ -133,35 +133,7 @@ pub fn simulate_replayed(
                 w.write(at, &buf, orig as u32).map_err(io)?;
             }
         }
-        if !others.is_empty() {
-            // The emulator's clock on the kernel's: the least receive delay any packet had.
-            let offset = mine
-                .iter()
-                .zip(&host)
-                .filter_map(|(d, h)| h.map(|h| h.as_nanos() as i128 - d.mac_time.as_nanos() as i128))
-                .min()
-                .unwrap_or(0);
-            let mut of = OtherFrames::default();
-            let mut err = None;
-            for o in &others {
-                of.write(
-                    o,
-                    aggregating,
-                    channel,
-                    snaplen as usize,
-                    &mut buf,
-                    |at, bytes, full| {
-                        let at = Ts((at.as_nanos() as i128 + offset).max(0) as u64);
-                        if err.is_none() {
-                            err = w.write(at, bytes, full as u32).err();
-                        }
-                    },
-                );
-            }
-            if let Some(e) = err {
-                return Err(io(e).into());
-            }
-        }
+        write_others(&mut w, &others, &mine, &host, aggregating, channel, snaplen as usize).map_err(io)?;
         w.finish().map_err(io)?;
         note(format!(
             "sta{sta}: {lost} lost in the kernel, sender at most {:.0} µs late",
@@ -169,6 +141,38 @@ pub fn simulate_replayed(
         ));
     }
     Ok((summary, paths))
+}
+
+/// The other networks' PPDUs of a sniffer's run into a station's capture, on the kernel's clock:
+/// the emulator's shifted by the least receive delay any of the station's packets had.
+fn write_others<W: std::io::Write>(
+    w: &mut CaptureWriter<W>,
+    others: &[crate::wlan::OtherPpdu],
+    mine: &[&crate::wlan::Delivery],
+    host: &[Option<Ts>],
+    aggregating: bool,
+    channel: u16,
+    snaplen: usize,
+) -> std::io::Result<()> {
+    if others.is_empty() {
+        return Ok(());
+    }
+    let offset = mine
+        .iter()
+        .zip(host)
+        .filter_map(|(d, h)| h.map(|h| h.as_nanos() as i128 - d.mac_time.as_nanos() as i128))
+        .min()
+        .unwrap_or(0);
+    let (mut of, mut buf, mut err) = (OtherFrames::default(), Vec::new(), None);
+    for o in others {
+        of.write(o, aggregating, channel, snaplen, &mut buf, |at, bytes, full| {
+            let at = Ts((at.as_nanos() as i128 + offset).max(0) as u64);
+            if err.is_none() {
+                err = w.write(at, bytes, full as u32).err();
+            }
+        });
+    }
+    err.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
