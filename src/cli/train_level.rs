@@ -41,7 +41,7 @@ pub(crate) struct TrainLevelArgs {
     pub(crate) report: Option<PathBuf>,
     /// Also write every report interval's row (CSV: its run's settings, truth, airtime level,
     /// frame count, the fitted level in-sample, the trees' ln(level ÷ airtime level) in-sample
-    /// and held out by receive path and by kind of other traffic, and the 38 features by name),
+    /// and held out by receive path and by kind of other traffic, and the 40 features by name),
     /// to study what the trees see and how the levels combine.
     #[arg(long, value_name = "CSV")]
     pub(crate) rows: Option<PathBuf>,
