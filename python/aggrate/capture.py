@@ -136,7 +136,8 @@ def read_capture(
 
 def read_dataset(folder: PathLike, *, train_only: bool = False, **options) -> pl.DataFrame:
     """Rows of every capture of a dataset folder (``aggrate dataset build``), with ``receiver``,
-    ``role`` and ``rate_mbps`` from its ``manifest.json`` and each run's kernel log joined when
+    ``role``, ``rate_mbps`` and ``others`` (the kind of other traffic on the channel, for recipes
+    with ``[[others]]``; null otherwise) from its ``manifest.json`` and each run's kernel log joined when
     the manifest names one; without a manifest, every capture in the folder (receiver from the
     capture's comment). ``options`` go to :func:`read_capture` (``m``, ``sigma``, ``context``, …).
 
@@ -162,6 +163,7 @@ def read_dataset(folder: PathLike, *, train_only: bool = False, **options) -> pl
                 parts.append(df.with_columns(
                     pl.lit(run.get("receiver"), dtype=pl.Utf8).alias("receiver"),
                     pl.lit(run.get("role"), dtype=pl.Utf8).alias("role"),
+                    pl.lit(run.get("others"), dtype=pl.Utf8).alias("others"),
                 ))
     else:
         # Captures only, compressed or not (a kernel log may sit beside them as .csv or .csv.gz).
@@ -171,6 +173,7 @@ def read_dataset(folder: PathLike, *, train_only: bool = False, **options) -> pl
             parts.append(df.with_columns(
                 pl.lit(_aggrate.receiver_of(os.fspath(p)), dtype=pl.Utf8).alias("receiver"),
                 pl.lit(None, dtype=pl.Utf8).alias("role"),
+                pl.lit(None, dtype=pl.Utf8).alias("others"),
             ))
     if not parts:
         raise InputError(f"{folder}: no captures (no manifest.json runs and no .pcap/.pcapng files)")

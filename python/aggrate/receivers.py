@@ -39,7 +39,7 @@ CRITERIA: Dict[str, float] = {"tol": 0.01, "floor": 0.97, "floor_if": 0.98, "max
 #: Columns of a dataset DataFrame that are not features.
 META = {
     "capture", "capture_id", "rate_mbps", "number", "host_ns", "tsft_us", "seq", "y", "frame_id",
-    "agg_level", "phy_rate_bps", "receiver", "role",
+    "agg_level", "phy_rate_bps", "receiver", "role", "others",
 }
 
 

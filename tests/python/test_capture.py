@@ -104,7 +104,7 @@ def test_a_dataset_folder_reads_with_receivers_and_kernel_logs(tmp_path, emulate
     )
     manifest = {"runs": [
         {"role": "train", "rate_mbps": 200.0, "receiver": "phone", "stations": [{"file": "r_a_200mbps.pcapng"}]},
-        {"role": "test", "rate_mbps": 300.0, "receiver": "laptop",
+        {"role": "test", "rate_mbps": 300.0, "receiver": "laptop", "others": "sta1x5",
          "stations": [{"file": "r_b_300mbps.pcapng", "kernel": "r_b.csv"}]},
     ]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -112,6 +112,9 @@ def test_a_dataset_folder_reads_with_receivers_and_kernel_logs(tmp_path, emulate
     assert sorted(df["receiver"].unique().to_list()) == ["laptop", "phone"]
     laptop = df.filter(pl.col("receiver") == "laptop")
     assert (laptop["role"] == "test").all() and (laptop["rate_mbps"] == 300.0).all()
+    # The kind of others on the channel, where the manifest names one.
+    assert (laptop["others"] == "sta1x5").all()
+    assert df.filter(pl.col("receiver") == "phone")["others"].is_null().all()
     # The kernel log's times (+1 µs) replaced the capture's.
     both = laptop.join(rows_b.select("number", pl.col("host_ns").alias("own")), on="number")
     assert both.height > 0.95 * rows_b.height and (both["host_ns"] - both["own"] == 1000).all()
