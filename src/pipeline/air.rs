@@ -27,7 +27,7 @@ struct Sniffed {
     at: Ts,
     addr1: Mac,
     addr2: Option<Mac>,
-    /// A-MPDU reference and whether this is its last subframe.
+    /// A-MPDU reference (subframes of one A-MPDU share it).
     ampdu: Option<u32>,
     /// MPDU length with FCS (bytes).
     mpdu: u32,

@@ -169,18 +169,7 @@ pub fn replay_levels(
             })
         })
         .collect();
-    let score = |pick: fn(&IntervalRow) -> f64| {
-        let pairs: Vec<LevelPair> = intervals
-            .iter()
-            .map(|i| LevelPair {
-                start: Ts(i.start_ns),
-                estimate: pick(i),
-                truth: i.truth,
-                ampdus: i.ampdus,
-            })
-            .collect();
-        LevelError::of(&pairs)
-    };
+    let score = |pick: fn(&IntervalRow) -> f64| score(&intervals, pick);
     Ok(CaptureLevels {
         path: input.path.clone(),
         receiver: input.receiver.clone(),
@@ -225,21 +214,24 @@ fn replay(
     reports
 }
 
+/// `pick`'s estimate of each interval against its truth.
+fn score<'a>(rows: impl IntoIterator<Item = &'a IntervalRow>, pick: fn(&IntervalRow) -> f64) -> Option<LevelError> {
+    let pairs: Vec<LevelPair> = rows
+        .into_iter()
+        .map(|i| LevelPair {
+            start: Ts(i.start_ns),
+            estimate: pick(i),
+            truth: i.truth,
+            ampdus: i.ampdus,
+        })
+        .collect();
+    LevelError::of(&pairs)
+}
+
 /// The scores of several captures' intervals together.
 pub fn pooled(captures: &[CaptureLevels]) -> (Option<LevelError>, Option<LevelError>) {
-    let pairs = |pick: fn(&IntervalRow) -> f64| -> Vec<LevelPair> {
-        captures
-            .iter()
-            .flat_map(|c| c.intervals.iter())
-            .map(|i| LevelPair {
-                start: Ts(i.start_ns),
-                estimate: pick(i),
-                truth: i.truth,
-                ampdus: i.ampdus,
-            })
-            .collect()
-    };
-    (LevelError::of(&pairs(|i| i.level)), LevelError::of(&pairs(|i| i.count)))
+    let all = || captures.iter().flat_map(|c| c.intervals.iter());
+    (score(all(), |i| i.level), score(all(), |i| i.count))
 }
 
 /// A capture's name for tables.
@@ -296,18 +288,7 @@ pub fn by_contention(captures: &[CaptureLevels]) -> Vec<ContentionRow> {
             .filter(|i| i.others_share >= lo && i.others_share < hi)
             .collect();
         lo = hi;
-        let score = |pick: fn(&IntervalRow) -> f64| {
-            let pairs: Vec<LevelPair> = bin
-                .iter()
-                .map(|i| LevelPair {
-                    start: Ts(i.start_ns),
-                    estimate: pick(i),
-                    truth: i.truth,
-                    ampdus: i.ampdus,
-                })
-                .collect();
-            LevelError::of(&pairs)
-        };
+        let score = |pick: fn(&IntervalRow) -> f64| score(bin.iter().copied(), pick);
         let level = score(|i| i.level);
         if level.is_none() {
             continue;

@@ -475,11 +475,7 @@ impl OtherFrames {
                 ampdu_ref: 0x8000_0000 | self.next_ref,
                 last: k + 1 == o.frames,
                 vht: o.mode.vht,
-                mcs: if o.mode.vht {
-                    o.mode.mcs
-                } else {
-                    (o.mode.nss - 1) * 8 + o.mode.mcs
-                },
+                mcs: radiotap_mcs(&o.mode),
                 nss: o.mode.nss,
                 bw_mhz: o.mode.bw.mhz() as u16,
                 short_gi: o.mode.short_gi,
@@ -503,6 +499,16 @@ impl OtherFrames {
     }
 }
 
+/// The MCS a radiotap header carries for `m`: VHT's per-stream index, or HT's index over all
+/// streams.
+fn radiotap_mcs(m: &super::timing::PhyMode) -> u8 {
+    if m.vht {
+        m.mcs
+    } else {
+        (m.nss - 1) * 8 + m.mcs
+    }
+}
+
 /// The capture frame of a delivery.
 pub fn frame_spec(d: &Delivery, channel_mhz: u16) -> FrameSpec {
     FrameSpec {
@@ -510,11 +516,7 @@ pub fn frame_spec(d: &Delivery, channel_mhz: u16) -> FrameSpec {
         ampdu_ref: d.ampdu_ref,
         last: d.mpdu + 1 == d.mpdus,
         vht: d.mode.vht,
-        mcs: if d.mode.vht {
-            d.mode.mcs
-        } else {
-            (d.mode.nss - 1) * 8 + d.mode.mcs
-        },
+        mcs: radiotap_mcs(&d.mode),
         nss: d.mode.nss,
         bw_mhz: d.mode.bw.mhz() as u16,
         short_gi: d.mode.short_gi,

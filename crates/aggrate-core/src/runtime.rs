@@ -760,6 +760,22 @@ mod tests {
 
     /// A survey lifts the floor and nothing else: the trees get the inputs they were fitted on
     /// (no survey) and the level is the larger of theirs and the survey-lifted airtime level.
+    /// 1500-byte packets at VHT MCS 9, 2 SS in A-MPDUs of `sizes` in turn: 12 µs apart inside
+    /// one, 700 µs before each.
+    fn ampdus(sizes: &[u64]) -> impl Iterator<Item = RxPacket> + '_ {
+        let frames = (0..).flat_map(move |f: usize| (0..sizes[f % sizes.len()]).map(|k| k == 0));
+        frames.zip(0u64..).scan(0u64, |t, (first, i)| {
+            *t += if first { 700_000 } else { 12_000 };
+            Some(RxPacket {
+                host: Ts(*t),
+                seq: Some(i),
+                len: 1500,
+                phy_rate_bps: Some(866_700_000),
+                ..RxPacket::default()
+            })
+        })
+    }
+
     #[test]
     fn a_survey_lifts_the_learned_levels_floor_without_feeding_the_trees() {
         let file = crate::model::ModelFile::shipped().unwrap();
@@ -767,17 +783,9 @@ mod tests {
         let report = |share: f64| {
             let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
             e.set_others_share(share);
-            let mut t = 0u64;
-            // A-MPDUs of 12 packets 12 µs apart, 700 µs between them: a 1 s interval and a half.
-            for i in 0..20_000u64 {
-                t += if i % 12 == 0 { 700_000 } else { 12_000 };
-                e.push(&RxPacket {
-                    host: Ts(t),
-                    seq: Some(i),
-                    len: 1500,
-                    phy_rate_bps: Some(866_700_000),
-                    ..RxPacket::default()
-                });
+            // A-MPDUs of 12 packets: a 1 s interval and a half.
+            for p in ampdus(&[12]).take(20_000) {
+                e.push(&p);
             }
             e.poll_report(Ts::from_millis(1000)).unwrap()
         };
@@ -810,21 +818,8 @@ mod tests {
         );
         let features = |sizes: &[u64]| {
             let mut e = OnlineEstimator::from_model(&file, Duration::from_millis(500)).unwrap();
-            let (mut t, mut i, mut frame) = (0u64, 0u64, 0usize);
-            // A-MPDUs of the given sizes in turn, packets 12 µs apart, 700 µs between A-MPDUs.
-            while t < 1_000_000_000 {
-                frame += 1;
-                for k in 0..sizes[frame % sizes.len()] {
-                    t += if k == 0 { 700_000 } else { 12_000 };
-                    e.push(&RxPacket {
-                        host: Ts(t),
-                        seq: Some(i),
-                        len: 1500,
-                        phy_rate_bps: Some(866_700_000),
-                        ..RxPacket::default()
-                    });
-                    i += 1;
-                }
+            for p in ampdus(sizes).take_while(|p| p.host < Ts::from_millis(1000)) {
+                e.push(&p);
             }
             e.poll_report(Ts::from_millis(1000)).unwrap()
         };
