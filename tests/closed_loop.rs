@@ -635,6 +635,10 @@ fn other_traffic_out_of_range_is_refused_by_name() {
             &["sim", "--contenders", "1", "--contender-arrivals", "on-off:0/5"],
             "contender_arrivals",
         ),
+        (
+            &["sim", "--contenders", "1", "--contender-bss", "mine"],
+            "contender network \"mine\": use other",
+        ),
     ] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_aggrate"))
             .args(args)

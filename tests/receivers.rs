@@ -1647,3 +1647,76 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
     let md = std::fs::read_to_string(d.join("ev/mlp8_m5_ctx1024.eval.md")).unwrap();
     assert!(md.contains("μ_N by the share of the air others took"), "{md}");
 }
+
+/// Stations of the AP's own network uploading to it (`--contender-bss own`): a sniffer's capture
+/// shows their frames addressed to the flow's AP, and `eval` counts them as others' air (the
+/// flow does not get that time) — to the nanosecond of the emulator's truth, as for another
+/// network's.
+#[test]
+fn the_aps_own_uploading_stations_are_others_air_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = aggrate(
+        d,
+        &[
+            "-q",
+            "simulate",
+            "--json",
+            "-o",
+            "up_200mbps.pcapng",
+            "--sniffer",
+            "--rate-mbps",
+            "200",
+            "--duration",
+            "0.5",
+            "--seed",
+            "5",
+            "--contenders",
+            "2",
+            "--contender-mbps",
+            "10",
+            "--contender-ampdu",
+            "4",
+            "--contender-bss",
+            "own",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let run: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (frames, air_s) = (
+        run["contender_frames"].as_u64().unwrap(),
+        run["others_air_s"].as_f64().unwrap(),
+    );
+    assert!(frames > 200 && air_s > 0.0, "{run}");
+    // tshark: the uploads go to the flow's AP (to-DS, receiver = the BSSID the flow comes from).
+    let rows = common::tshark_fields(
+        &d.join("up_200mbps.pcapng"),
+        &["wlan.fc.protected", "wlan.fc.tods", "wlan.ra", "wlan.ta", "udp.dstport"],
+    );
+    let is = |v: &str| v == "1" || v == "True";
+    let flow_ap = rows.iter().find(|r| r[4] == "5001").map(|r| r[3].clone()).unwrap();
+    let up: Vec<&Vec<String>> = rows.iter().filter(|r| is(&r[0])).collect();
+    assert_eq!(up.len() as u64, frames);
+    assert!(
+        up.iter().all(|r| is(&r[1]) && r[2] == flow_ap && r[3] != flow_ap),
+        "{:?}",
+        up[0]
+    );
+
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
+    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
+    let mut others = aggrate::pipeline::air::OthersAir::default();
+    aggrate::pipeline::capture_rows_heard(
+        &d.join("up_200mbps.pcapng"),
+        &aggrate::pipeline::RowsOptions::new(spec),
+        &mut aggrate::progress::NoProgress,
+        |_, _| {},
+        Some(&mut others),
+    )
+    .unwrap();
+    let sniffed = others.spans().total_ns() as f64 * 1e-9;
+    assert!(
+        (sniffed - air_s).abs() < 1e-6 * frames as f64,
+        "sniffed {sniffed} s, emulated {air_s} s"
+    );
+}

@@ -288,6 +288,11 @@ pub(crate) struct OthersArgs {
     /// e.g. a video stream's chunks, at the same mean load).
     #[arg(long, default_value = "poisson")]
     pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
+    /// Whose network the contenders are in: `other` (a neighbouring network on the channel) or
+    /// `own` (other stations of this AP's network uploading to it; a sniffer's capture then
+    /// shows their frames addressed to the AP).
+    #[arg(long, default_value = "other")]
+    pub(crate) contender_bss: aggrate::wlan::ContenderBss,
 }
 
 impl OthersArgs {
@@ -297,5 +302,6 @@ impl OthersArgs {
         w.contender_rate_mbps = self.contender_mbps;
         w.contender_ampdu = self.contender_ampdu;
         w.contender_arrivals = self.contender_arrivals;
+        w.contender_bss = self.contender_bss;
     }
 }

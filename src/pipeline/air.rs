@@ -120,11 +120,13 @@ impl OthersAir {
         self.sniffed.is_empty()
     }
 
-    /// The busy spans of the frames that do not involve the flow's station or AP, one per PPDU
+    /// The busy spans of the frames that do not involve the flow's station, one per PPDU
     /// (consecutive subframes of one transmitter with one A-MPDU reference), on the flow's
-    /// receive clock, merged where they overlap.
+    /// receive clock, merged where they overlap. Frames between the flow's AP and its other
+    /// stations count as others' (an uplink in the same network, the AP's beacons or its
+    /// downlink to someone else: medium time the flow does not get).
     pub fn spans(&self) -> BusySpans {
-        let ours = |m: Mac| self.flow.is_some_and(|(a, b)| m == a || Some(m) == b);
+        let ours = |m: Mac| self.flow.is_some_and(|(sta, _)| m == sta);
         let off = self.offset_ns.unwrap_or(0);
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut ppdu: Option<(Sniffed, u32, u32)> = None; // first frame, subframes, PSDU bytes

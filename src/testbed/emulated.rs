@@ -12,7 +12,7 @@ use super::{schedule, Error, KernelPath, Testbed};
 use crate::capture::writer::CaptureWriter;
 use crate::time::Ts;
 use crate::wlan::live::{replay_through_kernel, ReplayError};
-use crate::wlan::run::{run_heard, Heard, MpduFrames, OtherFrames, RunSummary, ValidScenario};
+use crate::wlan::run::{run_heard, Heard, MpduFrames, OtherFrames, OtherSenders, RunSummary, ValidScenario};
 use crate::wlan::write::{out_format, station_paths, WriteError};
 
 /// Longest scenario replayed in real time.
@@ -69,7 +69,7 @@ pub fn simulate_replayed(
         },
         |_| {},
     );
-    let aggregating = scn.wlan.config().contender_ampdu > 1;
+    let senders = OtherSenders::of(scn.wlan.config());
     let n = scn.wlan.config().stations.len();
     let paths = station_paths(out, n);
     let channel = scn.wlan.config().channel_mhz;
@@ -133,7 +133,7 @@ pub fn simulate_replayed(
                 w.write(at, &buf, orig as u32).map_err(io)?;
             }
         }
-        write_others(&mut w, &others, &mine, &host, aggregating, channel, snaplen as usize).map_err(io)?;
+        write_others(&mut w, &others, &mine, &host, senders, channel, snaplen as usize).map_err(io)?;
         w.finish().map_err(io)?;
         note(format!(
             "sta{sta}: {lost} lost in the kernel, sender at most {:.0} µs late",
@@ -150,7 +150,7 @@ fn write_others<W: std::io::Write>(
     others: &[crate::wlan::OtherPpdu],
     mine: &[&crate::wlan::Delivery],
     host: &[Option<Ts>],
-    aggregating: bool,
+    senders: OtherSenders,
     channel: u16,
     snaplen: usize,
 ) -> std::io::Result<()> {
@@ -165,7 +165,7 @@ fn write_others<W: std::io::Write>(
         .unwrap_or(0);
     let (mut of, mut buf, mut err) = (OtherFrames::default(), Vec::new(), None);
     for o in others {
-        of.write(o, aggregating, channel, snaplen, &mut buf, |at, bytes, full| {
+        of.write(o, senders, channel, snaplen, &mut buf, |at, bytes, full| {
             let at = Ts((at.as_nanos() as i128 + offset).max(0) as u64);
             if err.is_none() {
                 err = w.write(at, bytes, full as u32).err();

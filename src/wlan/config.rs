@@ -132,6 +132,11 @@ pub struct WlanConfig {
     /// How the contenders' frames arrive.
     #[serde(skip_serializing_if = "Arrivals::is_poisson")]
     pub contender_arrivals: Arrivals,
+    /// Whose network the contenders belong to: another one on the same channel (default) or
+    /// this AP's own (other stations uploading to it). The medium is the same either way; a
+    /// sniffer tells them apart by their addresses.
+    #[serde(skip_serializing_if = "ContenderBss::is_other")]
+    pub contender_bss: ContenderBss,
     /// Where TSFT is stamped.
     pub tsft_at: TsftAt,
     /// TSF at emulator time zero (µs).
@@ -171,6 +176,7 @@ impl Default for WlanConfig {
             },
             contender_ampdu: 1,
             contender_arrivals: Arrivals::Poisson,
+            contender_bss: ContenderBss::Other,
             tsft_at: TsftAt::Start,
             tsf_offset_us: 0,
             channel_mhz: 5210,
@@ -226,6 +232,37 @@ impl std::str::FromStr for Arrivals {
                 let off_ms: f64 = off.trim().parse().map_err(|_| err())?;
                 Ok(Arrivals::OnOff { on_ms, off_ms })
             }
+        }
+    }
+}
+
+/// Whose network the contenders belong to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContenderBss {
+    /// Another network on the same channel (its AP or its stations).
+    #[default]
+    Other,
+    /// This AP's own: other stations of the network sending to the AP (an uplink).
+    Own,
+}
+
+impl ContenderBss {
+    fn is_other(&self) -> bool {
+        *self == ContenderBss::Other
+    }
+}
+
+impl std::str::FromStr for ContenderBss {
+    type Err = String;
+    /// `other` or `own`.
+    fn from_str(s: &str) -> Result<ContenderBss, String> {
+        match s {
+            "other" => Ok(ContenderBss::Other),
+            "own" => Ok(ContenderBss::Own),
+            _ => Err(format!(
+                "contender network {s:?}: use other (a neighbouring network) or own (stations of this AP's network sending to it)"
+            )),
         }
     }
 }

@@ -44,7 +44,7 @@ pub struct ReceiverSpec {
 #[serde(deny_unknown_fields, default)]
 pub struct OthersSpec {
     /// Name in the runs' names (default from the settings: `quiet`, `sta2x5`, `ap1x50`,
-    /// `sat1`, `burst1x25`, …).
+    /// `sat1`, `burst1x25`, and with `up` in front for the AP's own stations: `up1x20`, …).
     pub name: Option<String>,
     /// Contending transmitters.
     pub contenders: u32,
@@ -54,6 +54,8 @@ pub struct OthersSpec {
     pub contender_ampdu: u16,
     /// How their frames arrive.
     pub contender_arrivals: super::config::Arrivals,
+    /// Whose network they are in (`own`: stations uploading to the AP).
+    pub contender_bss: super::config::ContenderBss,
 }
 
 impl Default for OthersSpec {
@@ -64,6 +66,7 @@ impl Default for OthersSpec {
             contender_mbps: 10.0,
             contender_ampdu: 1,
             contender_arrivals: super::config::Arrivals::Poisson,
+            contender_bss: super::config::ContenderBss::Other,
         }
     }
 }
@@ -79,13 +82,20 @@ impl OthersSpec {
         } else {
             format!("{}", self.contender_mbps).replace('.', "p")
         };
-        use super::config::Arrivals;
+        use super::config::{Arrivals, ContenderBss};
+        let up = if self.contender_bss == ContenderBss::Own {
+            "up"
+        } else {
+            ""
+        };
         match (self.contenders, self.contender_arrivals) {
             (0, _) => "quiet".into(),
-            (n, Arrivals::Saturated) => format!("sat{n}"),
-            (n, Arrivals::OnOff { .. }) => format!("burst{n}x{mbps}"),
-            (n, Arrivals::Poisson) if self.contender_ampdu > 1 => format!("ap{n}x{mbps}"),
-            (n, Arrivals::Poisson) => format!("sta{n}x{mbps}"),
+            (n, Arrivals::Saturated) => format!("{up}sat{n}"),
+            (n, Arrivals::OnOff { .. }) => format!("{up}burst{n}x{mbps}"),
+            (n, Arrivals::Poisson) if self.contender_ampdu > 1 => {
+                format!("{}{n}x{mbps}", if up.is_empty() { "ap" } else { "upagg" })
+            }
+            (n, Arrivals::Poisson) => format!("{}{n}x{mbps}", if up.is_empty() { "sta" } else { "up" }),
         }
     }
 }
@@ -324,6 +334,7 @@ impl DatasetManifest {
                     w.contender_rate_mbps = o.contender_mbps;
                     w.contender_ampdu = o.contender_ampdu;
                     w.contender_arrivals = o.contender_arrivals;
+                    w.contender_bss = o.contender_bss;
                     tag = format!("{tag}{}_", o.name());
                 }
                 let first = out.len();
@@ -723,11 +734,16 @@ contender_ampdu = 32
 [[others]]
 contenders = 1
 contender_arrivals = { kind = "saturated" }
+[[others]]
+contenders = 1
+contender_mbps = 20.0
+contender_ampdu = 16
+contender_bss = "own"
 "#,
         )
         .unwrap();
         let runs = m.expand().unwrap();
-        assert_eq!(runs.len(), 2 * 4 * 2);
+        assert_eq!(runs.len(), 2 * 5 * 2);
         let r = runs
             .iter()
             .find(|r| r.name == "c_phone_ap1x50_200mbps")
@@ -739,6 +755,9 @@ contender_arrivals = { kind = "saturated" }
         assert_eq!(q.scenario.wlan.contenders, 0);
         assert!(runs.iter().any(|r| r.name == "c_laptop_sta2x5_100mbps"));
         assert!(runs.iter().any(|r| r.name == "c_laptop_sat1_100mbps"));
+        let up = runs.iter().find(|r| r.name == "c_phone_upagg1x20_100mbps").unwrap();
+        assert_eq!(up.scenario.wlan.contender_bss, super::super::ContenderBss::Own);
+        assert_eq!(q.scenario.wlan.contender_bss, super::super::ContenderBss::Other);
         let mut seeds: Vec<u64> = runs.iter().map(|r| r.scenario.seed).collect();
         seeds.dedup();
         assert_eq!(seeds.len(), runs.len(), "every run its own seed");
@@ -746,7 +765,7 @@ contender_arrivals = { kind = "saturated" }
         let mut twice = m.clone();
         twice.others.push(twice.others[1].clone());
         let e = twice.expand().unwrap_err().to_string();
-        assert!(e.contains("others[4].name"), "{e}");
+        assert!(e.contains("others[5].name"), "{e}");
         let mut rate = m;
         rate.others[0].name = Some("5mbps".into());
         let e = rate.expand().unwrap_err().to_string();

@@ -39,7 +39,9 @@ use std::time::Duration;
 
 use rand::{Rng, RngExt};
 
-pub use config::{Arrivals, ConfigError, RateAdaptation, StationConfig, TsftAt, ValidWlanConfig, WlanConfig};
+pub use config::{
+    Arrivals, ConfigError, ContenderBss, RateAdaptation, StationConfig, TsftAt, ValidWlanConfig, WlanConfig,
+};
 use timing::{PhyMode, SIFS, SLOT};
 
 use crate::time::{Ts, Tsft};

@@ -438,12 +438,38 @@ pub mod addr {
     pub fn contender_peer_mac(i: u16) -> [u8; 6] {
         [0x02, 0, 0, 0, 0x03, (i + 1) as u8]
     }
+    /// Contender `i` as a station of the AP's own network (it sends to [`BSSID`]).
+    pub fn own_contender_mac(i: u16) -> [u8; 6] {
+        [0x02, 0, 0, 0, 0x04, (i + 1) as u8]
+    }
+}
+
+/// Who a sniffer sees sending the contenders' frames (their addresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtherSenders {
+    /// Neighbouring networks' APs aggregating their downlinks (to their stations).
+    NeighbourAps,
+    /// Neighbouring networks' stations (to their APs).
+    NeighbourStations,
+    /// Stations of the AP's own network, uploading to it.
+    OwnStations,
+}
+
+impl OtherSenders {
+    /// The senders a WLAN's contender settings describe.
+    pub fn of(c: &super::WlanConfig) -> OtherSenders {
+        match (c.contender_bss, c.contender_ampdu > 1) {
+            (super::ContenderBss::Own, _) => OtherSenders::OwnStations,
+            (super::ContenderBss::Other, true) => OtherSenders::NeighbourAps,
+            (super::ContenderBss::Other, false) => OtherSenders::NeighbourStations,
+        }
+    }
 }
 
 /// Another network's PPDU as a sniffer on the channel records it: one protected data frame per
 /// MPDU, all stamped at the PPDU's end (a sniffer's receive time), radiotap TSFT at its start.
-/// Contenders that aggregate (`contender_ampdu` above 1) are neighbouring APs sending to their
-/// station, the others stations sending to their AP.
+/// Who sends them is [`OtherSenders`]: neighbouring APs to their stations, neighbouring stations
+/// to their APs, or the AP's own stations to it.
 #[derive(Debug, Default)]
 pub struct OtherFrames {
     seq: Vec<u16>,
@@ -456,7 +482,7 @@ impl OtherFrames {
     pub fn write(
         &mut self,
         o: &OtherPpdu,
-        aggregating: bool,
+        senders: OtherSenders,
         channel_mhz: u16,
         snaplen: usize,
         buf: &mut Vec<u8>,
@@ -469,6 +495,12 @@ impl OtherFrames {
         // A-MPDU references of their own, apart from the AP's (which count up from 0).
         self.next_ref = self.next_ref.wrapping_add(1);
         let (me, peer) = (addr::contender_mac(o.contender), addr::contender_peer_mac(o.contender));
+        // (station, BSSID, to the AP)
+        let (sta, bssid, to_ds) = match senders {
+            OtherSenders::NeighbourAps => (peer, me, false),
+            OtherSenders::NeighbourStations => (me, peer, true),
+            OtherSenders::OwnStations => (addr::own_contender_mac(o.contender), addr::BSSID, true),
+        };
         for k in 0..o.frames {
             let spec = FrameSpec {
                 tsft_us: o.start.as_nanos() / 1000,
@@ -480,8 +512,8 @@ impl OtherFrames {
                 bw_mhz: o.mode.bw.mhz() as u16,
                 short_gi: o.mode.short_gi,
                 channel_mhz,
-                sta: if aggregating { peer } else { me },
-                bssid: if aggregating { me } else { peer },
+                sta,
+                bssid,
                 dot11_seq: self.seq[i],
                 retry: false,
                 ip_src: [0; 4],
@@ -493,7 +525,7 @@ impl OtherFrames {
                 sent_ns: 0,
             };
             self.seq[i] = (self.seq[i] + 1) & 0x0fff;
-            let full = build_protected_frame(&spec, !aggregating, snaplen, buf);
+            let full = build_protected_frame(&spec, to_ds, snaplen, buf);
             emit(o.end, buf, full);
         }
     }

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use super::run::{run_heard, Heard, MpduFrames, OtherFrames, RunSummary, ValidScenario};
+use super::run::{run_heard, Heard, MpduFrames, OtherFrames, OtherSenders, RunSummary, ValidScenario};
 use super::WlanConfig;
 use crate::capture::writer::{CaptureWriter, OutFormat};
 use crate::progress::Progress;
@@ -108,7 +108,7 @@ pub fn simulate_to(
     let mut err: Option<(usize, std::io::Error)> = None;
     let mut others = OtherFrames::default();
     let mut obuf = Vec::with_capacity(256);
-    let aggregating = scn.wlan.config().contender_ampdu > 1;
+    let senders = OtherSenders::of(scn.wlan.config());
     progress.start("simulating (virtual ms)", (scn.scenario.duration_s * 1000.0) as u64);
     let summary = run_heard(
         scn,
@@ -127,22 +127,15 @@ pub fn simulate_to(
                     }
                 }
                 // A sniffer hears the other networks' frames: every station's capture holds them.
-                Heard::Other(o) => others.write(
-                    o,
-                    aggregating,
-                    channel,
-                    snaplen as usize,
-                    &mut obuf,
-                    |at, bytes, full| {
-                        for (sta, w) in writers.iter_mut().enumerate() {
-                            if err.is_none() {
-                                if let Err(e) = w.write(at, bytes, full as u32) {
-                                    err = Some((sta, e));
-                                }
+                Heard::Other(o) => others.write(o, senders, channel, snaplen as usize, &mut obuf, |at, bytes, full| {
+                    for (sta, w) in writers.iter_mut().enumerate() {
+                        if err.is_none() {
+                            if let Err(e) = w.write(at, bytes, full as u32) {
+                                err = Some((sta, e));
                             }
                         }
-                    },
-                ),
+                    }
+                }),
             }
         },
         |now| progress.set((now.as_secs_f64() * 1000.0) as u64),

@@ -173,3 +173,33 @@ pub fn port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A room for the real-time tests of one file: tests of the same file may share it (as they did
+/// when each file was a test binary of its own), tests of another file wait until it is empty.
+/// So two files' replays and live loops never share the host's cores and clock.
+pub struct Room(&'static str);
+
+static ROOM: std::sync::Mutex<(Option<&'static str>, usize)> = std::sync::Mutex::new((None, 0));
+static ROOM_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Enter `name`'s room (use `module_path!()`), waiting while another file's tests hold it.
+pub fn room(name: &'static str) -> Room {
+    let mut g = ROOM.lock().unwrap_or_else(|e| e.into_inner());
+    while g.0.is_some_and(|n| n != name) {
+        g = ROOM_FREED.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.0 = Some(name);
+    g.1 += 1;
+    Room(name)
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        let mut g = ROOM.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 -= 1;
+        if g.1 == 0 {
+            g.0 = None;
+            ROOM_FREED.notify_all();
+        }
+    }
+}
