@@ -9,7 +9,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/aggrate/target}"
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # tshark cross-checks parsing; iproute2 and ethtool build the real-kernel receive paths
-# (network namespaces, veth, GRO) that tests/testbed.rs replays through.
+# (network namespaces, veth, GRO) that tests/realtime/testbed.rs replays through.
 missing=()
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)   # the C ABI test
@@ -47,8 +47,7 @@ fi
 export AGGRATE_PYTHON="$venv/bin/python"
 
 echo "== cargo test --no-run (building the tests)"
-cargo test --locked -p aggrate-core --all-targets --no-run
-cargo test --locked --workspace --exclude aggrate-py --exclude aggrate-core --all-targets --no-run
+cargo test --locked --workspace --exclude aggrate-py --all-targets --no-run
 if [ -n "$venv_pid" ]; then
   if ! wait "$venv_pid"; then
     cat "$venv_log" >&2
@@ -63,12 +62,13 @@ echo "== pip install . (the aggrate Python package)"
 PATH="$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
 
 echo "== cargo test"
-# The lean core crate on its own (its unit tests: it builds alone), then everything else in one
-# build — one feature set, so every dependency (polars above all) compiles once: the library,
-# the CLI, the C ABI (header current, a C program built with the system compiler against it),
-# and every crate's doc tests. (The Python extension is tested through pytest below.)
-cargo test --locked -p aggrate-core --all-targets
-cargo test --locked --workspace --exclude aggrate-py --exclude aggrate-core --all-targets
+# Everything in one build — one feature set, so every dependency (polars above all) compiles
+# once: the core crate, the library, the CLI (two integration-test binaries: tests/suite, the
+# CPU-bound ones, and tests/realtime, the kernel paths and live loops, which cargo runs apart),
+# the C ABI (header current, a C program built with the system compiler against it), and every
+# crate's doc tests. (The Python extension is tested through pytest below. That the core crate
+# builds alone, without the features the others unify into it, CI's clippy of it checks.)
+cargo test --locked --workspace --exclude aggrate-py --all-targets
 cargo test --locked --workspace --exclude aggrate-py --doc
 
 echo "== pytest (the Python package)"

@@ -10,7 +10,7 @@
 //! `metrics`, `rxstamp` (the one kernel-timestamp receive edge), `impair`, `bulk` → `capture` → `label` →
 //! `wlan` (the emulator: writes captures, sits in the live and virtual loops) → `dataset` →
 //! `pipeline` → `train` → `bottleneck`, `model::onnx` (export) → `transport::io` (sockets) → `livelog`,
-//! `testbed`, `sim` → `report` (renders; used by the CLI only). `tests/layering.rs` holds the
+//! `testbed`, `sim` → `report` (renders; used by the CLI only). `tests/suite/layering.rs` holds the
 //! table of allowed edges and fails on an arrow up. The library never prints and never reads
 //! the real clock outside its IO edges (`transport::io`, `wlan::live`, `testbed`); the
 //! `aggrate` binary is the thin shell around it.

@@ -1,5 +1,5 @@
 """Run an exported aggrate ONNX model with real ONNX Runtime (and the onnx checker) on rows
-from a CSV file; print one line per row: decision[,probability]. Used by tests/onnx_export.rs."""
+from a CSV file; print one line per row: decision[,probability]. Used by tests/suite/onnx_export.rs."""
 import sys
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Execute a notebook headless with nbclient (used by tests/notebook.rs); the executed copy is
+"""Execute a notebook headless with nbclient (used by tests/suite/notebook.rs); the executed copy is
 written next to the given output path so a failure can be inspected."""
 import sys
 

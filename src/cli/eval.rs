@@ -176,12 +176,22 @@ fn replay_levels(
         |i| aggrate::train::levels::replay_levels(caps[i], file, interval, &filter, flow.keep_going),
         |i, r| out[i] = Some(r),
     );
-    out.into_iter()
+    let levels: Vec<aggrate::train::levels::CaptureLevels> = out
+        .into_iter()
         .map(|r| {
             r.expect("every input replayed")
                 .context("replaying a capture through the online estimator")
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    for c in levels.iter().filter(|c| c.others_without_rate > 0) {
+        ui.warn(format!(
+            "{}: {} frames of others carry no rate (no radiotap rate, HT or VHT field): their air is not in the \
+             share of others (others_share_sniffed), which reads low by it",
+            c.path.display(),
+            c.others_without_rate
+        ));
+    }
+    Ok(levels)
 }
 
 fn training_likeness(

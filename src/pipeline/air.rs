@@ -214,4 +214,45 @@ mod tests {
         assert_eq!(b.share(Ts(10), Ts(10)), 0.0);
         assert_eq!(b.total_ns(), 400);
     }
+
+    fn data_frame(a1: Mac, a2: Mac) -> crate::capture::dot11::Dot11 {
+        let mut b = vec![0x08, 0x01, 0, 0];
+        b.extend_from_slice(&a1);
+        b.extend_from_slice(&a2);
+        b.extend_from_slice(&a1);
+        b.extend_from_slice(&[0, 0]);
+        crate::capture::dot11::Dot11::parse(&b).unwrap()
+    }
+
+    fn record(us: u64, d: crate::capture::dot11::Dot11, rate_500k: Option<u8>) -> PacketRecord {
+        let mut r = PacketRecord::empty();
+        r.host = Ts(us * 1000);
+        r.len = 8 + 1000;
+        r.radio = Some(crate::capture::radiotap::Radiotap {
+            len: 8,
+            rate_500k,
+            ..Default::default()
+        });
+        r.dot11 = Some(d);
+        r
+    }
+
+    /// Another station of the flow's network sending to its AP is others' air; the flow's own
+    /// station's frames are not; a frame without any rate is counted apart, never guessed.
+    #[test]
+    fn the_aps_other_stations_are_others_the_flows_station_is_not_and_no_rate_is_counted() {
+        let (sta, ap, other) = ([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 4, 1]);
+        let mut air = OthersAir::default();
+        air.flow_frame(&record(0, data_frame(sta, ap), Some(12)), None);
+        air.push(&record(5_000, data_frame(ap, other), Some(12))); // an uplink in the same network
+        air.push(&record(9_000, data_frame(ap, sta), Some(12))); // the flow's station's own uplink
+        air.push(&record(12_000, data_frame(ap, other), None)); // heard, but at no rate it says
+        assert_eq!(air.no_rate, 1);
+        // One PPDU of 1,004 bytes (FCS added) at 6 Mb/s after a 20 µs preamble, then SIFS + Ack.
+        let on_air = 20_000 + (8 * 1004 * 1_000_000_000u64).div_ceil(6_000_000);
+        let after = (SIFS + timing::ack()).as_nanos() as u64;
+        let spans = air.spans();
+        assert_eq!(spans.total_ns(), on_air + after);
+        assert!(spans.share(Ts(0), Ts(4_000_000)) > 0.0 && spans.share(Ts(5_000_000), Ts(6_000_000)) > 0.0);
+    }
 }

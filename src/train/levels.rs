@@ -87,6 +87,9 @@ pub struct CaptureLevels {
     /// The steered level with the sniffed share as a survey, against the truth (the steered
     /// level's when the capture holds nobody else's frames).
     pub level_surveyed: Option<LevelError>,
+    /// Others' frames the sniffer heard without a rate (no radiotap rate, HT or VHT field):
+    /// their air is not in `others_share`.
+    pub others_without_rate: u64,
 }
 
 /// A packet as the estimator gets it: receive time, first of its A-MPDU, IP length, PHY rate,
@@ -177,6 +180,7 @@ pub fn replay_levels(
         level: score(|i| i.level),
         count: score(|i| i.count),
         level_surveyed: score(|i| i.level_surveyed),
+        others_without_rate: others.no_rate,
         intervals,
     })
 }

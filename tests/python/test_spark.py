@@ -39,7 +39,7 @@ def spark():
         pytest.fail("pyspark is needed (scripts/test.sh installs it with a Java runtime)")
     from aggrate.spark import session
 
-    s = session("local[2]", app="aggrate-tests", conf={"spark.sql.shuffle.partitions": "4",
+    s = session("local[2]", app="aggrate-tests", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
                                                          "spark.driver.memory": "1g"})
     s.sparkContext.setLogLevel("ERROR")
     yield s
@@ -103,7 +103,8 @@ def _cli_train(aggrate_bin, captures, out, *extra):
 def test_logistic_on_spark_is_aggrate_trains_model_and_report(rows, captures, spark, aggrate_bin, tmp_path):
     from aggrate.spark import train_job
 
-    r = train_job(spark, str(rows), str(tmp_path / "spark"), model="logistic", folds=3, peers=True)
+    r = train_job(spark, str(rows), str(tmp_path / "spark"), model="logistic", folds=3, peers=True,
+                  params={"max_iter": 20})  # Newton converges in 6; MLlib's MLP peer stops at 20
     _cli_train(aggrate_bin, captures, tmp_path / "cli", "--model", "logistic", "--folds", "3")
     mine = json.loads((tmp_path / "spark" / "logistic_m5_ctx1024.json").read_text())
     theirs = json.loads((tmp_path / "cli" / "logistic_m5_ctx1024.json").read_text())
@@ -135,10 +136,10 @@ def test_logistic_on_spark_is_aggrate_trains_model_and_report(rows, captures, sp
 def test_perceptron_on_spark_is_aggrate_trains_lbfgs_model(rows, captures, spark, aggrate_bin, tmp_path):
     from aggrate.spark import train_job
 
-    params = {"hidden": 8, "max_iter": 30, "seed": 3}
+    params = {"hidden": 8, "max_iter": 12, "seed": 3}
     r = train_job(spark, str(rows), str(tmp_path / "spark"), model="mlp", folds=2, params=params)
     _cli_train(aggrate_bin, captures, tmp_path / "cli", "--model", "mlp", "--solver", "lbfgs", "--hidden", "8",
-               "--max-iter", "30", "--seed", "3", "--folds", "2")
+               "--max-iter", "12", "--seed", "3", "--folds", "2")
     a = json.loads((tmp_path / "spark" / "mlp8_m5_ctx1024.json").read_text())["model"]
     b = json.loads((tmp_path / "cli" / "mlp8_m5_ctx1024.json").read_text())["model"]
     for k in ("w1", "b1", "w2"):
@@ -204,14 +205,15 @@ def test_dataset_manifests_name_receiver_rate_role_and_kernel_log(tmp_path):
     (ds / "manifest.json").write_text(json.dumps({"runs": [
         {"receiver": "veth-gro", "role": "train", "rate_mbps": 200,
          "stations": [{"file": "veth-gro_200mbps.pcapng", "kernel": "veth-gro_200mbps.csv"}]},
-        {"receiver": "phone", "role": "test", "rate_mbps": 100, "stations": [{"file": "phone_100mbps.pcapng"}]},
+        {"receiver": "phone", "role": "test", "rate_mbps": 100, "others": "sta1x5",
+         "stations": [{"file": "phone_100mbps.pcapng"}]},
     ]}))
     tasks = list_inputs([ds])
     assert tasks == [
         {"path": str(ds / "veth-gro_200mbps.pcapng"), "kernel": str(ds / "veth-gro_200mbps.csv"),
-         "receiver": "veth-gro", "role": "train", "rate_mbps": 200},
+         "receiver": "veth-gro", "role": "train", "others": None, "rate_mbps": 200},
         {"path": str(ds / "phone_100mbps.pcapng"), "kernel": None, "receiver": "phone", "role": "test",
-         "rate_mbps": 100},
+         "others": "sta1x5", "rate_mbps": 100},
     ]
     with pytest.raises(ValueError, match="listed twice"):
         list_inputs([ds, ds])
@@ -231,7 +233,7 @@ def test_dataset_roles_unknown_rates_and_named_receivers_on_spark(captures, spar
     shutil.copy(captures / "phone_100mbps.pcapng", ds / "phone_norate.pcapng")
     runs = [{"receiver": "007", "role": "train", "rate_mbps": 100, "stations": [{"file": str(captures / "laptop_100mbps.pcapng")}]},
             {"receiver": "007", "role": "eval", "rate_mbps": 300, "stations": [{"file": str(captures / "laptop_300mbps.pcapng")}]},
-            {"receiver": "p", "role": "train", "stations": [{"file": "phone_norate.pcapng"}]}]
+            {"receiver": "p", "role": "train", "others": "ap1x50", "stations": [{"file": "phone_norate.pcapng"}]}]
     (ds / "manifest.json").write_text(json.dumps({"runs": runs}))
     s = features_job(spark, [ds], str(tmp_path / "rows"))
     assert s["failed"] == 0 and s["captures"] == 3
@@ -251,6 +253,9 @@ def test_dataset_roles_unknown_rates_and_named_receivers_on_spark(captures, spar
     everything = load_rows(spark, str(tmp_path / "rows"), names, all_roles=True)
     assert everything.count() == s["rows"]
     assert sorted(r["receiver"] for r in everything.select("receiver").distinct().collect()) == ["007", "p"]
+    # The kind of others on the channel rides along (null where the manifest names none).
+    kinds = {(r["receiver"], r["others"]) for r in everything.select("receiver", "others").distinct().collect()}
+    assert kinds == {("007", None), ("p", "ap1x50")}
     everything.unpersist()
 
 

@@ -20,6 +20,7 @@ META_TYPES = [
     ("capture", "string"),
     ("receiver", "string"),
     ("role", "string"),
+    ("others", "string"),
     ("rate_mbps", "double"),
     ("row", "long"),
     ("rows_in_capture", "long"),
@@ -38,7 +39,7 @@ FILE_TYPES = [("_kind", "byte"), ("_error", "string"), ("_offset", "long"), ("_f
 
 def list_inputs(inputs: Iterable[os.PathLike | str]) -> List[Dict[str, Any]]:
     """Capture tasks from dataset folders (``manifest.json``: each run's stations, their kernel
-    logs, receiver, role and rate), plain folders (every capture in them) and capture files.
+    logs, receiver, role, others on the channel and rate), plain folders (every capture in them) and capture files.
     Reads manifests and directory listings only — never a capture."""
     tasks: List[Dict[str, Any]] = []
     for item in inputs:
@@ -79,7 +80,7 @@ def _manifest_tasks(manifest: pathlib.Path) -> List[Dict[str, Any]]:
         where = f"{manifest}: run {i}"
         if not isinstance(run, dict) or not isinstance(run.get("stations", []), list):
             raise ValueError(f"{where}: not an object with a list of stations")
-        for key, kinds in (("receiver", (str,)), ("role", (str,)), ("rate_mbps", (int, float))):
+        for key, kinds in (("receiver", (str,)), ("role", (str,)), ("others", (str,)), ("rate_mbps", (int, float))):
             if run.get(key) is not None and not isinstance(run[key], kinds):
                 raise ValueError(f"{where}: {key} = {run[key]!r}")
         for st in run.get("stations", []):
@@ -93,6 +94,7 @@ def _manifest_tasks(manifest: pathlib.Path) -> List[Dict[str, Any]]:
                 "kernel": None if kernel is None else _absolute(manifest.parent / kernel),
                 "receiver": run.get("receiver"),
                 "role": run.get("role"),
+                "others": run.get("others"),
                 "rate_mbps": None if run.get("rate_mbps") is None else float(run["rate_mbps"]),
             })
     return out
@@ -104,7 +106,7 @@ def _absolute(p: pathlib.Path) -> str:
 
 
 def _file_task(p: pathlib.Path) -> Dict[str, Any]:
-    return {"path": _absolute(p), "kernel": None, "receiver": None, "role": None, "rate_mbps": None}
+    return {"path": _absolute(p), "kernel": None, "receiver": None, "role": None, "others": None, "rate_mbps": None}
 
 
 def _spark_schema(feature_names: List[str], with_file_columns: bool):
@@ -164,6 +166,7 @@ def _capture_batches(tasks: Iterator, spec: Dict[str, Any], arrow_schema, keep_p
                         pl.lit(path).alias("path"),
                         pl.lit(receiver, dtype=pl.Utf8).alias("receiver"),
                         pl.lit(t["role"], dtype=pl.Utf8).alias("role"),
+                        pl.lit(t["others"], dtype=pl.Utf8).alias("others"),
                         pl.Series("row", np.arange(start, start + k, dtype=np.int64)),
                         pl.lit(n, dtype=pl.Int64).alias("rows_in_capture"),
                         pl.lit(0, dtype=pl.Int8).alias("_kind"),
@@ -179,7 +182,7 @@ def _capture_batches(tasks: Iterator, spec: Dict[str, Any], arrow_schema, keep_p
             rows = None
             file_row = {c: None for c in names}
             file_row.update({"path": path, "capture": os.path.basename(path), "receiver": receiver,
-                             "role": t["role"], "rate_mbps": rate, "rows_in_capture": n,
+                             "role": t["role"], "others": t["others"], "rate_mbps": rate, "rows_in_capture": n,
                              "_kind": 1, "_error": error, "_offset": offset, "_fault": fault})
             yield pa.RecordBatch.from_pylist([file_row], schema=arrow_schema)
 
@@ -208,9 +211,9 @@ def features_job(spark, inputs: Iterable, output: str, *, m: int = FEATURE_DEFAU
     arrow_schema = to_arrow_schema(out_schema)
     # One capture per partition, so one per task: the executors share the files.
     task_rdd = spark.sparkContext.parallelize(
-        [(t["path"], t["kernel"], t["receiver"], t["role"], t["rate_mbps"]) for t in tasks], len(tasks))
+        [(t["path"], t["kernel"], t["receiver"], t["role"], t["others"], t["rate_mbps"]) for t in tasks], len(tasks))
     task_df = spark.createDataFrame(
-        task_rdd, "path string, kernel string, receiver string, role string, rate_mbps double")
+        task_rdd, "path string, kernel string, receiver string, role string, others string, rate_mbps double")
 
     def run(batches):
         return _capture_batches(batches, spec, arrow_schema, keep_partial)

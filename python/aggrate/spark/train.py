@@ -14,7 +14,7 @@ import numpy as np
 from .features import read_spec
 
 #: Columns training reads besides the features.
-_META = ["path", "receiver", "role", "rate_mbps", "row", "rows_in_capture", "y", "agg_level", "host_ns"]
+_META = ["path", "receiver", "role", "others", "rate_mbps", "row", "rows_in_capture", "y", "agg_level", "host_ns"]
 
 
 def _matrix(batch, names: List[str]):

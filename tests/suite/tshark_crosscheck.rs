@@ -1,6 +1,6 @@
 //! Cross-check our capture parsing against tshark, packet by packet.
 
-mod common;
+use crate::common;
 
 use std::io::BufReader;
 use std::path::Path;

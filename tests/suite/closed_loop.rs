@@ -295,8 +295,7 @@ fn self_calibration_leaves_a_receiver_unlike_every_training_receiver_alone() {
 
 #[test]
 fn sim_command_prints_json_and_writes_series() {
-    #[path = "common/mod.rs"]
-    mod common;
+    use crate::common;
     let dir = tempfile::tempdir().unwrap();
     let o = common::aggrate(
         dir.path(),
@@ -458,7 +457,7 @@ fn the_queue_guard_bounds_what_the_level_misses() {
                 ..aggrate::control::PiParams::default()
             },
             // The airtime level alone (the shipped model's learned level would see the
-            // contenders: tests/closed_loop.rs's test of it below).
+            // contenders: tests/suite/closed_loop.rs's test of it below).
             steer: aggrate::sim::Steer::Airtime,
             ..SimConfig::default()
         })

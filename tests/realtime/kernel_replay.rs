@@ -1,7 +1,7 @@
-//! The real-kernel noise source, alone in its test binary: it runs in real time, and the CPU-heavy
-//! simulations of the other test binaries must not share the two cores with it.
+//! The real-kernel noise source, in the real-time test binary: it runs in real time, and the
+//! CPU-heavy simulations of the suite must not share the two cores with it.
 
-mod common;
+use crate::common;
 
 use aggrate::capture::io::open_path;
 use aggrate::label::label_frames;
@@ -15,6 +15,7 @@ use common::{aggrate, text};
 /// replay (wrong timestamps, lost grouping) fails all three.
 #[test]
 fn kernel_replay_over_loopback() {
+    let _room = common::room(module_path!());
     let mut seen = Vec::new();
     for _ in 0..3 {
         let (s, i) = replay_once();
@@ -71,6 +72,7 @@ fn replay_once() -> (i128, i128) {
 /// flow's packets are (their share of the flow's receiving time is what the contender took).
 #[test]
 fn a_kernel_replayed_sniffers_capture_holds_the_others_on_the_kernels_clock() {
+    let _room = common::room(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let o = aggrate(
         dir.path(),

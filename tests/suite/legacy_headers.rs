@@ -2,7 +2,7 @@
 //! frames, mapped onto the radiotap record and cross-checked field by field against tshark's
 //! normalised `wlan_radio.*` fields (TSFT, data rate, frequency, signal) and its UDP decode.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! rows of a frame that never closes, kernel logs and xz dictionaries. Captures come from
 //! `aggrate tool hostile` (the same generator `benches/hostile.sh` measures peak RSS with).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! Datasets that span receivers, leave-one-receiver-out training, and evaluation on a sniffer
 //! capture joined with a receiver's kernel log.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

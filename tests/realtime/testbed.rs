@@ -2,7 +2,7 @@
 //! path (normal and panic). Needs root, as the test command runs in CI; elsewhere set
 //! AGGRATE_NO_ROOT_TESTS=1 to leave these out knowingly (they then fail loudly otherwise).
 
-mod common;
+use crate::common;
 
 use aggrate::testbed::{KernelPath, Testbed};
 use aggrate::Ts;
@@ -38,6 +38,7 @@ fn schedule(frames: u64, n: u64, period_us: u64) -> Vec<Ts> {
 
 #[test]
 fn veth_paths_replay_and_tear_down() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -135,6 +136,7 @@ fn veth_paths_replay_and_tear_down() {
 
 #[test]
 fn namespaces_go_away_when_a_test_panics() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -157,6 +159,7 @@ fn namespaces_go_away_when_a_test_panics() {
 
 #[test]
 fn simulate_records_the_kernel_path_in_the_capture() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -226,6 +229,7 @@ fn pids_in(ns: &str) -> String {
 
 #[test]
 fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -385,6 +389,7 @@ fn kernel_tcp_crosses_the_emulated_downlink_and_nothing_is_left() {
 
 #[test]
 fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -483,6 +488,7 @@ fn testbed_run_writes_its_table_and_refuses_what_the_kernel_lacks() {
 /// input is refused before anything is set up.
 #[test]
 fn testbed_bottleneck_trains_and_judges_the_classifier() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -549,6 +555,7 @@ fn testbed_bottleneck_trains_and_judges_the_classifier() {
 
 #[test]
 fn aggrate_crosses_the_downlink_and_its_level_is_joined_with_the_aps_truth() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }
@@ -700,6 +707,7 @@ fn crosses_the_downlink_once(last: bool) -> bool {
 
 #[test]
 fn the_aps_ampdu_marks_give_the_receivers_every_frame() {
+    let _room = common::room(module_path!());
     // aggrate-mac: the AP marks each A-MPDU in the DSCP bits and `recv --ap-marks` reads them as
     // MAC timestamps — its frame count is the AP's own, interval by interval.
     if !require_root() {
@@ -733,6 +741,7 @@ impl Drop for Killed {
 
 #[test]
 fn a_packet_socket_stamps_what_an_interface_receives_and_names_what_is_missing() {
+    let _room = common::room(module_path!());
     if !require_root() {
         return;
     }

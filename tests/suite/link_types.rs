@@ -1,7 +1,7 @@
 //! Receiver-side link types (Ethernet, raw IP, Linux SLL/SLL2, bare 802.11) decode to the same
 //! 5-tuple and payload as tshark sees; kernel timestamps join to ground truth by sequence number.
 
-mod common;
+use crate::common;
 
 use std::io::BufReader;
 

@@ -1,6 +1,6 @@
 //! Labelling details: retransmitted duplicates, TSFT fallback, gzip input, Parquet contents.
 
-mod common;
+use crate::common;
 
 use aggrate::capture::{decode, LinkType, PacketRecord};
 use aggrate::label::{label_frames, Dedup};

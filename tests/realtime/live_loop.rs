@@ -2,7 +2,7 @@
 //! `aggrate recv` as separate processes (kernel receive timestamps, real feedback), and the
 //! README's main command `aggrate demo` end to end with a short live phase.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 
@@ -10,6 +10,7 @@ use common::{aggrate, port, text};
 
 #[test]
 fn sender_ap_receiver_processes_close_the_loop() {
+    let _room = common::room(module_path!());
     let bin = env!("CARGO_BIN_EXE_aggrate");
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
@@ -253,6 +254,7 @@ fn sender_ap_receiver_processes_close_the_loop() {
 
 #[test]
 fn demo_runs_end_to_end() {
+    let _room = common::room(module_path!());
     let dir = tempfile::tempdir().unwrap();
     // 4-fold CV instead of the demo's 20 (the SVR's CV is most of the demo in a test build).
     let o = aggrate(
@@ -282,6 +284,7 @@ fn demo_runs_end_to_end() {
 /// the air per interval (none without them); an out-of-range setting is refused by name.
 #[test]
 fn the_aps_truth_carries_others_share_of_the_air() {
+    let _room = common::room(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let share = |extra: &[&str]| -> Vec<f64> {
         let mut args = vec![

@@ -5,7 +5,7 @@
 // A live network test: it reads the host clock to time what the relay held (an IO edge).
 #![allow(clippy::disallowed_methods)]
 
-mod common;
+use crate::common;
 
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
@@ -38,6 +38,7 @@ fn now_ns() -> u64 {
 
 #[test]
 fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
+    let _room = common::room(module_path!());
     let bin = env!("CARGO_BIN_EXE_aggrate");
     let (relay, far) = (port(), port());
     let server = UdpSocket::bind(("127.0.0.1", far)).unwrap();
@@ -141,6 +142,7 @@ fn the_relay_loses_duplicates_reorders_and_delays_as_set() {
 
 #[test]
 fn send_and_recv_close_the_loop_through_the_relay() {
+    let _room = common::room(module_path!());
     let bin = env!("CARGO_BIN_EXE_aggrate");
     let dir = tempfile::tempdir().unwrap();
     let o = aggrate(dir.path(), &["-q", "keygen", "key"]);
@@ -231,6 +233,7 @@ fn send_and_recv_close_the_loop_through_the_relay() {
 
 #[test]
 fn bad_settings_are_refused_by_name() {
+    let _room = common::room(module_path!());
     let dir = tempfile::tempdir().unwrap();
     for (args, want) in [
         (&["--loss", "1.5"][..], "loss"),
@@ -255,6 +258,7 @@ fn bad_settings_are_refused_by_name() {
 /// sooner than the timer alone; and the CLI writes the table, the JSON and the chart.
 #[test]
 fn bulk_transfers_arrive_whole_through_loss_and_reordering() {
+    let _room = common::room(module_path!());
     use aggrate::bulk::{run, table, LabSetting, Variant};
     for (loss, seed) in [(0.0, 1), (0.02, 2), (0.05, 3), (0.2, 4)] {
         let mut s = LabSetting::lab(loss, 300_000, seed);
@@ -334,6 +338,7 @@ fn bulk_transfers_arrive_whole_through_loss_and_reordering() {
 /// output directory are refused by name.
 #[test]
 fn files_cross_a_lossy_relay_whole_and_resume_after_a_cut() {
+    let _room = common::room(module_path!());
     let bin = env!("CARGO_BIN_EXE_aggrate");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -1,6 +1,6 @@
 //! Training end to end on the small emulator dataset: contiguous 20-fold CV, reports, model files.
 
-mod common;
+use crate::common;
 
 use aggrate::model::ModelFile;
 use aggrate::train::Predict;

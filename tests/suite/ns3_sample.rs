@@ -1,7 +1,7 @@
 //! The ns-3.37 802.11ac sample: ground truth as tshark counts it (62,500 flow packets in 8,037
 //! A-MPDUs, mean 7.78, max 17, 300.05 Mb/s), through the library and through the CLI.
 
-mod common;
+use crate::common;
 
 use aggrate::capture::filter::{largest_udp_flow, FlowCounts, FlowFilter};
 use aggrate::capture::io::open_path;

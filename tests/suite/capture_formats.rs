@@ -2,7 +2,7 @@
 //! the FCS-length bits in the pcap link-type field, short control frames beside a flow, and a
 //! flow shorter than one window. Fixtures are hand-packed here; tshark checks the record counts.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

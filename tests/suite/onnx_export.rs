@@ -3,7 +3,7 @@
 //! within 1e-5 on real feature rows.
 #![cfg(feature = "onnx")]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -279,7 +279,7 @@ fn every_arrow_goes_down() {
     let bad = violations(&src);
     assert!(
         bad.is_empty(),
-        "arrows against the layers (tests/layering.rs has the table):\n{}",
+        "arrows against the layers (tests/suite/layering.rs has the table):\n{}",
         bad.join("\n")
     );
 }
@@ -294,7 +294,7 @@ fn every_room_is_in_the_table() {
         if let Some(m) = l.trim().strip_prefix("pub mod ").and_then(|m| m.strip_suffix(';')) {
             assert!(
                 listed.contains(&m) || CORE.contains(&m),
-                "src/lib.rs declares `{m}`, which tests/layering.rs does not place"
+                "src/lib.rs declares `{m}`, which tests/suite/layering.rs does not place"
             );
         }
     }

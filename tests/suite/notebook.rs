@@ -3,7 +3,7 @@
 //! by `aggrate.read_capture`), a slot-SVR report and a reduced sweep made here by the CLI. A
 //! renamed column, package function or report field fails this test.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! exit, never a panic; what was read before the damage is kept, and --keep-going reads past
 //! packet-level damage.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

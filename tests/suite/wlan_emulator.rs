@@ -1,7 +1,7 @@
 //! The 802.11ac emulator: limits, load response, determinism, round trip through the capture
 //! reader, fidelity against the ns-3 sample and first principles, bad configuration.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
@@ -667,7 +667,7 @@ fn codel_drops_from_a_standing_queue_and_the_fifo_default_is_unchanged() {
     // 900 Mb/s of CBR offered to an 867 Mb/s PHY (≈ 600 Mb/s of goodput): a standing queue.
     // CoDel cannot hold an unresponsive flow at its target (its drop rate grows as √count); it
     // drops from the head as the queue stands, and the tail drops fall by as many. Kernel TCP
-    // through it in the testbed (tests/testbed.rs) shows the delay it keeps.
+    // through it in the testbed (tests/realtime/testbed.rs) shows the delay it keeps.
     let over = |aqm: Aqm| {
         let mut s = ns3_like(900.0, 3.0);
         s.wlan.aqm = aqm;

@@ -1042,7 +1042,7 @@ fn several_stations_step_once_per_interval_when_every_station_has_reported_it() 
 // attacker on the LAN who can write any source address does (a raw socket; root, as the test
 // command runs).
 
-#[path = "common/lan_attacker.rs"]
+#[path = "../common/lan_attacker.rs"]
 mod lan_attacker;
 use lan_attacker::{record, through_ap, Arsenal};
 

@@ -1,6 +1,6 @@
 //! Property tests: parsers never panic on arbitrary bytes; labelling and feature invariants.
 
-mod common;
+use crate::common;
 
 use std::io::BufReader;
 
