@@ -124,6 +124,22 @@ pub enum Steer {
     FrameCount,
 }
 
+impl Steer {
+    /// Set a receiver's estimator to report what this steers by (its report's level):
+    /// the frame count alone (no airtime relation), the airtime level alone (no learned
+    /// level), or as it is. `sim`'s stations and `recv --steer` both go through here.
+    pub fn apply(self, est: &mut OnlineEstimator) -> Result<(), crate::runtime::Error> {
+        match self {
+            Steer::FrameCount => est.set_level_config(crate::runtime::LevelConfig {
+                airtime: None,
+                ..est.level_config().clone()
+            }),
+            Steer::Airtime => est.set_level_model(None),
+            Steer::Level => Ok(()),
+        }
+    }
+}
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -655,14 +671,7 @@ impl<'c> Loop<'c> {
                     EstimatorKind::Mac => OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), cfg.interval)?,
                     EstimatorKind::Model(f) => OnlineEstimator::from_model(f, cfg.interval)?,
                 };
-                match cfg.steer {
-                    Steer::FrameCount => est.set_level_config(crate::runtime::LevelConfig {
-                        airtime: None,
-                        ..est.level_config().clone()
-                    })?,
-                    Steer::Airtime => est.set_level_model(None)?,
-                    Steer::Level => {}
-                }
+                cfg.steer.apply(&mut est)?;
                 Ok(Station {
                     noise: model_for(noise.as_ref(), derive(cfg.seed, 100 + i as u64)),
                     rx: VecDeque::new(),

@@ -269,6 +269,27 @@ pub(crate) fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::Atom
     Ok(stop)
 }
 
+/// `--steer` (`sim`, `recv`): what the receivers report as the level the sender steers by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SteerArg {
+    /// The receivers' level (learned when the model has one).
+    Level,
+    /// The level from airtime alone.
+    Airtime,
+    /// The frame count alone (packets ÷ predicted starts).
+    FrameCount,
+}
+
+impl From<SteerArg> for aggrate::sim::Steer {
+    fn from(a: SteerArg) -> Self {
+        match a {
+            SteerArg::Level => aggrate::sim::Steer::Level,
+            SteerArg::Airtime => aggrate::sim::Steer::Airtime,
+            SteerArg::FrameCount => aggrate::sim::Steer::FrameCount,
+        }
+    }
+}
+
 /// Others on the channel (`sim`, `testbed`): contending transmitters in the emulated medium.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct OthersArgs {

@@ -104,6 +104,13 @@ pub(crate) struct RecvArgs {
     /// estimator's upper bound. Only behind that AP.
     #[arg(long, conflicts_with_all = ["model", "self_calibrate"])]
     pub(crate) ap_marks: bool,
+    /// What the reports give the sender as the level to steer by: `level` (the model's level:
+    /// learned when the model carries one, else the airtime level), `airtime` (the airtime
+    /// level alone; needs --phy-mbps) or `frame-count` (packets ÷ predicted starts alone) —
+    /// to compare the estimators in the same loop (`testbed run --senders aggrate-airtime,
+    /// aggrate-count`).
+    #[arg(long, value_enum, default_value_t = super::common::SteerArg::Level, conflicts_with = "ap_marks")]
+    pub(crate) steer: super::common::SteerArg,
     /// Receive a file (`send --file`) to this path (an existing directory: the sender's file
     /// name inside it; `-`: standard output) and exit once it is whole. It is written under
     /// PATH.aggrate-part and becomes PATH only when its size and SHA-256 match the sender's;
@@ -235,6 +242,10 @@ pub(crate) fn recv(ui: &Ui, a: RecvArgs) -> Result<Exit> {
         bail!("--others-share {}: a share in [0, 1)", a.others_share);
     }
     rx.estimator_mut().set_others_share(a.others_share);
+    if a.steer == super::common::SteerArg::Airtime && a.phy_mbps.is_none() {
+        bail!("--steer airtime needs --phy-mbps (the airtime level is computed from the PHY rate)");
+    }
+    aggrate::sim::Steer::from(a.steer).apply(rx.estimator_mut())?;
     let mut log = a
         .log
         .as_deref()

@@ -86,8 +86,8 @@ pub(crate) struct SimArgs {
     /// (the level the delivery rate and PHY rate give, from each receiver and, with several
     /// stations, the cell) or `frame-count` (packets ÷ the model's predicted starts, the study's
     /// estimator).
-    #[arg(long, value_enum, default_value_t = SteerArg::Level)]
-    pub(crate) steer: SteerArg,
+    #[arg(long, value_enum, default_value_t = super::common::SteerArg::Level)]
+    pub(crate) steer: super::common::SteerArg,
     /// The aggregation-target sender's data carries a reliable stream to each station (an
     /// endless seeded one, checked byte by byte): what reliable delivery costs the loop in rate
     /// and delay, and what it delivers.
@@ -100,17 +100,6 @@ pub(crate) struct SimArgs {
     /// JSON) is printed and nothing is written.
     #[arg(short, long)]
     pub(crate) output: Option<PathBuf>,
-}
-
-/// `--steer`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SteerArg {
-    /// The receivers' level (learned when the model has one).
-    Level,
-    /// The level from airtime.
-    Airtime,
-    /// The frame count.
-    FrameCount,
 }
 
 impl SimArgs {
@@ -172,11 +161,7 @@ pub(crate) fn config(a: &SimArgs, sender: SenderKind) -> Result<SimConfig> {
             ),
             false => None,
         },
-        steer: match a.steer {
-            SteerArg::Level => aggrate::sim::Steer::Level,
-            SteerArg::Airtime => aggrate::sim::Steer::Airtime,
-            SteerArg::FrameCount => aggrate::sim::Steer::FrameCount,
-        },
+        steer: a.steer.into(),
         bulk: a.bulk,
         ..SimConfig::default()
     };

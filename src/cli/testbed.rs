@@ -127,7 +127,8 @@ pub(crate) struct RunArgs {
     pub(crate) bed: TestbedArgs,
     /// Senders, in turn: `aggrate` (this program's sender and receivers, the shipped estimator
     /// on the stations' kernel receive times), `aggrate-mac` (the same sender, its receivers
-    /// reading the AP's A-MPDU marks as MAC timestamps: the upper bound) and kernel TCP
+    /// reading the AP's A-MPDU marks as MAC timestamps: the upper bound), `aggrate-airtime` /
+    /// `aggrate-count` (steered by the airtime level / the frame count alone) and kernel TCP
     /// congestion controls (iperf3 -C). `NAME@codel` / `NAME@fifo` runs that sender with that
     /// queue at the AP instead of --aqm's, so both sit in one table (e.g. `cubic,cubic@codel`).
     #[arg(long, value_delimiter = ',', default_values_t = ["cubic".to_string(), "bbr".to_string(), "aggrate".to_string(), "aggrate-mac".to_string()])]
@@ -283,7 +284,10 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
             let interval = Duration::from_millis(a.interval_ms);
             // aggrate-mac: the AP marks each A-MPDU and the receivers read the marks, not a model.
             d.set_ampdu_marks(spec.cc == "aggrate-mac");
-            let run = AggrateRun::new(&exe, a.duration, interval, a.bed.seed, &dir);
+            let run = AggrateRun {
+                steer: spec.steer(),
+                ..AggrateRun::new(&exe, a.duration, interval, a.bed.seed, &dir)
+            };
             let r = aggrate_run(&d, wlan, &run)
                 .map(|(r, _)| r)
                 .with_context(|| name.clone());

@@ -225,9 +225,14 @@ impl Drop for Reaped {
     }
 }
 
+/// aggrate's senders: the shipped level, the AP's A-MPDU marks (the upper bound), the airtime
+/// level alone, the frame count alone.
+pub const AGGRATE_SENDERS: [&str; 4] = ["aggrate", "aggrate-mac", "aggrate-airtime", "aggrate-count"];
+
 /// One entry of `testbed run --senders`: a kernel TCP congestion control (`cubic`, `bbr`, …) or
-/// aggrate's sender (`aggrate`, `aggrate-mac`: with MAC-level marks), and the AP's queue after
-/// `@` (`fifo` or `codel`; none: the testbed's).
+/// aggrate's sender (`aggrate`, `aggrate-mac`: with MAC-level marks, `aggrate-airtime` /
+/// `aggrate-count`: steered by the airtime level / the frame count alone), and the AP's queue
+/// after `@` (`fifo` or `codel`; none: the testbed's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SenderSpec {
     /// The congestion control, or `aggrate` / `aggrate-mac`.
@@ -252,8 +257,10 @@ impl SenderSpec {
         };
         if !cc.starts_with("aggrate") {
             check_tcp(cc)?;
-        } else if cc != "aggrate" && cc != "aggrate-mac" {
-            return Err(bad("aggrate's senders are aggrate and aggrate-mac"));
+        } else if !AGGRATE_SENDERS.contains(&cc) {
+            return Err(bad(
+                "aggrate's senders are aggrate, aggrate-mac, aggrate-airtime and aggrate-count",
+            ));
         }
         Ok(SenderSpec {
             cc: cc.to_string(),
@@ -264,6 +271,17 @@ impl SenderSpec {
     /// Whether it is aggrate's sender.
     pub fn is_aggrate(&self) -> bool {
         self.cc.starts_with("aggrate")
+    }
+
+    /// What aggrate's receivers steer by (`recv --steer`): `aggrate-airtime` the airtime level
+    /// alone, `aggrate-count` the frame count alone; the others the model's level (or the
+    /// AP's marks).
+    pub fn steer(&self) -> Option<&'static str> {
+        match self.cc.as_str() {
+            "aggrate-airtime" => Some("airtime"),
+            "aggrate-count" => Some("frame-count"),
+            _ => None,
+        }
     }
 
     /// Its name in the table: `tcp-cubic`, `aggrate @codel`, ….
@@ -647,6 +665,8 @@ pub struct AggrateRun<'a> {
     pub schedule: Option<&'a Schedule>,
     /// `send --bottleneck-weights`.
     pub weights: Option<&'a Path>,
+    /// `recv --steer` (`airtime`, `frame-count`; none: the model's level).
+    pub steer: Option<&'a str>,
 }
 
 impl<'a> AggrateRun<'a> {
@@ -660,6 +680,7 @@ impl<'a> AggrateRun<'a> {
             dir,
             schedule: None,
             weights: None,
+            steer: None,
         }
     }
 }
@@ -736,7 +757,7 @@ pub fn aggrate_run(
             let switcher = run
                 .schedule
                 .map(|sched| s.spawn(move || switch_backhaul(d, sched, done)));
-            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, run.weights);
+            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, (run.weights, run.steer));
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             let switched = switcher
                 .map(|h| {
@@ -858,7 +879,7 @@ fn aggrate_flows(
     secs: u32,
     interval: Duration,
     logs: &[PathBuf],
-    weights: Option<&Path>,
+    (weights, steer): (Option<&Path>, Option<&str>),
 ) -> Result<Sent, Error> {
     let ms = interval.as_millis().to_string();
     let mut receivers = Vec::new();
@@ -869,6 +890,7 @@ fn aggrate_flows(
             .args(["-q", "recv", "--listen", "0.0.0.0:9000", "--phy-mbps"])
             .arg(format!("{phy:.1}"))
             .args(d.ampdu_marks().then_some("--ap-marks"))
+            .args(steer.map(|s| ["--steer", s]).into_iter().flatten())
             .args(["--interval-ms", &ms, "--duration"])
             .arg((secs + 2).to_string())
             .arg("--log")
@@ -1054,9 +1076,19 @@ mod tests {
             ("aggrate-mac @codel".into(), "aggrate-mac-codel".into())
         );
         assert_eq!(SenderSpec::parse("aggrate").unwrap().name(), "aggrate");
+        let steer = |s: &str| SenderSpec::parse(s).unwrap().steer();
+        assert_eq!(
+            [
+                steer("aggrate"),
+                steer("aggrate-mac"),
+                steer("aggrate-airtime"),
+                steer("aggrate-count@codel")
+            ],
+            [None, None, Some("airtime"), Some("frame-count")]
+        );
         for (spec, says) in [
             ("aggrate@red", "fifo or codel"),
-            ("aggrate-x", "aggrate and aggrate-mac"),
+            ("aggrate-x", "aggrate-airtime and aggrate-count"),
         ] {
             let e = SenderSpec::parse(spec).unwrap_err().to_string();
             assert!(e.contains("--senders") && e.contains(spec) && e.contains(says), "{e}");

@@ -335,3 +335,79 @@ fn the_aps_truth_carries_others_share_of_the_air() {
         text(&o).1
     );
 }
+
+/// `recv --steer`: the reports give the sender the frame count alone (`frame-count`) or the
+/// airtime level alone (`airtime`, which needs the PHY rate) in place of the model's level —
+/// the same loop steered by each estimator (`testbed run --senders aggrate-count,
+/// aggrate-airtime`).
+#[test]
+fn recv_steers_by_the_estimator_it_is_told() {
+    let _room = common::room(module_path!());
+    let bin = env!("CARGO_BIN_EXE_aggrate");
+    let dir = tempfile::tempdir().unwrap();
+    let o = aggrate(dir.path(), &["-q", "keygen", "key"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let key = dir.path().join("key");
+    let o = aggrate(
+        dir.path(),
+        &[
+            "-q",
+            "recv",
+            "--key-file",
+            "key",
+            "--duration",
+            "1",
+            "--steer",
+            "airtime",
+        ],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("--steer airtime needs --phy-mbps"),
+        "{}",
+        text(&o).1
+    );
+    let (ap, rx) = (port(), port());
+    let spawn = |args: &[&str]| {
+        Command::new(bin)
+            .args(args)
+            .args(["--key-file", key.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let log = dir.path().join("recv.csv");
+    let (ap_l, rx_l) = (format!("127.0.0.1:{ap}"), format!("127.0.0.1:{rx}"));
+    let ap_p = spawn(&["-q", "ap", "--listen", &ap_l, "--stations", &rx_l, "--duration", "3.5"]);
+    let rx_p = spawn(&[
+        "-q",
+        "recv",
+        "--listen",
+        &rx_l,
+        "--duration",
+        "3.5",
+        "--phy-mbps",
+        "866.7",
+        "--interval-ms",
+        "100",
+        "--steer",
+        "frame-count",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let tx = spawn(&["-q", "send", "--to", &ap_l, "--duration", "2.5", "--interval-ms", "100"])
+        .wait_with_output()
+        .unwrap();
+    let (rx, ap) = (rx_p.wait_with_output().unwrap(), ap_p.wait_with_output().unwrap());
+    for (name, o) in [("send", &tx), ("recv", &rx), ("ap", &ap)] {
+        assert!(o.status.success(), "{name}: {}", text(o).1);
+    }
+    let rows = aggrate::livelog::read_reports(&log).unwrap();
+    let counted: Vec<_> = rows.iter().filter(|r| r.frames > 0).collect();
+    assert!(counted.len() >= 10, "{rows:?}");
+    // Every report's level is its frame count, not the model's level.
+    for r in &counted {
+        assert!((r.level - r.frame_count).abs() < 1e-3, "{r:?}");
+    }
+}
