@@ -47,8 +47,6 @@ pub struct OthersAir {
     /// Receive time minus record time of the flow's first frame (a kernel log joined to a
     /// sniffer's capture: the two clocks' offset; 0 when the record times are the receive times).
     offset_ns: Option<i128>,
-    /// Frames without a rate the sniffer could give (no radiotap rate, HT or VHT field).
-    pub no_rate: u64,
 }
 
 /// Medium time others took, on the flow's receive clock: sorted by start, not overlapping.
@@ -87,11 +85,8 @@ impl OthersAir {
         } else {
             None
         };
+        // Kept without a rate too (counted, never guessed: [`OthersAir::without_rate`]).
         let rate_bps = radio.phy_rate_bps();
-        if mode.is_none() && rate_bps.is_none() {
-            self.no_rate += 1;
-            return;
-        }
         self.sniffed.push(Sniffed {
             at: r.host,
             addr1: d.addr1,
@@ -115,6 +110,20 @@ impl OthersAir {
         }
     }
 
+    /// Frames of others the sniffer heard without a rate it could give (no radiotap rate, HT or
+    /// VHT field, e.g. HE with fields it leaves out): not in [`OthersAir::spans`].
+    pub fn without_rate(&self) -> u64 {
+        self.sniffed
+            .iter()
+            .filter(|f| f.mode.is_none() && f.rate_bps.is_none() && !self.is_ours(f))
+            .count() as u64
+    }
+
+    /// Whether a frame involves the flow's station.
+    fn is_ours(&self, f: &Sniffed) -> bool {
+        self.flow.is_some_and(|(sta, _)| f.addr1 == sta || f.addr2 == Some(sta))
+    }
+
     /// Whether any frame of someone else's was heard.
     pub fn is_empty(&self) -> bool {
         self.sniffed.is_empty()
@@ -126,7 +135,6 @@ impl OthersAir {
     /// stations count as others' (an uplink in the same network, the AP's beacons or its
     /// downlink to someone else: medium time the flow does not get).
     pub fn spans(&self) -> BusySpans {
-        let ours = |m: Mac| self.flow.is_some_and(|(sta, _)| m == sta);
         let off = self.offset_ns.unwrap_or(0);
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut ppdu: Option<(Sniffed, u32, u32)> = None; // first frame, subframes, PSDU bytes
@@ -146,7 +154,7 @@ impl OthersAir {
             out.push((start, end + after.as_nanos() as u64));
         };
         for f in &self.sniffed {
-            if ours(f.addr1) || f.addr2.is_some_and(ours) {
+            if self.is_ours(f) || (f.mode.is_none() && f.rate_bps.is_none()) {
                 continue;
             }
             let sub = (timing::DELIMITER as u32 + f.mpdu).next_multiple_of(4);
@@ -247,7 +255,8 @@ mod tests {
         air.push(&record(5_000, data_frame(ap, other), Some(12))); // an uplink in the same network
         air.push(&record(9_000, data_frame(ap, sta), Some(12))); // the flow's station's own uplink
         air.push(&record(12_000, data_frame(ap, other), None)); // heard, but at no rate it says
-        assert_eq!(air.no_rate, 1);
+        air.push(&record(13_000, data_frame(ap, sta), None)); // the flow's station's, no rate: not others'
+        assert_eq!(air.without_rate(), 1);
         // One PPDU of 1,004 bytes (FCS added) at 6 Mb/s after a 20 µs preamble, then SIFS + Ack.
         let on_air = 20_000 + (8 * 1004 * 1_000_000_000u64).div_ceil(6_000_000);
         let after = (SIFS + timing::ack()).as_nanos() as u64;

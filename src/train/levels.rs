@@ -180,7 +180,7 @@ pub fn replay_levels(
         level: score(|i| i.level),
         count: score(|i| i.count),
         level_surveyed: score(|i| i.level_surveyed),
-        others_without_rate: others.no_rate,
+        others_without_rate: others.without_rate(),
         intervals,
     })
 }
