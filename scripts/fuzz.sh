@@ -5,7 +5,7 @@
 # Needs the nightly toolchain and cargo-fuzz (installed here when missing). Seeds come from
 # tests/data (captures, and the packets inside them for the packet-level targets) and models/;
 # the corpus grows in fuzz/corpus/<target>, crashes land in fuzz/artifacts/<target>/ — each one
-# found becomes a regression test (tests/fuzz_regressions.rs) before it is fixed.
+# found becomes a regression test (in tests/suite/) before it is fixed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

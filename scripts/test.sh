@@ -47,7 +47,7 @@ fi
 export AGGRATE_PYTHON="$venv/bin/python"
 
 echo "== cargo test --no-run (building the tests)"
-cargo test --locked --workspace --exclude aggrate-py --all-targets --no-run
+cargo test --locked --workspace --exclude aggrate-py --lib --tests --benches --no-run
 if [ -n "$venv_pid" ]; then
   if ! wait "$venv_pid"; then
     cat "$venv_log" >&2
@@ -68,7 +68,7 @@ echo "== cargo test"
 # the C ABI (header current, a C program built with the system compiler against it), and every
 # crate's doc tests. (The Python extension is tested through pytest below. That the core crate
 # builds alone, without the features the others unify into it, CI's clippy of it checks.)
-cargo test --locked --workspace --exclude aggrate-py --all-targets
+cargo test --locked --workspace --exclude aggrate-py --lib --tests --benches
 cargo test --locked --workspace --exclude aggrate-py --doc
 
 echo "== pytest (the Python package)"

@@ -126,8 +126,8 @@ pub enum Steer {
 
 impl Steer {
     /// Set a receiver's estimator to report what this steers by (its report's level):
-    /// the frame count alone (no airtime relation), the airtime level alone (no learned
-    /// level), or as it is. `sim`'s stations and `recv --steer` both go through here.
+    /// the frame count alone (no airtime relation; a slot-SVR model still corrects it), the
+    /// airtime level alone (no learned level), or as it is. `sim`'s stations and `recv --steer` both go through here.
     pub fn apply(self, est: &mut OnlineEstimator) -> Result<(), crate::runtime::Error> {
         match self {
             Steer::FrameCount => est.set_level_config(crate::runtime::LevelConfig {

@@ -310,8 +310,9 @@ pub(crate) struct OthersArgs {
     #[arg(long, default_value = "poisson")]
     pub(crate) contender_arrivals: aggrate::wlan::Arrivals,
     /// Whose network the contenders are in: `other` (a neighbouring network on the channel) or
-    /// `own` (other stations of this AP's network uploading to it; a sniffer's capture then
-    /// shows their frames addressed to the AP).
+    /// `own` (other stations of this AP's network uploading to it). The medium is the same
+    /// either way: it sets the addresses a sniffer's capture shows on their frames (`simulate
+    /// --sniffer`), which `eval` reads.
     #[arg(long, default_value = "other")]
     pub(crate) contender_bss: aggrate::wlan::ContenderBss,
 }

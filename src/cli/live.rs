@@ -106,7 +106,8 @@ pub(crate) struct RecvArgs {
     pub(crate) ap_marks: bool,
     /// What the reports give the sender as the level to steer by: `level` (the model's level:
     /// learned when the model carries one, else the airtime level), `airtime` (the airtime
-    /// level alone; needs --phy-mbps) or `frame-count` (packets ÷ predicted starts alone) —
+    /// level alone; needs --phy-mbps) or `frame-count` (packets ÷ predicted starts alone; with
+    /// a slot-SVR model, its correction of them) —
     /// to compare the estimators in the same loop (`testbed run --senders aggrate-airtime,
     /// aggrate-count`).
     #[arg(long, value_enum, default_value_t = super::common::SteerArg::Level, conflicts_with = "ap_marks")]

@@ -1,8 +1,9 @@
 //! The air others took, from what a sniffer on the channel recorded.
 //!
 //! A capture made in monitor mode holds every frame the radio decoded, the other networks' too.
-//! Every data or management frame none of whose first two addresses belongs to the flow under
-//! study (its station or its AP) is someone else's; its PPDU took the air for the time its
+//! Every data or management frame none of whose first two addresses is the flow's station is
+//! someone else's (another network's, or the flow's AP's other stations', its beacons: air the
+//! flow does not get); its PPDU took the air for the time its
 //! radiotap rate gives its length, and the response it solicits (SIFS and an Ack, or a Block Ack
 //! after an A-MPDU) for a little more. Control frames are not counted: their air is the response
 //! already counted with the frame that solicited it. That is what a channel survey counts as

@@ -235,7 +235,7 @@ pub const AGGRATE_SENDERS: [&str; 4] = ["aggrate", "aggrate-mac", "aggrate-airti
 /// after `@` (`fifo` or `codel`; none: the testbed's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SenderSpec {
-    /// The congestion control, or `aggrate` / `aggrate-mac`.
+    /// The congestion control, or one of [`AGGRATE_SENDERS`].
     pub cc: String,
     /// The AP's queue for this run: `Some(true)` CoDel, `Some(false)` FIFO.
     pub codel: Option<bool>,

@@ -1,4 +1,4 @@
-//! An attacker on the LAN of `send → ap → recv`, for tests/suite/attacks.rs and
+//! An attacker on the LAN of `send → ap → recv`, for tests/realtime/attacks.rs and
 //! benches/ap_attacks.rs: datagrams with any source address (a raw socket; root), a recorded
 //! handshake and session of another sender under the key, and the loop itself on loopback.
 #![allow(dead_code)]

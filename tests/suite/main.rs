@@ -5,7 +5,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod attacks;
 mod bad_input;
 mod capture_formats;
 mod closed_loop;

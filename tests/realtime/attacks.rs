@@ -4,6 +4,7 @@
 //! sockets. Each of these changed the sender's rate or the receiver's state before version 2 of
 //! the wire format.
 
+use crate::common;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -112,6 +113,7 @@ fn answer_and_step(s: &mut Sender, r: &mut Receiver, now: Ts) -> Ts {
 
 #[test]
 fn there_is_no_default_key_and_weak_keys_are_refused() {
+    let _room = common::room(module_path!());
     assert!(
         Psk::new(b"aggrate-demo-key").is_ok(),
         "16 bytes pass the length check …"
@@ -130,6 +132,7 @@ fn there_is_no_default_key_and_weak_keys_are_refused() {
 
 #[test]
 fn forged_feedback_without_the_key_changes_nothing() {
+    let _room = common::room(module_path!());
     let mut s = sender(1);
     let mut r = receiver(2);
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(50));
@@ -155,6 +158,7 @@ fn forged_feedback_without_the_key_changes_nothing() {
 
 #[test]
 fn out_of_range_reports_from_a_key_holder_are_refused() {
+    let _room = common::room(module_path!());
     for (what, r) in [
         ("μ_N = −1e9", report(-1e9)),
         ("μ_N = NaN", report(f64::NAN)),
@@ -203,6 +207,7 @@ fn out_of_range_reports_from_a_key_holder_are_refused() {
 
 #[test]
 fn flooded_feedback_is_limited_per_interval() {
+    let _room = common::room(module_path!());
     let mut s = sender(1);
     let keys = rogue_keys(&mut s, Ts::ZERO);
     // 1,000 valid, increasing reports within 10 ms.
@@ -222,6 +227,7 @@ fn flooded_feedback_is_limited_per_interval() {
 
 #[test]
 fn feedback_recorded_in_an_earlier_run_is_refused_and_does_not_lock_out() {
+    let _room = common::room(module_path!());
     // Run 1: record every feedback datagram.
     let (mut s1, mut r1) = (sender(1), receiver(2));
     run(&mut s1, &mut r1, Ts::ZERO, Ts::from_millis(3000));
@@ -272,6 +278,7 @@ fn feedback_recorded_in_an_earlier_run_is_refused_and_does_not_lock_out() {
 
 #[test]
 fn a_restarted_receiver_rejoins() {
+    let _room = common::room(module_path!());
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(2000));
     let fed = s.stats().feedback;
@@ -286,6 +293,7 @@ fn a_restarted_receiver_rejoins() {
 
 #[test]
 fn injected_data_from_a_third_address_is_not_counted_and_does_not_move_feedback() {
+    let _room = common::room(module_path!());
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(100));
     let received = r.stats().received;
@@ -311,6 +319,7 @@ fn injected_data_from_a_third_address_is_not_counted_and_does_not_move_feedback(
 
 #[test]
 fn sequence_numbers_near_2_pow_64_neither_wrap_nor_panic() {
+    let _room = common::room(module_path!());
     // The estimator alone (debug builds check overflow): a key holder sends seq 2^64 − 3 … max.
     let mut e = OnlineEstimator::new(Mode::Mac, FeatureSpec::default(), INTERVAL).unwrap();
     let mut host = Ts::from_millis(1);
@@ -378,6 +387,7 @@ proptest! {
 
 #[test]
 fn over_real_sockets_a_third_address_cannot_steer_the_loop() {
+    let _room = common::room(module_path!());
     let key = Psk::new(&io::entropy().unwrap()).unwrap();
     let rx_sock = io::timestamped_socket(addr(0)).unwrap();
     let rx_addr = rx_sock.local_addr().unwrap();
@@ -441,6 +451,7 @@ fn over_real_sockets_a_third_address_cannot_steer_the_loop() {
 /// then does the sender's data go through (and feedback back to it alone).
 #[test]
 fn the_live_ap_binds_the_sender_the_station_answers_not_the_first_talker() {
+    let _room = common::room(module_path!());
     let ap_port = UdpSocket::bind(addr(0)).unwrap().local_addr().unwrap();
     let station = UdpSocket::bind(addr(0)).unwrap();
     station.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
@@ -603,6 +614,7 @@ fn print_pair(what: &str, clean: (f64, &AggReport), attacked: (f64, &AggReport))
 
 #[test]
 fn an_old_hello_replayed_from_two_ports_does_not_lock_the_sender_out() {
+    let _room = common::room(module_path!());
     let old = recorded_hellos();
     let until = Ts::from_millis(4000);
     let (rate0, rep0, tx0, _) = attacked_loop(until, |_, _| {});
@@ -636,6 +648,7 @@ fn an_old_hello_replayed_from_two_ports_does_not_lock_the_sender_out() {
 /// from the real sender's own address. They spend their own allowance, not the sender's.
 #[test]
 fn an_old_hello_replayed_from_the_senders_own_address_does_not_lock_it_out() {
+    let _room = common::room(module_path!());
     let old = recorded_hellos();
     let until = Ts::from_millis(4000);
     let (rate0, rep0, tx0, _) = attacked_loop(until, |_, _| {});
@@ -668,6 +681,7 @@ fn an_old_hello_replayed_from_the_senders_own_address_does_not_lock_it_out() {
 
 #[test]
 fn a_hello_replayed_from_one_port_draws_a_bounded_answer_of_its_own_size() {
+    let _room = common::room(module_path!());
     let old = recorded_hellos();
     let mut r = receiver(31);
     let (mut sent, mut answered, mut bytes_in, mut bytes_out) = (0u64, 0u64, 0u64, 0u64);
@@ -702,6 +716,7 @@ fn a_hello_replayed_from_one_port_draws_a_bounded_answer_of_its_own_size() {
 
 #[test]
 fn replayed_data_is_dropped_before_the_estimator_and_the_counters() {
+    let _room = common::room(module_path!());
     let until = Ts::from_millis(3000);
     let (rate0, rep0, _, rx0) = attacked_loop(until, |_, _| {});
     // The attacker (on the path: it sends from the sender's own address) records data
@@ -746,6 +761,7 @@ fn replayed_data_is_dropped_before_the_estimator_and_the_counters() {
 
 #[test]
 fn a_report_of_2_pow_64_packets_does_not_panic() {
+    let _room = common::room(module_path!());
     let mut s = sender(1);
     let keys = rogue_keys(&mut s, Ts::ZERO);
     let huge = AggReport {
@@ -766,6 +782,7 @@ fn a_report_of_2_pow_64_packets_does_not_panic() {
 
 #[test]
 fn the_most_a_sender_sends_is_its_own_limit() {
+    let _room = common::room(module_path!());
     let p = PiParams {
         max_mbps: 50.0,
         ..PiParams::default()
@@ -788,6 +805,7 @@ fn the_most_a_sender_sends_is_its_own_limit() {
 
 #[test]
 fn clocks_an_hour_apart_keep_the_feedback_and_drop_the_delay() {
+    let _room = common::room(module_path!());
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(200));
     // The receiver's clock two hours ahead of the sender's.
@@ -819,6 +837,7 @@ fn clocks_an_hour_apart_keep_the_feedback_and_drop_the_delay() {
 
 #[test]
 fn a_restarted_receiver_is_reachable_within_four_intervals() {
+    let _room = common::room(module_path!());
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(2000));
     let fed = s.stats().feedback;
@@ -836,6 +855,7 @@ fn a_restarted_receiver_is_reachable_within_four_intervals() {
 
 #[test]
 fn over_real_sockets_replayed_hellos_from_two_ports_do_not_lock_the_sender_out() {
+    let _room = common::room(module_path!());
     let key = Psk::new(&io::entropy().unwrap()).unwrap();
     // An old hello under the key (another sender's), and one it sent with a cookie.
     let old = {
@@ -910,6 +930,7 @@ fn over_real_sockets_replayed_hellos_from_two_ports_do_not_lock_the_sender_out()
 
 #[test]
 fn a_key_file_that_is_not_a_key_is_refused_clearly() {
+    let _room = common::room(module_path!());
     let bin = env!("CARGO_BIN_EXE_aggrate");
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.key");
@@ -941,6 +962,7 @@ fn a_key_file_that_is_not_a_key_is_refused_clearly() {
 
 #[test]
 fn an_older_peer_is_told_apart_by_version() {
+    let _room = common::room(module_path!());
     let (mut s, mut r) = (sender(1), receiver(2));
     run(&mut s, &mut r, Ts::ZERO, Ts::from_millis(100));
     // A version-3 peer's datagram (before the reliable layer): the same header but for the
@@ -991,6 +1013,7 @@ fn two_station_keys(s: &mut Sender, now: Ts) -> Vec<SessionKeys> {
 
 #[test]
 fn several_stations_step_once_per_interval_when_every_station_has_reported_it() {
+    let _room = common::room(module_path!());
     // The cell's airtime relation needs every station's load of one interval: the loop waits for
     // the last station's report of an interval (a report lost on the way delays the step by one
     // interval, no more).
@@ -1054,6 +1077,7 @@ use lan_attacker::{record, through_ap, Arsenal};
 /// receiver gets about what it gets unattacked.
 #[test]
 fn through_a_keyed_ap_replays_spoofed_acks_and_floods_leave_the_sender_connected() {
+    let _room = common::room(module_path!());
     // Spoofed sources need a raw socket: root, as the test command runs (AGGRATE_NO_ROOT_TESTS=1
     // skips it elsewhere, as it does the testbed's).
     if !aggrate::testbed::is_root() {
