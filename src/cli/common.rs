@@ -326,4 +326,15 @@ impl OthersArgs {
         w.contender_arrivals = self.contender_arrivals;
         w.contender_bss = self.contender_bss;
     }
+
+    /// Say that `--contender-bss own` changes nothing a command that writes no sniffer's capture
+    /// shows (`sim`, `ap`, `testbed`: the medium is the same; only a capture's addresses differ).
+    pub(crate) fn note_bss(&self, ui: &Ui) {
+        if self.contender_bss == aggrate::wlan::ContenderBss::Own {
+            ui.warn(
+                "--contender-bss own sets only the addresses a sniffer's capture shows on the contenders' frames \
+                 (simulate --sniffer, dataset recipes); the medium is the same, so this command runs as with other",
+            );
+        }
+    }
 }

@@ -180,6 +180,7 @@ fn run_one(ui: &Ui, cfg: &SimConfig, label: &str) -> Result<SimResult> {
 }
 
 pub(crate) fn run_cmd(ui: &Ui, a: SimArgs) -> Result<Exit> {
+    a.others.note_bss(ui);
     let senders: Vec<SenderKind> = if a.compare {
         vec![SenderKind::Aggrate, SenderKind::Cubic]
     } else {

@@ -200,7 +200,8 @@ impl TestbedArgs {
     }
 
     /// The downlink, with its backhaul.
-    fn up(&self) -> Result<Downlink> {
+    fn up(&self, ui: &Ui) -> Result<Downlink> {
+        self.others.note_bss(ui);
         let d = Downlink::up(self.stations).context("setting the testbed up")?;
         d.set_backhaul(self.backhaul_mbps).context("--backhaul-mbps")?;
         d.set_uplink_airtime(!self.free_uplink).context("--free-uplink")?;
@@ -226,7 +227,7 @@ pub(crate) fn run(ui: &Ui, c: TestbedCommand) -> Result<Exit> {
 fn up(ui: &Ui, a: TestbedArgs) -> Result<Exit> {
     let wlan = a.wlan()?;
     let stop = super::common::stop_on_signals()?;
-    let d = a.up()?;
+    let d = a.up(ui)?;
     let ap = d.serve(
         wlan,
         a.seed,
@@ -271,7 +272,7 @@ fn compare(ui: &Ui, a: RunArgs) -> Result<Exit> {
     }
     let exe = std::env::current_exe().context("finding this executable (for aggrate's sender)")?;
     let stop = super::common::stop_on_signals()?;
-    let d = a.bed.up()?;
+    let d = a.bed.up(ui)?;
     let mut runs: Vec<SenderRun> = Vec::new();
     for (spec, wlan) in &plan {
         if stop.load(Ordering::Relaxed) {
@@ -353,7 +354,7 @@ fn bottleneck(ui: &Ui, a: BottleneckArgs) -> Result<Exit> {
         .transpose()?;
     let wlan = a.bed.wlan()?;
     let stop = super::common::stop_on_signals()?;
-    let d = a.bed.up()?;
+    let d = a.bed.up(ui)?;
     let runs = bottleneck_runs(
         &d,
         &wlan,

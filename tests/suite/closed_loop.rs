@@ -616,6 +616,26 @@ fn the_learned_level_holds_the_target_under_traffic_nobody_announced() {
 #[test]
 fn other_traffic_out_of_range_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
+    // `--contender-bss own` changes only what a sniffer's capture shows: `sim` says so and runs.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_aggrate"))
+        .args([
+            "sim",
+            "--duration",
+            "0.5",
+            "--contenders",
+            "1",
+            "--contender-bss",
+            "own",
+            "--json",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && e.contains("--contender-bss own sets only the addresses"),
+        "{e}"
+    );
     for (args, needle) in [
         (&["sim", "--contenders", "65"][..], "contenders = 65"),
         (

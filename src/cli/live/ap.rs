@@ -68,6 +68,7 @@ pub(crate) fn ap(ui: &Ui, a: ApArgs) -> Result<Exit> {
     let stop = AtomicBool::new(false);
     let mut w = WlanConfig::vht_stations(&super::super::mcs_per_station(&a.mcs, n)?);
     a.others.apply(&mut w);
+    a.others.note_bss(ui);
     let wlan = w.check()?;
     ui.info(format!("AP: stations {:?} behind {:?}", a.stations, listen));
     if !(10..=60_000).contains(&a.interval_ms) {
