@@ -757,7 +757,7 @@ pub fn aggrate_run(
             let switcher = run
                 .schedule
                 .map(|sched| s.spawn(move || switch_backhaul(d, sched, done)));
-            let sent = aggrate_flows(d, wlan, exe, &key, secs, interval, &logs, (run.weights, run.steer));
+            let sent = aggrate_flows(d, wlan, run, &key, &logs);
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             let switched = switcher
                 .map(|h| {
@@ -869,18 +869,22 @@ struct Sent {
 const AGGRATE_SIZE: usize = 1472;
 
 /// Run `aggrate recv` in every station's namespace and `aggrate send` in the server's until it
-/// ends (`secs`); the receivers stop a second later.
-#[allow(clippy::too_many_arguments)]
+/// ends (`run.secs`); the receivers stop a second later.
 fn aggrate_flows(
     d: &Downlink,
     wlan: &ValidWlanConfig,
-    exe: &Path,
+    run: &AggrateRun,
     key: &str,
-    secs: u32,
-    interval: Duration,
     logs: &[PathBuf],
-    (weights, steer): (Option<&Path>, Option<&str>),
 ) -> Result<Sent, Error> {
+    let AggrateRun {
+        exe,
+        secs,
+        interval,
+        weights,
+        steer,
+        ..
+    } = *run;
     let ms = interval.as_millis().to_string();
     let mut receivers = Vec::new();
     for (i, ns) in d.station_ns.iter().enumerate() {

@@ -83,19 +83,21 @@ impl OthersSpec {
             format!("{}", self.contender_mbps).replace('.', "p")
         };
         use super::config::{Arrivals, ContenderBss};
-        let up = if self.contender_bss == ContenderBss::Own {
-            "up"
-        } else {
-            ""
+        let own = self.contender_bss == ContenderBss::Own;
+        let up = if own { "up" } else { "" };
+        // Poisson senders by what they are: neighbouring stations or APs, or the AP's own
+        // stations sending single frames or A-MPDUs.
+        let poisson = match (own, self.contender_ampdu > 1) {
+            (false, false) => "sta",
+            (false, true) => "ap",
+            (true, false) => "up",
+            (true, true) => "upagg",
         };
         match (self.contenders, self.contender_arrivals) {
             (0, _) => "quiet".into(),
             (n, Arrivals::Saturated) => format!("{up}sat{n}"),
             (n, Arrivals::OnOff { .. }) => format!("{up}burst{n}x{mbps}"),
-            (n, Arrivals::Poisson) if self.contender_ampdu > 1 => {
-                format!("{}{n}x{mbps}", if up.is_empty() { "ap" } else { "upagg" })
-            }
-            (n, Arrivals::Poisson) => format!("{}{n}x{mbps}", if up.is_empty() { "sta" } else { "up" }),
+            (n, Arrivals::Poisson) => format!("{poisson}{n}x{mbps}"),
         }
     }
 }

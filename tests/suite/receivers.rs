@@ -1518,6 +1518,22 @@ fn train_like_weights_the_receivers_that_time_packets_alike() {
 /// A sniffer's capture holds the other networks' frames: tshark decodes them as protected data
 /// frames, reading them back gives exactly the medium time the emulator gave them, and `eval`
 /// scores the estimator per share of others with that time as a survey and without it.
+/// The medium time (s) the frames of others in a sniffer's capture took, as `eval` reads them.
+fn sniffed_air_s(capture: &Path) -> f64 {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
+    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
+    let mut others = aggrate::pipeline::air::OthersAir::default();
+    aggrate::pipeline::capture_rows_heard(
+        capture,
+        &aggrate::pipeline::RowsOptions::new(spec),
+        &mut aggrate::progress::NoProgress,
+        |_, _| {},
+        Some(&mut others),
+    )
+    .unwrap();
+    others.spans().total_ns() as f64 * 1e-9
+}
+
 #[test]
 fn a_sniffers_capture_gives_eval_the_air_others_took() {
     let dir = tempfile::tempdir().unwrap();
@@ -1573,17 +1589,7 @@ fn a_sniffers_capture_gives_eval_the_air_others_took() {
 
     // Read back: the frames' medium time is the emulator's, to the nanosecond per exchange.
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
-    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
-    let mut others = aggrate::pipeline::air::OthersAir::default();
-    aggrate::pipeline::capture_rows_heard(
-        &d.join("sniff_300mbps.pcapng"),
-        &aggrate::pipeline::RowsOptions::new(spec),
-        &mut aggrate::progress::NoProgress,
-        |_, _| {},
-        Some(&mut others),
-    )
-    .unwrap();
-    let sniffed = others.spans().total_ns() as f64 * 1e-9;
+    let sniffed = sniffed_air_s(&d.join("sniff_300mbps.pcapng"));
     assert!(
         (sniffed - air_s).abs() < 1e-6 * frames as f64,
         "sniffed {sniffed} s, emulated {air_s} s"
@@ -1703,18 +1709,7 @@ fn the_aps_own_uploading_stations_are_others_air_too() {
         up[0]
     );
 
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp8_m5_ctx1024.json");
-    let spec = aggrate::model::ModelFile::load(&model).unwrap().spec;
-    let mut others = aggrate::pipeline::air::OthersAir::default();
-    aggrate::pipeline::capture_rows_heard(
-        &d.join("up_200mbps.pcapng"),
-        &aggrate::pipeline::RowsOptions::new(spec),
-        &mut aggrate::progress::NoProgress,
-        |_, _| {},
-        Some(&mut others),
-    )
-    .unwrap();
-    let sniffed = others.spans().total_ns() as f64 * 1e-9;
+    let sniffed = sniffed_air_s(&d.join("up_200mbps.pcapng"));
     assert!(
         (sniffed - air_s).abs() < 1e-6 * frames as f64,
         "sniffed {sniffed} s, emulated {air_s} s"
